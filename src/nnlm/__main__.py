@@ -1,0 +1,3 @@
+from nnlm.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""Vocabulary: tokens <-> integer ids, with one `<unk>` id for everything outside it."""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from nnlm.errors import NnlmError
+
+UNK = "<unk>"
+PARAGRAPH = "<p>"
+TEXT = "<text>"
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """An ordered list of distinct tokens; id = position. `<unk>` is always present."""
+
+    tokens: tuple[str, ...]
+    unk: str = UNK
+    _index: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index = {tok: i for i, tok in enumerate(self.tokens)}
+        if len(index) != len(self.tokens):
+            raise NnlmError("vocabulary has duplicate tokens")
+        if self.unk not in index:
+            raise NnlmError(f"vocabulary lacks the unknown-word token {self.unk!r}")
+        object.__setattr__(self, "_index", index)
+
+    @classmethod
+    def from_counts(
+        cls,
+        counts: Counter[str],
+        min_count: int = 1,
+        max_size: int | None = None,
+        specials: Sequence[str] = (UNK, PARAGRAPH),
+    ) -> "Vocabulary":
+        """Specials first, then tokens of count >= min_count by decreasing count (ties by string)."""
+        if min_count < 1:
+            raise NnlmError(f"--min-count must be at least 1, got {min_count}")
+        kept = sorted(
+            (tok for tok, c in counts.items() if c >= min_count and tok not in specials),
+            key=lambda tok: (-counts[tok], tok),
+        )
+        tokens = list(dict.fromkeys(specials)) + kept
+        if max_size is not None:
+            if max_size < len(specials):
+                raise NnlmError(f"--max-vocab must be at least {len(specials)}, got {max_size}")
+            tokens = tokens[:max_size]
+        return cls(tuple(tokens))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._index
+
+    @property
+    def unk_id(self) -> int:
+        return self._index[self.unk]
+
+    def id(self, token: str) -> int:
+        return self._index.get(token, self.unk_id)
+
+    def encode(self, tokens: Iterable[str]) -> np.ndarray:
+        """Token strings -> int32 ids (unknown tokens -> the `<unk>` id)."""
+        get, unk = self._index.get, self.unk_id
+        return np.fromiter((get(t, unk) for t in tokens), dtype=np.int32)
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.tokens[int(i)] for i in ids]
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the token list: two models can be compared only if these agree."""
+        return hashlib.sha256("\n".join(self.tokens).encode()).hexdigest()[:16]
+
+    def save(self, path: Path) -> None:
+        from nnlm.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps({"unk": self.unk, "tokens": list(self.tokens)}))
+
+    @classmethod
+    def load(cls, path: Path) -> "Vocabulary":
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(tuple(data["tokens"]), unk=data["unk"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise NnlmError(f"cannot read vocabulary file {path}: {exc}") from None

@@ -1,0 +1,1 @@
+"""Count-based n-gram language models."""

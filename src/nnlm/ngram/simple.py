@@ -1,0 +1,59 @@
+"""The two simplest models: uniform, and the add-one (Laplace) bigram. Sanity baselines."""
+from __future__ import annotations
+
+import numpy as np
+
+from nnlm.data.vocab import Vocabulary
+from nnlm.lm import LanguageModel
+
+
+class UniformModel(LanguageModel):
+    """P(w) = 1/|V| whatever the context: its perplexity is exactly |V|."""
+
+    order = 1
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        return np.full(len(targets), -np.log(len(self.vocab)), dtype=np.float64)
+
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
+        return np.full((len(contexts), len(self.vocab)), 1.0 / len(self.vocab), dtype=np.float64)
+
+
+class AddOneBigram(LanguageModel):
+    """P(w | v) = (c(v, w) + 1) / (c(v) + |V|), c counted over the training ids."""
+
+    order = 2
+
+    def __init__(self, vocab: Vocabulary, train: np.ndarray) -> None:
+        self.vocab = vocab
+        v = len(vocab)
+        train = np.asarray(train, dtype=np.int64)
+        keys = train[:-1] * v + train[1:]
+        self._pair_keys, self._pair_counts = np.unique(keys, return_counts=True)
+        self._context_counts = np.bincount(train[:-1], minlength=v).astype(np.float64)
+
+    def _pair_count(self, keys: np.ndarray) -> np.ndarray:
+        where = np.searchsorted(self._pair_keys, keys)
+        where = np.minimum(where, len(self._pair_keys) - 1)
+        found = self._pair_keys[where] == keys
+        return np.where(found, self._pair_counts[where], 0).astype(np.float64)
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        v = len(self.vocab)
+        prev = np.asarray(contexts[:, -1], dtype=np.int64)
+        counts = self._pair_count(prev * v + np.asarray(targets, dtype=np.int64))
+        return np.log(counts + 1.0) - np.log(self._context_counts[prev] + v)
+
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
+        v = len(self.vocab)
+        prev = np.asarray(contexts[:, -1], dtype=np.int64)
+        out = np.ones((len(prev), v), dtype=np.float64)
+        lo = np.searchsorted(self._pair_keys, prev * v)
+        hi = np.searchsorted(self._pair_keys, (prev + 1) * v)
+        for row, (a, b) in enumerate(zip(lo, hi)):  # one slice per context row, not per token
+            out[row, self._pair_keys[a:b] - prev[row] * v] += self._pair_counts[a:b]
+        out /= (self._context_counts[prev] + v)[:, None]
+        return out
