@@ -26,7 +26,7 @@ def _tiny_corpus() -> Corpus:
 
 def test_addone_perplexity_by_hand():
     c = _tiny_corpus()
-    m = AddOneBigram(c.vocab, c.train)
+    m = AddOneBigram.fit(c.vocab, c.train)
     # train bigrams: (a,b) (b,a) (a,a) (a,<p>); counts of contexts: a:3, b:1, <p>:0; |V| = 4.
     # valid "b a <p>" follows train's last token <p>: P(b|<p>) = 1/4, P(a|b) = 2/5, P(<p>|a) = 2/7.
     expected = math.exp(-(math.log(1 / 4) + math.log(2 / 5) + math.log(2 / 7)) / 3)
@@ -51,7 +51,7 @@ def test_uniform_test_perplexity_on_brown_is_17907(brown):
 def test_addone_distribution_sums_to_one_and_matches_log_prob(previous):
     vocab = Vocabulary(tuple(["<unk>"] + [f"w{i}" for i in range(9)]))
     rng = np.random.default_rng(len(previous))
-    m = AddOneBigram(vocab, rng.integers(0, 10, size=200))
+    m = AddOneBigram.fit(vocab, rng.integers(0, 10, size=200))
     ctx = np.array(previous)[:, None]
     dist = m.distribution(ctx)
     assert np.allclose(dist.sum(axis=1), 1.0, atol=1e-12)
@@ -63,7 +63,7 @@ def test_split_shorter_than_order_is_an_error():
     c = _tiny_corpus()
     short = Corpus("short", c.vocab, c.train, c.valid, c.test[:1], pad_token="<p>")
     with pytest.raises(NnlmError, match="fewer than the model's order"):
-        perplexity(AddOneBigram(c.vocab, c.train), short, "test")
+        perplexity(AddOneBigram.fit(c.vocab, c.train), short, "test")
 
 
 def test_vocabulary_mismatch_is_an_error(toy_dir):
@@ -71,3 +71,20 @@ def test_vocabulary_mismatch_is_an_error(toy_dir):
     other = UniformModel(Vocabulary(("<unk>", "x")))
     with pytest.raises(NnlmError, match="vocabulary"):
         perplexity(other, c, "test")
+
+
+def test_saved_addone_loads_and_scores_the_same(random_corpus, tmp_path):
+    from nnlm.ngram.build import build_ngram, load_ngram, save_ngram
+
+    m = build_ngram("addone", random_corpus)
+    save_ngram(m, tmp_path / "m")
+    save_ngram(m, tmp_path / "m")  # saving again over a model replaces it
+    again = load_ngram(tmp_path / "m")
+    assert perplexity(again, random_corpus, "test") == perplexity(m, random_corpus, "test")
+
+
+def test_loading_a_non_model_is_an_error(tmp_path):
+    from nnlm.ngram.build import load_ngram
+
+    with pytest.raises(NnlmError, match="not a saved n-gram model"):
+        load_ngram(tmp_path)

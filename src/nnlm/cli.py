@@ -52,12 +52,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_ngram(args: argparse.Namespace) -> int:
     from nnlm.lm import perplexity
-    from nnlm.ngram.build import build_ngram
+    from nnlm.ngram.build import build_ngram, save_ngram
 
     corpus = _load_corpus(args)
     t0 = time.perf_counter()
     model = build_ngram(args.kind, corpus, args.order)
     build_seconds = time.perf_counter() - t0
+    if args.save:
+        save_ngram(model, args.save)
     ppl = {s: perplexity(model, corpus, s) for s in ("train", "valid", "test")}
     result = {"corpus": corpus.name, "kind": args.kind, "order": model.order, "vocab": len(corpus.vocab),
               "perplexity": ppl, "build_seconds": build_seconds}
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_corpus_options(p)
     p.add_argument("--kind", default="addone", help="uniform, addone")
     p.add_argument("--order", type=int, default=None, help="n-gram order (default: the kind's own)")
+    p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_ngram)
     return parser

@@ -32,13 +32,23 @@ def atomic_write_text(path: Path | str, text: str) -> None:
 
 
 @contextmanager
-def atomic_dir(path: Path | str) -> Iterator[Path]:
-    """Yield a temporary directory beside `path`; on success it becomes `path` in one rename."""
+def atomic_dir(path: Path | str, replace: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory beside `path`; on success it becomes `path` in one rename.
+
+    If `path` exists meanwhile: with replace=False another writer won and ours is dropped (caches);
+    with replace=True the old directory is swapped out and removed (a user saving again)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         yield tmp
+        if replace and path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+            return
         try:
             os.replace(tmp, path)
         except OSError:

@@ -1,14 +1,20 @@
-"""Build a count-based model by name from a corpus: the one place the CLI asks for n-gram kinds."""
+"""Build or load a count-based model by name: the one place the CLI asks for n-gram kinds.
+
+A new kind adds a builder to KINDS and, if it can be saved, its class to SAVED_KINDS (the class
+provides `save(directory)` and a classmethod `load(directory)`, usually via nnlm.ngram.store).
+"""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
 from nnlm.ngram.simple import AddOneBigram, UniformModel
+from nnlm.ngram.store import load_arrays
 
-# kind -> (builder(corpus, order, options) -> model, default order)
+# builder(corpus, order, options) -> model
 Builder = Callable[[Corpus, int, dict], LanguageModel]
 
 
@@ -19,12 +25,18 @@ def _uniform(corpus: Corpus, order: int, options: dict) -> LanguageModel:
 def _addone(corpus: Corpus, order: int, options: dict) -> LanguageModel:
     if order != 2:
         raise NnlmError("the add-one model is a bigram: use --order 2")
-    return AddOneBigram(corpus.vocab, corpus.train)
+    return AddOneBigram.fit(corpus.vocab, corpus.train)
 
 
+# kind -> (builder, default order)
 KINDS: dict[str, tuple[Builder, int]] = {
     "uniform": (_uniform, 1),
     "addone": (_addone, 2),
+}
+
+# kind -> class with save(directory) / load(directory)
+SAVED_KINDS: dict[str, type] = {
+    "addone": AddOneBigram,
 }
 
 
@@ -33,3 +45,17 @@ def build_ngram(kind: str, corpus: Corpus, order: int | None = None, **options) 
         raise NnlmError(f"unknown n-gram kind {kind!r}; choose from {', '.join(KINDS)}")
     builder, default_order = KINDS[kind]
     return builder(corpus, default_order if order is None else order, options)
+
+
+def save_ngram(model: LanguageModel, directory: Path | str) -> None:
+    if not hasattr(model, "save"):
+        raise NnlmError(f"a {type(model).__name__} cannot be saved (nothing to save: it is rebuilt instantly)")
+    model.save(Path(directory))
+
+
+def load_ngram(directory: Path | str) -> LanguageModel:
+    config, _, _ = load_arrays(directory)
+    kind = config.get("kind")
+    if kind not in SAVED_KINDS:
+        raise NnlmError(f"{directory}: unknown saved model kind {kind!r}")
+    return SAVED_KINDS[kind].load(Path(directory))

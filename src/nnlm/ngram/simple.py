@@ -1,10 +1,13 @@
 """The two simplest models: uniform, and the add-one (Laplace) bigram. Sanity baselines."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.lm import LanguageModel
+from nnlm.ngram.store import load_arrays, save_arrays
 
 
 class UniformModel(LanguageModel):
@@ -26,14 +29,30 @@ class AddOneBigram(LanguageModel):
     """P(w | v) = (c(v, w) + 1) / (c(v) + |V|), c counted over the training ids."""
 
     order = 2
+    kind = "addone"
 
-    def __init__(self, vocab: Vocabulary, train: np.ndarray) -> None:
+    def __init__(self, vocab: Vocabulary, pair_keys: np.ndarray, pair_counts: np.ndarray,
+                 context_counts: np.ndarray) -> None:
         self.vocab = vocab
+        self._pair_keys, self._pair_counts, self._context_counts = pair_keys, pair_counts, context_counts
+
+    @classmethod
+    def fit(cls, vocab: Vocabulary, train: np.ndarray) -> "AddOneBigram":
         v = len(vocab)
         train = np.asarray(train, dtype=np.int64)
-        keys = train[:-1] * v + train[1:]
-        self._pair_keys, self._pair_counts = np.unique(keys, return_counts=True)
-        self._context_counts = np.bincount(train[:-1], minlength=v).astype(np.float64)
+        pair_keys, pair_counts = np.unique(train[:-1] * v + train[1:], return_counts=True)
+        context_counts = np.bincount(train[:-1], minlength=v).astype(np.float64)
+        return cls(vocab, pair_keys, pair_counts, context_counts)
+
+    def save(self, directory: Path) -> None:
+        save_arrays(directory, self.kind, self.order, self.vocab,
+                    {"pair_keys": self._pair_keys, "pair_counts": self._pair_counts,
+                     "context_counts": self._context_counts})
+
+    @classmethod
+    def load(cls, directory: Path) -> "AddOneBigram":
+        _, vocab, a = load_arrays(directory)
+        return cls(vocab, a["pair_keys"], a["pair_counts"], a["context_counts"])
 
     def _pair_count(self, keys: np.ndarray) -> np.ndarray:
         where = np.searchsorted(self._pair_keys, keys)
