@@ -1,0 +1,231 @@
+"""The neural probabilistic language model of Bengio et al. (2003), and its LanguageModel adapter.
+
+    x = [C(w_{t-n+1}), ..., C(w_{t-1})]          (n-1 word feature vectors, concatenated)
+    y = b + W x + U tanh(d + H x)                 (unnormalized log-probabilities over V)
+    P(w_t = i | context) = softmax(y)_i
+
+Parameters and shapes (as in the paper): C |V|xm, H hx(n-1)m, d h, U |V|xh, W |V|x(n-1)m, b |V|.
+h = 0 means no hidden layer (no H, d, U); direct=False means W = 0 (no W parameter).
+The context columns are oldest-first, like every nnlm model's contexts, so x holds C(w_{t-n+1})
+first; the order of the blocks of x does not change the model family.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nnlm.data.vocab import Vocabulary
+from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel
+
+EVAL_ROWS = 1024  # contexts per forward pass when scoring: bounds the [rows, |V|] logits in memory
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of one net: |V|, order n, hidden units h, features per word m, direct connections."""
+
+    vocab_size: int
+    order: int
+    hidden: int
+    features: int
+    direct: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "order", "hidden", "features"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise NnlmError(f"model {name} must be an integer, got {value!r}")
+        if not isinstance(self.direct, bool):
+            raise NnlmError(f"model direct must be true or false, got {self.direct!r}")
+        if self.order < 2:
+            raise NnlmError(f"the order n must be at least 2 (one context word), got n = {self.order}")
+        if self.features < 1:
+            raise NnlmError(f"the word feature size m must be at least 1, got m = {self.features}")
+        if self.hidden < 0:
+            raise NnlmError(f"the number of hidden units h must be 0 (no hidden layer) or more, got h = {self.hidden}")
+        if self.vocab_size < 2:
+            raise NnlmError(f"the vocabulary must hold at least 2 words, got {self.vocab_size}")
+
+    @property
+    def input_size(self) -> int:
+        """(n-1) m: the length of x."""
+        return (self.order - 1) * self.features
+
+    def parameter_count(self) -> int:
+        """The paper's count |V|(1+nm+h) + h(1+(n-1)m), minus |V|(n-1)m when W is off."""
+        v, n, m, h = self.vocab_size, self.order, self.features, self.hidden
+        count = v * (1 + n * m + h) + h * (1 + (n - 1) * m)
+        return count if self.direct else count - v * (n - 1) * m
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        try:
+            return cls(**{k: data[k] for k in ("vocab_size", "order", "hidden", "features", "direct")})
+        except (KeyError, TypeError) as exc:
+            raise NnlmError(f"incomplete model config ({exc})") from None
+
+
+class NPLM(nn.Module):
+    """y = b + W x + U tanh(d + H x) over x = concatenated C rows of the context words."""
+
+    def __init__(self, config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.0) -> None:
+        super().__init__()
+        self.config = config
+        self.dropout_x = dropout_x  # modern recipe only: dropout on x and on the hidden layer
+        self.dropout_h = dropout_h
+        v, h, m, k = config.vocab_size, config.hidden, config.features, config.input_size
+        self.C = nn.Parameter(torch.empty(v, m))
+        self.b = nn.Parameter(torch.empty(v))
+        self.W = nn.Parameter(torch.empty(v, k)) if config.direct else None
+        if h > 0:
+            self.H = nn.Parameter(torch.empty(h, k))
+            self.d = nn.Parameter(torch.empty(h))
+            self.U = nn.Parameter(torch.empty(v, h))
+        else:
+            self.H = self.d = self.U = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """"Random, like neural network weights" (the paper gives no scale): U(-1/sqrt(fan_in), +)
+        for H, U, W; small uniform features C; zero biases."""
+        with torch.no_grad():
+            self.C.uniform_(-0.1, 0.1)
+            self.b.zero_()
+            for weight in (self.W, self.H, self.U):
+                if weight is not None:
+                    bound = 1.0 / math.sqrt(weight.shape[1])
+                    weight.uniform_(-bound, bound)
+            if self.d is not None:
+                self.d.zero_()
+
+    def decayed_parameters(self) -> list[nn.Parameter]:
+        """Weights and C: what the paper's weight decay applies to (not the biases b, d)."""
+        return [p for p in (self.C, self.W, self.H, self.U) if p is not None]
+
+    def bias_parameters(self) -> list[nn.Parameter]:
+        return [p for p in (self.b, self.d) if p is not None]
+
+    def features(self, contexts: torch.Tensor) -> torch.Tensor:
+        """x: [N, n-1] word ids -> [N, (n-1) m] concatenated feature vectors."""
+        return F.embedding(contexts, self.C).flatten(1)
+
+    def logits_from_features(self, x: torch.Tensor) -> torch.Tensor:
+        """y = b + W x + U tanh(d + H x), [N, |V|]; dropout on x and tanh(.) when training."""
+        if self.training and self.dropout_x > 0:
+            x = F.dropout(x, self.dropout_x, training=True)
+        if self.W is not None:
+            y = torch.addmm(self.b, x, self.W.t())
+        else:
+            y = self.b.expand(x.shape[0], -1)
+        if self.H is not None:
+            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
+            if self.training and self.dropout_h > 0:
+                a = F.dropout(a, self.dropout_h, training=True)
+            y = torch.addmm(y, a, self.U.t()) if self.W is None else y.addmm_(a, self.U.t())
+        return y
+
+    def forward(self, contexts: torch.Tensor) -> torch.Tensor:
+        """Unnormalized log-probabilities y [N, |V|] of the next word for contexts [N, n-1]."""
+        return self.logits_from_features(self.features(contexts))
+
+    def expected_features(self, contexts: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_i C(i) P(i | context), [N, m]: the paper's feature vector for a word outside V."""
+        logits = self.logits_from_features(self.features(contexts) if x is None else x)
+        return torch.softmax(logits.double(), dim=1).to(self.C.dtype) @ self.C
+
+
+class NeuralLM(LanguageModel):
+    """An NPLM behind the LanguageModel interface: NumPy in, float64 NumPy out, scored in chunks."""
+
+    def __init__(self, net: NPLM, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu") -> None:
+        if net.config.vocab_size != len(vocab):
+            raise NnlmError(f"the network has {net.config.vocab_size} outputs but the vocabulary "
+                            f"{len(vocab)} words")
+        self.net = net
+        self.vocab = vocab
+        self.order = net.config.order
+        self.pad_token = pad_token
+        self.device = torch.device(device)
+
+    def _check(self, contexts: np.ndarray) -> torch.Tensor:
+        contexts = np.asarray(contexts)
+        if contexts.ndim != 2 or contexts.shape[1] != self.context_size:
+            raise NnlmError(f"contexts must have shape [N, {self.context_size}], got {list(contexts.shape)}")
+        if contexts.size and (contexts.min() < 0 or contexts.max() >= len(self.vocab)):
+            raise NnlmError("contexts hold ids outside the vocabulary")
+        return torch.as_tensor(contexts.astype(np.int64, copy=False), device=self.device)
+
+    @torch.no_grad()
+    def _log_prob_x(self, x: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+        """log softmax(y(x))[target], float32 logits with a float64 log-sum-exp, for rows of x."""
+        self.net.eval()
+        out = np.empty(len(targets), dtype=np.float64)
+        for lo in range(0, len(targets), EVAL_ROWS):
+            y = self.net.logits_from_features(x[lo:lo + EVAL_ROWS]).double()
+            picked = y.gather(1, targets[lo:lo + EVAL_ROWS, None])[:, 0]
+            out[lo:lo + len(picked)] = (picked - torch.logsumexp(y, dim=1)).cpu().numpy()
+        return out
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        ctx = self._check(contexts)
+        targets = np.asarray(targets)
+        if targets.shape != (len(ctx),):
+            raise NnlmError(f"targets must have shape [{len(ctx)}], got {list(targets.shape)}")
+        if targets.size and (targets.min() < 0 or targets.max() >= len(self.vocab)):
+            raise NnlmError("targets hold ids outside the vocabulary")
+        with torch.no_grad():
+            x = self.net.features(ctx)
+        return self._log_prob_x(x, torch.as_tensor(targets.astype(np.int64, copy=False), device=self.device))
+
+    @torch.no_grad()
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
+        ctx = self._check(contexts)
+        self.net.eval()
+        out = np.empty((len(ctx), len(self.vocab)), dtype=np.float64)
+        for lo in range(0, len(ctx), EVAL_ROWS):
+            y = self.net(ctx[lo:lo + EVAL_ROWS]).double()
+            out[lo:lo + len(y)] = torch.softmax(y, dim=1).cpu().numpy()
+        return out
+
+    @torch.no_grad()
+    def log_prob_text(self, tokens: Sequence[str]) -> np.ndarray:
+        """log P of each token of a user's text given the tokens before it (the start padded).
+
+        Words outside V get the paper's feature vector C(j) = sum_i C(i) P(i | context), computed
+        at their first occurrence from the context there, and keep it for later occurrences; as
+        targets they are scored as `<unk>` (the output layer has no unit for them).
+        """
+        self.net.eval()
+        k, v = self.context_size, len(self.vocab)
+        new_words: dict[str, int] = {}
+        ids = np.empty(len(tokens), dtype=np.int64)
+        for pos, tok in enumerate(tokens):  # string lookup: one dict access per token, no tensor work
+            if tok in self.vocab:
+                ids[pos] = self.vocab.id(tok)
+            else:
+                ids[pos] = v + new_words.setdefault(tok, len(new_words))
+        padded = np.concatenate([np.full(k, self.vocab.id(self.pad_token), dtype=np.int64), ids])
+        windows = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(padded, k)[: len(ids)])  # row t: context of t
+        table = torch.cat([self.net.C.detach(), self.net.C.new_zeros(len(new_words), self.config.features)])
+        first = np.flatnonzero(ids >= v)
+        first = first[np.unique(ids[first], return_index=True)[1]]
+        for pos in np.sort(first):  # one forward per distinct unknown word, in order of appearance
+            ctx = torch.as_tensor(windows[pos][None, :], device=self.device)
+            table[ids[pos]] = self.net.expected_features(x=F.embedding(ctx, table).flatten(1))[0]
+        x = F.embedding(torch.as_tensor(windows, device=self.device), table).flatten(1)
+        targets = torch.as_tensor(np.where(ids >= v, self.vocab.unk_id, ids), device=self.device)
+        return self._log_prob_x(x, targets)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.net.config
