@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 from nnlm.errors import NnlmError
@@ -70,6 +71,76 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from nnlm.neural.train import RUN_DEFAULTS, SESSION_DEFAULTS, train
+
+    names = list(RUN_DEFAULTS) + list(SESSION_DEFAULTS)
+    requested = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    state = train(args.out, requested, resume=args.resume, progress=not args.no_progress)
+    if args.json:
+        print(json.dumps({k: state[k] for k in ("epoch", "step", "best", "finished", "stop_reason", "history")}))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from nnlm.lm import perplexity
+    from nnlm.neural.checkpoint import load_neural, read_run
+    from nnlm.neural.train import pick_device
+
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    lm = load_neural(args.run, device=pick_device(args.device))
+    run, _, config = read_run(Path(args.run))
+    from nnlm.data.corpus import load_corpus
+
+    corpus = load_corpus(run["corpus"], min_count=run["min_count"], max_vocab=run["max_vocab"],
+                         vocab_from=run["vocab_from"])
+    ppl = {s: perplexity(lm, corpus, s) for s in ("train", "valid", "test")}
+    result = {"run": str(args.run), "corpus": corpus.name, "preset": run["preset"], "model": config.to_dict(),
+              "parameters": config.parameter_count(), "perplexity": ppl}
+    lines = [f"{run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, direct={config.direct}) "
+             f"on {corpus.name}, |V| = {len(corpus.vocab):,}",
+             "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items())]
+    _emit(args, result, lines)
+    return 0
+
+
+def _add_train_parser(sub) -> None:
+    p = sub.add_parser("train", help="train a neural model (Bengio et al. 2003) into a run directory")
+    _add_corpus_options(p)
+    p.set_defaults(corpus=None)
+    p.add_argument("--out", required=True, help="run directory (weights, config, vocabulary, checkpoints, metrics)")
+    p.add_argument("--preset", help="mlp1 ... mlp10 (Table 1; default mlp1)")
+    p.add_argument("--order", type=int, help="n, overriding the preset")
+    p.add_argument("--hidden", type=int, help="h (0 = no hidden layer), overriding the preset")
+    p.add_argument("--features", type=int, help="m, overriding the preset")
+    p.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
+                   help="direct connections W, overriding the preset")
+    p.add_argument("--recipe", help="paper or modern (default modern)")
+    p.add_argument("--epochs", type=int, help="stop after this many epochs (default 30)")
+    p.add_argument("--time-budget", type=float, metavar="MINUTES", help="stop after this much training time")
+    p.add_argument("--batch-size", type=int, help="examples per update (default 256)")
+    p.add_argument("--lr", type=float, help="learning rate (default: the recipe's)")
+    p.add_argument("--patience", type=int, help="early stopping: epochs without a better valid perplexity (default 3)")
+    p.add_argument("--seed", type=int, help="random seed (default 0)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto: CUDA when present")
+    p.add_argument("--checkpoint-minutes", type=float, help="checkpoint every this many minutes (default 5)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the final state as one JSON object")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="train/valid/test perplexity of a trained neural run")
+    p.add_argument("run", help="run directory written by `nnlm train`")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_eval)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nnlm", description="Neural and n-gram language models (Bengio et al. 2003).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -86,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_ngram)
+
+    _add_train_parser(sub)
     return parser
 
 

@@ -131,7 +131,7 @@ class NPLM(nn.Module):
             a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
             if self.training and self.dropout_h > 0:
                 a = F.dropout(a, self.dropout_h, training=True)
-            y = torch.addmm(y, a, self.U.t()) if self.W is None else y.addmm_(a, self.U.t())
+            y = torch.addmm(y, a, self.U.t())
         return y
 
     def forward(self, contexts: torch.Tensor) -> torch.Tensor:

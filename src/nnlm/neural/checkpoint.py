@@ -1,0 +1,133 @@
+"""A training run's directory: weights in safetensors, configuration and progress in JSON.
+
+    run.json                    what was asked: corpus, vocabulary fingerprint, model, recipe, seed
+    vocab.json                  the vocabulary
+    model.safetensors           the best weights so far (by validation perplexity)
+    state.json                  progress: epoch, batch, examples, history, best, elapsed time, finished
+    checkpoint-<step>.safetensors  model + optimizer tensors + RNG state for `--resume`
+    metrics.jsonl, curve.png    per-epoch metrics and the learning curve
+
+Every file is written to a temporary name and renamed (nnlm.io), and state.json names the
+checkpoint tensors it goes with, written before it: a kill -9 at any moment leaves a state.json
+whose tensors exist. Every safetensors file carries a SHA-256 of its tensors in its header, so a
+truncated or tampered file is refused. Nothing is unpickled: loading never executes code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from nnlm.data.vocab import Vocabulary
+from nnlm.errors import NnlmError
+from nnlm.io import atomic_path, atomic_write_text
+from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+
+RUN_FORMAT = "nnlm-neural-run/1"
+RUN, STATE, VOCAB, WEIGHTS = "run.json", "state.json", "vocab.json", "model.safetensors"
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over names, dtypes, shapes and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    """Write tensors atomically, with their digest in the header."""
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    meta = dict(metadata or {}) | {"sha256": tensors_digest(tensors)}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+
+
+def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read a file written by `save_tensors`; refuse it if unreadable or if its digest disagrees."""
+    if not path.is_file():
+        raise NnlmError(f"{path} is missing")
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+            tensors = {name: fh.get_tensor(name) for name in fh.keys()}
+    except Exception as exc:  # safetensors raises its own error types for truncated or malformed files
+        raise NnlmError(f"{path} is truncated or not a safetensors file ({str(exc).splitlines()[0][:120]})") from None
+    if meta.get("sha256") != tensors_digest(tensors):
+        raise NnlmError(f"{path} is corrupt or was modified: its tensors do not match the checksum in its header")
+    return tensors, meta
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NnlmError(f"{path} is missing: not a complete nnlm training run") from None
+    except (OSError, ValueError) as exc:
+        raise NnlmError(f"cannot read {what} {path} ({exc})") from None
+    if not isinstance(data, dict):
+        raise NnlmError(f"{path} is not a {what}")
+    return data
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path) -> None:
+    """The weights must be exactly the parameters the config describes, with their shapes."""
+    expected = {name: tuple(p.shape) for name, p in NPLM(ModelConfig(**net_config.to_dict()))
+                .to("meta").named_parameters()}
+    got = {name: tuple(t.shape) for name, t in tensors.items()}
+    if set(got) != set(expected):
+        raise NnlmError(f"{source} does not match the model config: it holds {sorted(got)}, "
+                        f"the config needs {sorted(expected)}")
+    for name, shape in expected.items():
+        if got[name] != shape:
+            raise NnlmError(f"{source} does not match the model config: {name} is {list(got[name])}, "
+                            f"the config needs {list(shape)}")
+        if not tensors[name].is_floating_point():
+            raise NnlmError(f"{source}: {name} is not a floating-point tensor")
+
+
+def read_run(run_dir: Path) -> tuple[dict[str, Any], Vocabulary, ModelConfig]:
+    """run.json + vocab.json of a run directory, checked against each other."""
+    if not run_dir.is_dir():
+        raise NnlmError(f"{run_dir} is not a directory (expected a run directory written by `nnlm train`)")
+    run = read_json(run_dir / RUN, "run config")
+    if run.get("format") != RUN_FORMAT:
+        raise NnlmError(f"{run_dir / RUN} is not an nnlm neural run config (format {RUN_FORMAT})")
+    vocab = Vocabulary.load(run_dir / VOCAB)
+    if vocab.fingerprint != run.get("vocab_fingerprint"):
+        raise NnlmError(f"{run_dir}: vocab.json does not match run.json (another vocabulary)")
+    config = ModelConfig.from_dict(run.get("model") or {})
+    if config.vocab_size != len(vocab):
+        raise NnlmError(f"{run_dir}: the model config has {config.vocab_size} outputs, the vocabulary {len(vocab)} words")
+    return run, vocab, config
+
+
+def load_weights(net: NPLM, path: Path) -> dict[str, str]:
+    tensors, meta = load_tensors(path)
+    check_weights(net.config, tensors, path)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            p.copy_(tensors[name].to(p.dtype))
+    return meta
+
+
+def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
+    """The best model of a run directory, as a LanguageModel."""
+    run_dir = Path(run_dir)
+    run, vocab, config = read_run(run_dir)
+    if not (run_dir / WEIGHTS).exists():
+        raise NnlmError(f"{run_dir} holds no trained model yet ({WEIGHTS} is written after the first epoch)")
+    net = NPLM(config)
+    load_weights(net, run_dir / WEIGHTS)
+    return NeuralLM(net.to(device), vocab, run["pad_token"], device=device)

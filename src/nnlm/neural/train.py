@@ -1,0 +1,402 @@
+"""Training the NPLM: a plain loop over shuffled minibatches, early stopping, exact resume.
+
+Examples are all positions of the training split; the context of position t is the n-1 tokens
+before it (padded at the very start, exactly as `nnlm.lm.contexts` does). Each epoch visits them
+in the order of a permutation drawn from numpy's generator seeded with (seed, epoch), so the data
+position of a run is just (epoch, batch index): nothing about it needs saving but those numbers.
+
+Recipes
+- `paper`: stochastic gradient ascent on the log-likelihood, eps_t = eps_0 / (1 + r t) with
+  eps_0 = 1e-3, r = 1e-8 and t the number of training examples seen, and weight decay
+  lambda = 1e-4 on C, H, U, W (not on the biases b, d). Per example, the paper's online update is
+        theta <- theta + eps_t (d log P(w_t | context) / d theta - lambda theta).
+  A minibatch of B examples does B such updates at once, evaluating all B gradients at the
+  parameters of the batch start: the step is eps_t times the *sum* of the B gradients (B eps_t
+  times their mean) and the decay factor (1 - eps_t lambda)^B; t advances by B. With B = 1 this is
+  exactly the paper's online algorithm.
+- `modern`: Adam, dropout on x and on the hidden layer, a per-epoch learning-rate decay;
+  chosen by measurement on Brown (see README).
+Early stopping: after `patience` epochs without a better validation perplexity training stops;
+the best weights are in model.safetensors all along.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nnlm.data.corpus import Corpus, load_corpus
+from nnlm.errors import NnlmError
+from nnlm.lm import perplexity
+from nnlm.neural import checkpoint as ck
+from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.presets import preset
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How the parameters are updated; see the module docstring."""
+
+    name: str
+    optimizer: str           # "paper-sgd" or "adam"
+    lr: float                # eps_0 (paper, per example) or Adam's step size
+    lr_decay: float = 0.0    # paper: r, per example
+    lr_gamma: float = 1.0    # modern: learning rate x gamma after every epoch
+    weight_decay: float = 0.0
+    dropout_x: float = 0.0
+    dropout_h: float = 0.0
+    bf16: bool = False       # bf16 autocast of the forward pass (fp32 master weights and loss)
+
+
+RECIPES: dict[str, Recipe] = {
+    "paper": Recipe("paper", "paper-sgd", lr=1e-3, lr_decay=1e-8, weight_decay=1e-4),
+    "modern": Recipe("modern", "adam", lr=1e-3, lr_gamma=0.7, dropout_x=0.25, dropout_h=0.25),
+}
+
+# Options that define a run: a resumed run must be given the same (or none).
+RUN_DEFAULTS: dict[str, Any] = {
+    "corpus": "brown", "min_count": None, "max_vocab": None, "vocab_from": "train",
+    "preset": "mlp1", "order": None, "hidden": None, "features": None, "direct": None,
+    "recipe": "modern", "batch_size": 256, "seed": 0, "lr": None, "patience": 3,
+}
+# Options of one invocation: they may change when resuming.
+SESSION_DEFAULTS: dict[str, Any] = {
+    "epochs": 30, "time_budget": None, "threads": None, "device": "auto", "checkpoint_minutes": 5.0,
+}
+EXPLODED = 3.0  # a batch loss above EXPLODED * log|V| (3x a uniform guess) means training diverged
+
+
+class TrainingDiverged(NnlmError):
+    """The loss became NaN/inf or exploded; the best model on disk is untouched."""
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise NnlmError("--device cuda: no CUDA device is available (use --device cpu or auto)")
+    if name not in ("cpu", "cuda"):
+        raise NnlmError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def model_config(run: dict[str, Any], vocab_size: int) -> ModelConfig:
+    """The preset's architecture, with any of n, h, m, direct given explicitly taking precedence."""
+    base = preset(run["preset"], vocab_size)
+    picks = {k: run[k] for k in ("order", "hidden", "features", "direct") if run.get(k) is not None}
+    return ModelConfig(**(base.to_dict() | picks))
+
+
+def build_optimizer(net: NPLM, recipe: Recipe, lr: float) -> torch.optim.Optimizer | None:
+    if recipe.optimizer == "paper-sgd":
+        return None  # stateless: the update is written out in `paper_step`
+    groups = [{"params": net.decayed_parameters(), "weight_decay": recipe.weight_decay},
+              {"params": net.bias_parameters(), "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr)
+
+
+@torch.no_grad()
+def paper_step(net: NPLM, recipe: Recipe, lr: float, examples_seen: int, batch: int) -> None:
+    """B online updates at once (see the module docstring); the loss was the batch *mean* NLL."""
+    eps = lr / (1.0 + recipe.lr_decay * examples_seen)
+    shrink = (1.0 - eps * recipe.weight_decay) ** batch
+    for p in net.decayed_parameters():
+        p.mul_(shrink).add_(p.grad, alpha=-eps * batch)
+    for p in net.bias_parameters():
+        p.add_(p.grad, alpha=-eps * batch)
+
+
+def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """Mean negative log-likelihood of a batch (float32 log-softmax even under bf16 autocast)."""
+    with torch.autocast(contexts.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = net(contexts)
+    return F.cross_entropy(logits.float(), targets)
+
+
+# --- run directory bookkeeping ---------------------------------------------------------------
+
+def _corpus_of(run: dict[str, Any]) -> Corpus:
+    return load_corpus(run["corpus"], min_count=run["min_count"], max_vocab=run["max_vocab"],
+                       vocab_from=run["vocab_from"])
+
+
+def _corpus_key(value: str) -> str:
+    return value if value == "brown" else str(Path(value).resolve())
+
+
+def prepare_run(out: Path, requested: dict[str, Any], resume: bool) -> tuple[dict[str, Any], Corpus]:
+    """The run's defining options (new, or the saved ones checked against what was asked)."""
+    if "corpus" in requested:
+        requested = requested | {"corpus": _corpus_key(requested["corpus"])}
+    has_run = (out / ck.RUN).exists()
+    if not resume:
+        if has_run:
+            state = _read_state(out)
+            if state.get("finished") or (out / ck.WEIGHTS).exists():
+                raise NnlmError(f"{out} already holds a trained model ({state.get('epoch', 0)} epochs); it is not "
+                                "overwritten: continue it with --resume, or choose another --out")
+            raise NnlmError(f"{out} holds an unfinished run; continue it with --resume or choose another --out")
+        if out.exists() and any(out.iterdir()):
+            raise NnlmError(f"{out} exists and is not empty; choose another --out")
+        run = RUN_DEFAULTS | requested
+        if run["recipe"] not in RECIPES:
+            raise NnlmError(f"unknown recipe {run['recipe']!r}; choose from {', '.join(RECIPES)}")
+        if not isinstance(run["batch_size"], int) or run["batch_size"] < 1:
+            raise NnlmError(f"--batch-size must be at least 1, got {run['batch_size']}")
+        if run["patience"] < 1:
+            raise NnlmError(f"--patience must be at least 1, got {run['patience']}")
+        corpus = _corpus_of(run)
+        model = model_config(run, len(corpus.vocab))
+        run |= {"format": ck.RUN_FORMAT, "model": model.to_dict(), "corpus_name": corpus.name,
+                "vocab_fingerprint": corpus.vocab.fingerprint, "pad_token": corpus.pad_token}
+        out.mkdir(parents=True, exist_ok=True)
+        corpus.vocab.save(out / ck.VOCAB)
+        ck.write_json(out / ck.RUN, run)
+        return run, corpus
+    if not has_run:
+        raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
+    run, vocab, _ = ck.read_run(out)
+    for key, value in requested.items():
+        if key in RUN_DEFAULTS and run.get(key) != value:
+            raise NnlmError(f"--resume: {out} was started with {key} = {run.get(key)!r}, not {value!r}")
+    corpus = _corpus_of(run)
+    if corpus.vocab.fingerprint != run["vocab_fingerprint"]:
+        raise NnlmError(f"--resume: the corpus {run['corpus']} now has another vocabulary than the run in {out}")
+    return run, corpus
+
+
+def _read_state(out: Path) -> dict[str, Any]:
+    return ck.read_json(out / ck.STATE, "training state") if (out / ck.STATE).exists() else {}
+
+
+def _fresh_state() -> dict[str, Any]:
+    return {"step": 0, "epoch": 0, "batch": 0, "examples": 0, "loss_sum": 0.0, "loss_count": 0,
+            "lr_scale": 1.0, "history": [], "best": None, "bad_epochs": 0, "elapsed": 0.0,
+            "finished": False, "stop_reason": None, "tensors": None}
+
+
+def save_checkpoint(out: Path, net: NPLM, optimizer: torch.optim.Optimizer | None, state: dict[str, Any]) -> None:
+    """Tensors first (a new file per step), then state.json naming them, then drop older tensors."""
+    tensors = {f"model.{k}": v for k, v in net.state_dict().items()}
+    tensors["rng.torch"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    groups = None
+    if optimizer is not None:
+        sd = optimizer.state_dict()
+        for idx, per_param in sd["state"].items():
+            for key, value in per_param.items():
+                tensors[f"optim.{idx}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
+        groups = sd["param_groups"]
+    name = f"checkpoint-{state['step']:09d}.safetensors"
+    ck.save_tensors(out / name, tensors, {"step": str(state["step"])})
+    state["tensors"] = name
+    ck.write_json(out / ck.STATE, state | {"optimizer_groups": groups})
+    for old in out.glob("checkpoint-*.safetensors"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def restore_checkpoint(out: Path, net: NPLM, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+    state = _read_state(out)
+    if not state.get("tensors"):
+        return _fresh_state()
+    tensors, _ = ck.load_tensors(out / state["tensors"])
+    model = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    ck.check_weights(net.config, model, out / state["tensors"])
+    net.load_state_dict(model)
+    if optimizer is not None:
+        per_param: dict[int, dict[str, torch.Tensor]] = {}
+        for k, v in tensors.items():
+            if k.startswith("optim."):
+                _, idx, key = k.split(".", 2)
+                per_param.setdefault(int(idx), {})[key] = v
+        try:
+            optimizer.load_state_dict({"state": per_param, "param_groups": state["optimizer_groups"]})
+        except (KeyError, ValueError, TypeError) as exc:
+            raise NnlmError(f"{out / state['tensors']}: optimizer state does not fit the model ({exc})") from None
+    if "rng.torch" not in tensors:
+        raise NnlmError(f"{out / state['tensors']} lacks the RNG state")
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda_states = [tensors[f"rng.cuda.{i}"] for i in range(torch.cuda.device_count()) if f"rng.cuda.{i}" in tensors]
+    if cuda_states:
+        torch.cuda.set_rng_state_all(cuda_states)
+    state.pop("optimizer_groups", None)
+    return state
+
+
+def write_metrics(out: Path, history: list[dict[str, Any]]) -> None:
+    """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png."""
+    from nnlm.io import atomic_path, atomic_write_text
+
+    atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    epochs = [h["epoch"] for h in history]
+    ax.plot(epochs, [h["train_ppl"] for h in history], "o-", label="train (running, during the epoch)")
+    ax.plot(epochs, [h["valid_ppl"] for h in history], "s-", label="validation")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("perplexity")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title(out.name)
+    fig.tight_layout()
+    with atomic_path(out / "curve.png") as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+def train(out: Path | str, requested: dict[str, Any], resume: bool = False, progress: bool = True,
+          log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train (or continue) the run in `out`; returns its final state."""
+    out = Path(out)
+    session = SESSION_DEFAULTS | {k: v for k, v in requested.items() if k in SESSION_DEFAULTS}
+    run, corpus = prepare_run(out, {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume)
+    if session["threads"] is not None:
+        if session["threads"] < 1:
+            raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
+        torch.set_num_threads(session["threads"])
+    device = pick_device(session["device"])
+    recipe = RECIPES[run["recipe"]]
+    lr = run["lr"] if run["lr"] is not None else recipe.lr
+    config = ModelConfig.from_dict(run["model"])
+
+    torch.manual_seed(run["seed"])
+    net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
+    optimizer = build_optimizer(net, recipe, lr)
+    state = restore_checkpoint(out, net, optimizer) if resume else _fresh_state()
+    if state["finished"]:
+        log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
+        return state
+    if resume and state["epoch"] >= session["epochs"]:
+        log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+        return state
+
+    train_ids = torch.as_tensor(corpus.train.astype(np.int64))
+    k = config.order - 1
+    padded = torch.cat([torch.full((k,), corpus.pad_id, dtype=torch.int64), train_ids]).to(device)
+    window = torch.arange(k + 1, device=device)
+    n_examples, batch = len(train_ids), run["batch_size"]
+    n_batches = math.ceil(n_examples / batch)
+    explode_at = EXPLODED * math.log(config.vocab_size)
+    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=device)
+
+    budget = None if session["time_budget"] is None else 60.0 * session["time_budget"]
+    start, last_save = time.monotonic(), time.monotonic()
+    elapsed_before = state["elapsed"]
+
+    def elapsed() -> float:
+        return elapsed_before + time.monotonic() - start
+
+    def checkpoint() -> None:
+        nonlocal last_save
+        state["elapsed"] = elapsed()
+        save_checkpoint(out, net, optimizer, state)
+        last_save = time.monotonic()
+
+    log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
+        f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
+        f"recipe {recipe.name}, batch {batch}, {torch.get_num_threads()} threads, {device}")
+    stop = None
+    while stop is None:
+        epoch = state["epoch"]
+        if epoch >= session["epochs"]:
+            stop = f"reached {session['epochs']} epochs"
+            break
+        if optimizer is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr * recipe.lr_gamma ** epoch * state["lr_scale"]
+        order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(n_examples)).to(device)
+        net.train()
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=n_examples, initial=min(state["batch"] * batch, n_examples), unit="tok",
+                       unit_scale=True, desc=f"epoch {epoch + 1}", leave=False, dynamic_ncols=True)
+        while state["batch"] < n_batches:
+            rows = padded[order[state["batch"] * batch:(state["batch"] + 1) * batch, None] + window]
+            contexts, targets = rows[:, :k], rows[:, k]
+            loss = batch_loss(net, contexts, targets, recipe.bf16)
+            value = float(loss.detach())
+            if not math.isfinite(value) or value > explode_at:
+                what = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"exploding ({value:.1f})"
+                best = state["best"]
+                kept = (f"the best model (epoch {best['epoch']}, valid perplexity {best['valid_ppl']:.2f}) is "
+                        f"intact in {out / ck.WEIGHTS}" if best else "no epoch had finished, so no model was saved")
+                raise TrainingDiverged(f"training stopped at epoch {epoch + 1}, step {state['step']}: the loss "
+                                       f"became {what}; {kept}. Try a smaller --lr or --batch-size.")
+            net.zero_grad(set_to_none=True)
+            loss.backward()
+            if optimizer is None:
+                paper_step(net, recipe, lr, state["examples"], len(targets))
+            else:
+                optimizer.step()
+            state["step"] += 1
+            state["batch"] += 1
+            state["examples"] += len(targets)
+            state["loss_sum"] += value * len(targets)
+            state["loss_count"] += len(targets)
+            if bar is not None:
+                bar.update(len(targets))
+                if state["batch"] % 20 == 0:
+                    bar.set_postfix_str(f"train ppl {math.exp(state['loss_sum'] / state['loss_count']):.1f}"
+                                        + (f", budget left {max(budget - elapsed(), 0) / 60:.1f} min" if budget else ""))
+            if budget is not None and elapsed() >= budget:
+                stop = f"time budget of {session['time_budget']} minutes used"
+                break
+            if time.monotonic() - last_save >= 60.0 * session["checkpoint_minutes"]:
+                checkpoint()
+        if bar is not None:
+            bar.close()
+        if stop is not None and state["batch"] < n_batches:
+            checkpoint()  # mid-epoch: keep the position; the partial epoch is not evaluated
+            break
+        valid_ppl = perplexity(lm, corpus, "valid")
+        train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
+        entry = {"epoch": epoch + 1, "train_ppl": train_ppl, "valid_ppl": valid_ppl, "examples": state["examples"],
+                 "elapsed_seconds": round(elapsed(), 1), "lr": lr * recipe.lr_gamma ** epoch * state["lr_scale"]}
+        state["history"].append(entry)
+        improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
+        if improved:
+            state["best"] = {"epoch": epoch + 1, "valid_ppl": valid_ppl}
+            state["bad_epochs"] = 0
+            ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()),
+                            {"epoch": str(epoch + 1), "valid_ppl": repr(valid_ppl)})
+        else:
+            state["bad_epochs"] += 1
+        log(f"epoch {epoch + 1}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
+            f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
+        state.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_count=0)
+        if state["bad_epochs"] >= run["patience"]:
+            stop = f"early stopping: no better validation perplexity for {run['patience']} epochs"
+        if stop is not None or state["epoch"] >= session["epochs"]:
+            break
+        checkpoint()
+        write_metrics(out, state["history"])
+    if stop is None:
+        stop = f"reached {session['epochs']} epochs"
+    state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
+    state["stop_reason"] = stop
+    checkpoint()
+    if state["history"]:
+        write_metrics(out, state["history"])
+    log(f"stopped: {stop}; best valid ppl "
+        + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
+    return state
