@@ -38,6 +38,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.presets import preset
 
 
@@ -95,23 +96,10 @@ def model_config(run: dict[str, Any], vocab_size: int) -> ModelConfig:
     return ModelConfig(**(base.to_dict() | picks))
 
 
-def build_optimizer(net: NPLM, recipe: Recipe, lr: float) -> torch.optim.Optimizer | None:
+def build_optimizer(net: NPLM, recipe: Recipe, lr: float) -> PaperSGD | Adam:
     if recipe.optimizer == "paper-sgd":
-        return None  # stateless: the update is written out in `paper_step`
-    groups = [{"params": net.decayed_parameters(), "weight_decay": recipe.weight_decay},
-              {"params": net.bias_parameters(), "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr)
-
-
-@torch.no_grad()
-def paper_step(net: NPLM, recipe: Recipe, lr: float, examples_seen: int, batch: int) -> None:
-    """B online updates at once (see the module docstring); the loss was the batch *mean* NLL."""
-    eps = lr / (1.0 + recipe.lr_decay * examples_seen)
-    shrink = (1.0 - eps * recipe.weight_decay) ** batch
-    for p in net.decayed_parameters():
-        p.mul_(shrink).add_(p.grad, alpha=-eps * batch)
-    for p in net.bias_parameters():
-        p.add_(p.grad, alpha=-eps * batch)
+        return PaperSGD(net, lr, recipe.lr_decay, recipe.weight_decay)
+    return Adam(net, lr, recipe.weight_decay)
 
 
 def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool) -> torch.Tensor:
@@ -179,58 +167,42 @@ def _read_state(out: Path) -> dict[str, Any]:
 
 def _fresh_state() -> dict[str, Any]:
     return {"step": 0, "epoch": 0, "batch": 0, "examples": 0, "loss_sum": 0.0, "loss_count": 0,
-            "lr_scale": 1.0, "history": [], "best": None, "bad_epochs": 0, "elapsed": 0.0,
+            "history": [], "best": None, "bad_epochs": 0, "elapsed": 0.0,
             "finished": False, "stop_reason": None, "tensors": None}
 
 
-def save_checkpoint(out: Path, net: NPLM, optimizer: torch.optim.Optimizer | None, state: dict[str, Any]) -> None:
+def save_checkpoint(out: Path, net: NPLM, optimizer: PaperSGD | Adam, state: dict[str, Any]) -> None:
     """Tensors first (a new file per step), then state.json naming them, then drop older tensors."""
-    tensors = {f"model.{k}": v for k, v in net.state_dict().items()}
+    tensors = {f"model.{k}": v for k, v in net.state_dict().items()} | optimizer.state_tensors()
     tensors["rng.torch"] = torch.get_rng_state()
     if torch.cuda.is_available():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{i}"] = s
-    groups = None
-    if optimizer is not None:
-        sd = optimizer.state_dict()
-        for idx, per_param in sd["state"].items():
-            for key, value in per_param.items():
-                tensors[f"optim.{idx}.{key}"] = value if torch.is_tensor(value) else torch.tensor(value)
-        groups = sd["param_groups"]
     name = f"checkpoint-{state['step']:09d}.safetensors"
     ck.save_tensors(out / name, tensors, {"step": str(state["step"])})
     state["tensors"] = name
-    ck.write_json(out / ck.STATE, state | {"optimizer_groups": groups})
+    ck.write_json(out / ck.STATE, state)
     for old in out.glob("checkpoint-*.safetensors"):
         if old.name != name:
             old.unlink(missing_ok=True)
 
 
-def restore_checkpoint(out: Path, net: NPLM, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+def restore_checkpoint(out: Path, net: NPLM, optimizer: PaperSGD | Adam) -> dict[str, Any]:
     state = _read_state(out)
     if not state.get("tensors"):
         return _fresh_state()
-    tensors, _ = ck.load_tensors(out / state["tensors"])
+    source = out / state["tensors"]
+    tensors, _ = ck.load_tensors(source)
     model = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-    ck.check_weights(net.config, model, out / state["tensors"])
+    ck.check_weights(net.config, model, source)
     net.load_state_dict(model)
-    if optimizer is not None:
-        per_param: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in tensors.items():
-            if k.startswith("optim."):
-                _, idx, key = k.split(".", 2)
-                per_param.setdefault(int(idx), {})[key] = v
-        try:
-            optimizer.load_state_dict({"state": per_param, "param_groups": state["optimizer_groups"]})
-        except (KeyError, ValueError, TypeError) as exc:
-            raise NnlmError(f"{out / state['tensors']}: optimizer state does not fit the model ({exc})") from None
+    optimizer.load_state_tensors({k: v for k, v in tensors.items() if k.startswith("optim.")})
     if "rng.torch" not in tensors:
-        raise NnlmError(f"{out / state['tensors']} lacks the RNG state")
+        raise NnlmError(f"{source} lacks the RNG state")
     torch.set_rng_state(tensors["rng.torch"])
     cuda_states = [tensors[f"rng.cuda.{i}"] for i in range(torch.cuda.device_count()) if f"rng.cuda.{i}" in tensors]
     if cuda_states:
         torch.cuda.set_rng_state_all(cuda_states)
-    state.pop("optimizer_groups", None)
     return state
 
 
@@ -319,9 +291,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
         if epoch >= session["epochs"]:
             stop = f"reached {session['epochs']} epochs"
             break
-        if optimizer is not None:
-            for group in optimizer.param_groups:
-                group["lr"] = lr * recipe.lr_gamma ** epoch * state["lr_scale"]
+        optimizer.lr = lr * recipe.lr_gamma ** epoch
         order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(n_examples)).to(device)
         net.train()
         bar = None
@@ -344,10 +314,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
                                        f"became {what}; {kept}. Try a smaller --lr or --batch-size.")
             net.zero_grad(set_to_none=True)
             loss.backward()
-            if optimizer is None:
-                paper_step(net, recipe, lr, state["examples"], len(targets))
-            else:
-                optimizer.step()
+            optimizer.step(state["examples"], len(targets))
             state["step"] += 1
             state["batch"] += 1
             state["examples"] += len(targets)
@@ -371,7 +338,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
         valid_ppl = perplexity(lm, corpus, "valid")
         train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
         entry = {"epoch": epoch + 1, "train_ppl": train_ppl, "valid_ppl": valid_ppl, "examples": state["examples"],
-                 "elapsed_seconds": round(elapsed(), 1), "lr": lr * recipe.lr_gamma ** epoch * state["lr_scale"]}
+                 "elapsed_seconds": round(elapsed(), 1), "lr": lr * recipe.lr_gamma ** epoch}
         state["history"].append(entry)
         improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
         if improved:
