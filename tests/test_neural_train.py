@@ -227,3 +227,13 @@ def test_damaged_checkpoints_are_refused(rand_dir, tmp_path, capsys):
 
     code, err = cli(["eval", str(tmp_path / "nowhere")], capsys)
     assert code == 2 and "not a directory" in err
+
+
+def test_time_budget_scores_the_last_weights_and_resume_continues(rand_dir, tmp_path):
+    out = tmp_path / "run"
+    state = run_train(out, rand_dir, epochs=3, time_budget=1e-6)
+    assert not state["finished"] and "time budget" in state["stop_reason"]
+    assert state["epoch"] == 0 and state["batch"] == 1  # stopped after the first update
+    assert state["history"][-1]["partial"] and (out / "model.safetensors").exists()
+    again = run_train(out, rand_dir, resume=True, epochs=3, time_budget=60)
+    assert again["epoch"] == 3 and [h["epoch"] for h in again["history"]][-3:] == [1, 2, 3]

@@ -332,24 +332,22 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
                 checkpoint()
         if bar is not None:
             bar.close()
-        if stop is not None and state["batch"] < n_batches:
-            checkpoint()  # mid-epoch: keep the position; the partial epoch is not evaluated
-            break
+        partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
+        label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
         valid_ppl = perplexity(lm, corpus, "valid")
         train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
-        entry = {"epoch": epoch + 1, "train_ppl": train_ppl, "valid_ppl": valid_ppl, "examples": state["examples"],
-                 "elapsed_seconds": round(elapsed(), 1), "lr": lr * recipe.lr_gamma ** epoch}
-        state["history"].append(entry)
+        state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
+                                 "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
+                                 "lr": optimizer.lr} | ({"partial": True} if partial else {}))
         improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
         if improved:
-            state["best"] = {"epoch": epoch + 1, "valid_ppl": valid_ppl}
-            state["bad_epochs"] = 0
-            ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()),
-                            {"epoch": str(epoch + 1), "valid_ppl": repr(valid_ppl)})
-        else:
-            state["bad_epochs"] += 1
-        log(f"epoch {epoch + 1}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
+            state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
+            ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
+        log(f"epoch {label}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
             f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
+        if partial:  # the weights at the budget's end are scored too; the position is kept for --resume
+            break
+        state["bad_epochs"] = 0 if improved else state["bad_epochs"] + 1
         state.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_count=0)
         if state["bad_epochs"] >= run["patience"]:
             stop = f"early stopping: no better validation perplexity for {run['patience']} epochs"
