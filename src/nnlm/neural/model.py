@@ -167,13 +167,14 @@ class NeuralLM(LanguageModel):
 
     @torch.no_grad()
     def _log_prob_x(self, x: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
-        """log softmax(y(x))[target], float32 logits with a float64 log-sum-exp, for rows of x."""
+        """log softmax(y(x))[target] for rows of x: logits and log-sum-exp (max subtracted) in the
+        net's dtype, returned as float64."""
         self.net.eval()
         out = np.empty(len(targets), dtype=np.float64)
         for lo in range(0, len(targets), EVAL_ROWS):
-            y = self.net.logits_from_features(x[lo:lo + EVAL_ROWS]).double()
+            y = self.net.logits_from_features(x[lo:lo + EVAL_ROWS])
             picked = y.gather(1, targets[lo:lo + EVAL_ROWS, None])[:, 0]
-            out[lo:lo + len(picked)] = (picked - torch.logsumexp(y, dim=1)).cpu().numpy()
+            out[lo:lo + len(picked)] = (picked - torch.logsumexp(y, dim=1)).double().cpu().numpy()
         return out
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
