@@ -334,10 +334,12 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
             bar.close()
         partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
         label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
+        scoring_started = time.monotonic()
         valid_ppl = perplexity(lm, corpus, "valid")
+        valid_seconds = round(time.monotonic() - scoring_started, 1)
         train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
         state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
-                                 "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
+                                 "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1), "valid_seconds": valid_seconds,
                                  "lr": optimizer.lr} | ({"partial": True} if partial else {}))
         improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
         if improved:
