@@ -339,8 +339,9 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
         valid_seconds = round(time.monotonic() - scoring_started, 1)
         train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
         state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
-                                 "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1), "valid_seconds": valid_seconds,
-                                 "lr": optimizer.lr} | ({"partial": True} if partial else {}))
+                                 "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
+                                 "valid_seconds": valid_seconds, "lr": optimizer.lr}
+                                | ({"partial": True} if partial else {}))
         improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
         if improved:
             state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
