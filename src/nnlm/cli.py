@@ -70,6 +70,87 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_lines(source: str) -> list[str]:
+    """Lines of a UTF-8 file or stdin ('-'); undecodable lines are kept as None-free markers."""
+    from pathlib import Path
+
+    try:
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise NnlmError(f"cannot read {source}: {exc.strerror}") from None
+    lines = []
+    for number, chunk in enumerate(raw.split(b"\n"), start=1):
+        try:
+            lines.append(chunk.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError:
+            lines.append(f"\x00bad-utf8 line {number}")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.use import score_lines
+
+    model = load(args.model)
+    lines = _read_lines(args.file)
+    bad_bytes = [i for i, line in enumerate(lines, 1) if line.startswith("\x00bad-utf8")]
+    if bad_bytes and not args.skip_bad:
+        raise NnlmError(f"line {bad_bytes[0]} is not valid UTF-8 (use --skip-bad to skip such lines)")
+    lines = ["" if line.startswith("\x00bad-utf8") else line for line in lines]
+    scores, bad = score_lines(model, lines, carry_context=not args.independent, skip_bad=args.skip_bad)
+    for number, reason in bad:
+        if number not in bad_bytes:
+            print(f"nnlm: skipped line {number}: {reason}", file=sys.stderr)
+    for number in bad_bytes:
+        print(f"nnlm: skipped line {number}: not valid UTF-8", file=sys.stderr)
+    total_lp = sum(s.log10_prob for s in scores)
+    total_tokens = sum(s.tokens for s in scores)
+    total_oov = sum(s.oov for s in scores)
+    total_ppl = float(10 ** (-total_lp / total_tokens)) if total_tokens else float("nan")
+    if args.json:
+        out = {"lines": [{"line": s.line_number, "log10_prob": s.log10_prob, "tokens": s.tokens, "oov": s.oov,
+                          "perplexity": s.perplexity,
+                          **({"word_log10": s.word_log10.tolist()} if args.per_word else {})} for s in scores],
+               "total": {"log10_prob": total_lp, "tokens": total_tokens, "oov": total_oov,
+                         "perplexity": total_ppl, "skipped": [n for n, _ in bad]}}
+        print(json.dumps(out))
+        return 0
+    for s in scores:
+        if args.per_word:
+            words = lines[s.line_number - 1].split() + ["<p>"]
+            print("\t".join(f"{w}={p:.4f}" for w, p in zip(words, s.word_log10)))
+        print(f"line {s.line_number}\tlog10 {s.log10_prob:.4f}\ttokens {s.tokens}\tOOV {s.oov}\tppl {s.perplexity:.2f}")
+    print(f"Total\tlog10 {total_lp:.4f}\ttokens {total_tokens}\tOOV {total_oov}\tppl {total_ppl:.2f}"
+          + (f"\tskipped {len(bad)}" if bad else ""))
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.use import generate, render
+
+    model = load(args.model)
+    prompt = args.prompt.split()
+    if prompt and all(w not in model.vocab for w in prompt):
+        raise NnlmError("every word of the prompt is outside the model's vocabulary")
+    tokens = generate(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
+    print(render(prompt + tokens))
+    return 0
+
+
+def cmd_next(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.use import next_words
+
+    model = load(args.model)
+    ranked = next_words(model, args.context.split(), args.k)
+    _emit(args, {"context": args.context, "next": [{"word": w, "p": p} for w, p in ranked]},
+          [f"{p:.5f}  {w}" for w, p in ranked])
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nnlm", description="Neural and n-gram language models (Bengio et al. 2003).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -86,6 +167,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_ngram)
+
+    p = sub.add_parser("score", help="score text, one line (paragraph) at a time, like KenLM's query")
+    p.add_argument("model", help="a saved model (directory or file)")
+    p.add_argument("file", nargs="?", default="-", help="UTF-8 text, one paragraph per line (default: stdin)")
+    p.add_argument("--per-word", action="store_true", help="also print each word's log10 probability")
+    p.add_argument("--independent", action="store_true",
+                   help="score each line from the start of a text instead of after the previous line")
+    p.add_argument("--skip-bad", action="store_true", help="skip (and report) empty or undecodable lines")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("generate", help="sample text from a model")
+    p.add_argument("model")
+    p.add_argument("--prompt", default="", help="words to continue")
+    p.add_argument("--tokens", type=int, default=50)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("next", help="the most likely next words after a context")
+    p.add_argument("model")
+    p.add_argument("context", help="the preceding words")
+    p.add_argument("-k", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_next)
     return parser
 
 
