@@ -72,3 +72,41 @@ def test_vocabulary_mismatch(two_models):
 
     with pytest.raises(NnlmError, match="share one vocabulary"):
         Mixture([two_models[0], UniformModel(Vocabulary(("<unk>", "z")))], [0.5, 0.5])
+
+
+def test_mix_on_corpus_modes_agree_with_the_mixture_model(random_corpus, two_models):
+    from nnlm.mixture import mix_on_corpus
+
+    for mode, fixed in (("fixed", [0.5, 0.5]), ("em", None), ("em-buckets", None)):
+        fitted = mix_on_corpus(list(two_models), random_corpus, mode, fixed)
+        # the reused component log-probs give exactly what the mixture model computes itself
+        assert np.allclose(fitted.split_log_probs["test"], split_log_probs(fitted.model, random_corpus, "test"))
+        if fitted.em:
+            ll = fitted.em.log_likelihood
+            assert all(b >= a - 1e-12 for a, b in zip(ll, ll[1:]))
+    assert fitted.model.weights.shape[0] > 1  # em-buckets: one row of weights per bucket
+
+
+def test_context_frequency_buckets():
+    from nnlm.ngram.buckets import ContextFrequencyBuckets
+
+    train = np.array([1, 2, 1, 2, 1, 2, 3])
+    b = ContextFrequencyBuckets.from_train(train, 5)
+    q = b(np.array([[1, 2], [2, 1], [3, 3]]))
+    T = len(train)
+    assert q.tolist() == [int(np.ceil(-np.log((1 + 3) / T))), int(np.ceil(-np.log((1 + 2) / T))),
+                          int(np.ceil(np.log(T)))]
+
+
+def test_cli_mix(random_corpus, tmp_path):
+    from test_cli import assert_one_line_error, run
+
+    root = str(tmp_path / "rand")
+    proc = run("mix", "addone:2", "uniform", "--corpus", root, "--weights", "em", "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    out = json.loads(proc.stdout)
+    assert out["mode"] == "em" and set(out["perplexity"]) == {"valid", "test"}
+    assert_one_line_error(run("mix", "addone:2", "uniform", "--corpus", root, "--weights", "0.7,0.7"), "sum to 1")
+    assert_one_line_error(run("mix", "magic:3", "--corpus", root), "neither a saved model")

@@ -151,6 +151,34 @@ def cmd_next(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mix(args: argparse.Namespace) -> int:
+    from nnlm.lm import perplexity_from_log_probs
+    from nnlm.loading import load_or_build
+    from nnlm.mixture import mix_on_corpus
+
+    corpus = _load_corpus(args)
+    components = [load_or_build(spec, corpus) for spec in args.models]
+    if args.weights in ("em", "em-buckets"):
+        mode, fixed = args.weights, None
+    else:
+        mode = "fixed"
+        try:
+            fixed = [float(w) for w in args.weights.split(",")]
+        except ValueError:
+            raise NnlmError(f"--weights must be em, em-buckets or numbers like 0.5,0.5; got {args.weights!r}") from None
+    fitted = mix_on_corpus(components, corpus, mode, fixed)
+    ppl = {s: perplexity_from_log_probs(lp) for s, lp in fitted.split_log_probs.items()}
+    weights = fitted.model.weights
+    result = {"corpus": corpus.name, "models": args.models, "mode": mode, "weights": weights.tolist(),
+              "perplexity": ppl, "em_log_likelihood": fitted.em.log_likelihood if fitted.em else None}
+    shown = weights[0] if len(weights) == 1 else weights.mean(axis=0)
+    lines = [f"mixture of {', '.join(args.models)} ({mode}) on {corpus.name}",
+             "  weights " + ", ".join(f"{w:.3f}" for w in shown) + (" (mean over buckets)" if len(weights) > 1 else ""),
+             "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items())]
+    _emit(args, result, lines)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nnlm", description="Neural and n-gram language models (Bengio et al. 2003).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -167,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_ngram)
+
+    p = sub.add_parser("mix", help="mix models (fixed weights, or EM on validation) and print perplexities")
+    p.add_argument("models", nargs="+", help="saved models or specs like kn:5, interpolated:3")
+    p.add_argument("--weights", default="em", help="comma-separated fixed weights (e.g. 0.5,0.5), em, or em-buckets")
+    _add_corpus_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_mix)
 
     p = sub.add_parser("score", help="score text, one line (paragraph) at a time, like KenLM's query")
     p.add_argument("model", help="a saved model (directory or file)")

@@ -29,3 +29,19 @@ def _load_ngram(path: Path) -> LanguageModel:
 
 
 LOADERS = [(_is_ngram_dir, _load_ngram)]
+
+
+def load_or_build(spec: str, corpus) -> LanguageModel:
+    """A model from a path (saved model) or a spec `kind[:order]` built on `corpus` (e.g. kn:5)."""
+    if Path(spec).exists():
+        return load(spec)
+    from nnlm.ngram.build import KINDS, build_ngram
+
+    kind, _, order = spec.partition(":")
+    if kind not in KINDS:
+        raise NnlmError(f"{spec!r} is neither a saved model nor a model spec like "
+                        f"{', '.join(k + ':N' for k in KINDS)}")
+    try:
+        return build_ngram(kind, corpus, int(order) if order else None)
+    except ValueError:
+        raise NnlmError(f"bad order in model spec {spec!r}: expected kind:N") from None

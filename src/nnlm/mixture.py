@@ -56,9 +56,12 @@ class Mixture(LanguageModel):
         return np.stack([m.log_prob(self._own_context(m, contexts), targets) for m in self.components])
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        lp = self.component_log_probs(contexts, targets)
-        log_w = np.log(np.maximum(self.weights[self._buckets(contexts)].T, 1e-300))
-        return np.logaddexp.reduce(lp + log_w, axis=0)
+        return self.combine(self.component_log_probs(contexts, targets), self._buckets(contexts))
+
+    def combine(self, component_log_probs: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+        """log sum_k w_k[bucket] P_k from the components' log-probs [K, N]: reuse them across weightings."""
+        log_w = np.log(np.maximum(self.weights[buckets].T, 1e-300))
+        return np.logaddexp.reduce(component_log_probs + log_w, axis=0)
 
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
         w = self.weights[self._buckets(contexts)]
@@ -101,3 +104,49 @@ def fit_weights_em(component_log_probs: np.ndarray, buckets: np.ndarray | None =
         counts = mass.sum(axis=1, keepdims=True)
         weights = np.where(counts > 0, mass / np.maximum(counts, 1e-300), weights)
     return EMResult(weights, history)
+
+
+MIX_MODES = ("fixed", "em", "em-buckets")
+
+
+@dataclass
+class FittedMixture:
+    model: Mixture
+    em: EMResult | None
+    split_log_probs: dict[str, np.ndarray]   # the mixture's log P of every token, per split
+
+
+def mix_on_corpus(components: Sequence[LanguageModel], corpus, mode: str,
+                  fixed_weights: Sequence[float] | None = None, splits: Sequence[str] = ("valid", "test"),
+                  fit_split: str = "valid", iterations: int = 20) -> FittedMixture:
+    """Mix `components`, fitting weights on `fit_split` (EM modes); each component scores each split once."""
+    from nnlm.lm import contexts, split_log_probs
+    from nnlm.ngram.buckets import ContextFrequencyBuckets
+
+    if mode not in MIX_MODES:
+        raise NnlmError(f"unknown mixing mode {mode!r}; choose from {', '.join(MIX_MODES)}")
+    needed = list(dict.fromkeys([fit_split, *splits])) if mode != "fixed" else list(splits)
+    lps = {s: np.stack([split_log_probs(m, corpus, s) for m in components]) for s in needed}
+    bucketer, n_buckets, order = None, 1, 1
+    if mode == "em-buckets":
+        bucketer = ContextFrequencyBuckets.from_train(corpus.train, len(corpus.vocab))
+        n_buckets, order = bucketer.n_buckets, bucketer.order
+    stream = corpus.stream()
+
+    def buckets_of(split: str) -> np.ndarray:
+        if bucketer is None:
+            return np.zeros(len(corpus.split(split)), dtype=np.int64)
+        start = corpus.split_offset(split)
+        positions = np.arange(start, start + len(corpus.split(split)))
+        return bucketer(contexts(stream, positions, 2, corpus.pad_id))
+
+    em = None
+    if mode == "fixed":
+        if fixed_weights is None:
+            raise NnlmError("fixed mixing needs weights")
+        weights = np.asarray(fixed_weights, dtype=np.float64)
+    else:
+        em = fit_weights_em(lps[fit_split], buckets_of(fit_split), n_buckets, iterations)
+        weights = em.weights
+    model = Mixture(components, weights, bucketer, order)
+    return FittedMixture(model, em, {s: model.combine(lps[s], buckets_of(s)) for s in splits})
