@@ -56,13 +56,7 @@ class BackoffTables:
 
     def index(self, grams: np.ndarray) -> np.ndarray:
         """Table index of each row of grams [N, k] in order k; -1 where it is not listed."""
-        grams = np.asarray(grams, dtype=np.int64)
-        idx = grams[:, 0].copy()
-        found = (idx >= 0) & (idx < self.vocab_size)
-        for j in range(1, grams.shape[1]):
-            idx, hit = _search(self.keys[j], np.where(found, idx, 0) * self.vocab_size + grams[:, j])
-            found &= hit
-        return np.where(found, idx, -1)
+        return lookup(self.keys, self.vocab_size, grams)
 
     def words(self, k: int) -> np.ndarray:
         """The listed k-grams as an int64 array [U_k, k], in table order."""
@@ -136,6 +130,17 @@ class BackoffTables:
                        [arrays[f"log10_backoff_{k}"].astype(np.float64) for k in range(1, order + 1)])
         except (KeyError, ValueError) as exc:
             raise NnlmError(f"saved back-off tables are incomplete or inconsistent ({exc})") from None
+
+
+def lookup(keys: list[np.ndarray], vocab_size: int, grams: np.ndarray) -> np.ndarray:
+    """Index of each row of grams [N, k] among packed keys[k-1] (-1 if absent): k searchsorted calls."""
+    grams = np.asarray(grams, dtype=np.int64)
+    idx = grams[:, 0].copy()
+    found = (idx >= 0) & (idx < vocab_size)
+    for j in range(1, grams.shape[1]):
+        idx, hit = _search(keys[j], np.where(found, idx, 0) * vocab_size + grams[:, j])
+        found &= hit
+    return np.where(found, idx, -1)
 
 
 def _search(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
