@@ -139,6 +139,28 @@ def test_malformed_files_are_one_line_errors(tmp_path, edit, fragment):
     assert fragment in message and "\n" not in message and str(path) in message
 
 
+def test_markers_the_vocabulary_lacks_are_dropped_with_their_ngrams(tmp_path):
+    # lmplz style: <s> opens contexts; </s> is predicted only with probability 1e-99 here.
+    text = GOOD.replace("ngram 2=2", "ngram 2=4").replace(
+        "-0.3\tb a\n", "-0.3\tb a\n-0.4\t<s> a\n-99\ta </s>\n")
+    (tmp_path / "m.arpa").write_text(text)
+    model = read_arpa(tmp_path / "m.arpa", VOCAB)
+    assert model.tables.sizes() == [3, 2]
+    np.testing.assert_allclose(model.log10_prob(np.array([[2]]), np.array([1])), [-0.3])
+
+
+def test_positive_back_off_weights_are_allowed(tmp_path):
+    (tmp_path / "m.arpa").write_text(GOOD.replace("a\t-0.2", "a\t0.25"))
+    model = read_arpa(tmp_path / "m.arpa", VOCAB)
+    np.testing.assert_allclose(model.log10_prob(np.array([[1]]), np.array([1])), [0.25 - 0.6])
+
+
+def test_binary_file_is_an_error(tmp_path):
+    (tmp_path / "bin.arpa").write_bytes(b"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\t\xff\xfe\n")
+    with pytest.raises(NnlmError, match="not a UTF-8 text file"):
+        read_arpa(tmp_path / "bin.arpa", VOCAB)
+
+
 def test_vocabulary_missing_from_the_file_is_an_error(tmp_path):
     (tmp_path / "good.arpa").write_text(GOOD)
     with pytest.raises(NnlmError, match=r"1 word\(s\) of the corpus vocabulary are not among its unigrams"):
