@@ -197,6 +197,10 @@ def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path):
     assert from_arpa.returncode == 0 and from_dir.returncode == 0, from_arpa.stderr + from_dir.stderr
     import json
 
+    resaved = run(*base, "--load-arpa", str(tmp_path / "m.arpa"), "--save", str(tmp_path / "m2"))
+    from_resaved = run(*base, "--load", str(tmp_path / "m2"), "--order", "3")
+    assert resaved.returncode == 0 and from_resaved.returncode == 0, resaved.stderr + from_resaved.stderr
+    assert json.loads(from_resaved.stdout)["perplexity"] == json.loads(from_arpa.stdout)["perplexity"]
     ppl = [json.loads(p.stdout)["perplexity"] for p in (built, from_arpa, from_dir)]
     for split in ("train", "valid", "test"):
         assert ppl[1][split] == pytest.approx(ppl[0][split], rel=1e-8)
@@ -208,11 +212,16 @@ def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path):
     (None, ("--kind", "kn", "--order", "0"), "between 1 and 6"),
     ("truncated", ("--load-arpa",), "file ends before"),
     ("foreign", ("--load-arpa",), "does not match the corpus"),
+    ("kn2", ("--order", "3", "--load-arpa"), "has order 2, not --order 3"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(toy_dir, tmp_path, make, args, fragment):
     if make is not None:
         path = tmp_path / "bad.arpa"
-        path.write_text(GOOD.split("\\2-grams:")[0] if make == "truncated" else GOOD)
+        if make == "kn2":
+            assert run("ngram", "--corpus", str(toy_dir), "--no-cache", "--kind", "kn", "--order", "2",
+                       "--arpa", str(path)).returncode == 0
+        else:
+            path.write_text(GOOD.split("\\2-grams:")[0] if make == "truncated" else GOOD)
         args = (*args, str(path))
     proc = run("ngram", "--corpus", str(toy_dir), "--no-cache", *args)
     assert proc.returncode == 2, proc.stderr

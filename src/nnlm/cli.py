@@ -57,11 +57,12 @@ def _ngram_model(args: argparse.Namespace, corpus):
 
     if args.load and args.load_arpa:
         raise NnlmError("give --load or --load-arpa, not both")
-    if args.load:
-        return load_ngram(args.load), None
-    if args.load_arpa:
-        return read_arpa(args.load_arpa, corpus.vocab), "arpa"
-    return build_ngram(args.kind, corpus, args.order), args.kind
+    if not (args.load or args.load_arpa):
+        return build_ngram(args.kind, corpus, args.order), args.kind
+    model = load_ngram(args.load) if args.load else read_arpa(args.load_arpa, corpus.vocab)
+    if args.order is not None and args.order != model.order:
+        raise NnlmError(f"the loaded model has order {model.order}, not --order {args.order}")
+    return model, None if args.load else "arpa"
 
 
 def cmd_ngram(args: argparse.Namespace) -> int:
