@@ -15,11 +15,10 @@ from nnlm.lm import contexts, perplexity
 from nnlm.ngram.arpa import read_arpa, write_arpa
 from nnlm.ngram.build import build_ngram
 
-kenlm = pytest.importorskip("kenlm")
-
 
 def kenlm_log10_probs(path: Path, words: list[str]) -> np.ndarray:
     """Per-word log10 P from KenLM, feeding the words one by one from an empty context."""
+    kenlm = pytest.importorskip("kenlm")  # only these tests need it
     model = kenlm.Model(str(path))
     state, out = kenlm.State(), kenlm.State()
     model.NullContextWrite(state)
