@@ -14,7 +14,6 @@ import math
 import time
 from collections import Counter, defaultdict
 
-import numpy as np
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import perplexity

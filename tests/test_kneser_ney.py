@@ -2,7 +2,6 @@
 distributions for any context, unseen vocabulary words, degenerate data, saving."""
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 
 import numpy as np

@@ -12,7 +12,6 @@ probability (its mass would be lost: that file's vocabulary does not match the c
 """
 from __future__ import annotations
 
-import os
 import re
 from array import array
 from dataclasses import dataclass
@@ -58,7 +57,6 @@ def write_arpa(model: BackoffModel, path: Path | str) -> None:
                 if k == 1:
                     out.writelines(f"{NEVER:g}\t{m}\n" for m in markers)
         out.write("\n\\end\\\n")
-        os.chmod(tmp, 0o644)  # a shareable text file, not the private temp file's 0600
 
 
 @dataclass
