@@ -96,3 +96,15 @@ def test_cli_use_errors(saved_addone, args, message):
 
 def test_not_a_model(tmp_path):
     assert_one_line_error(run("score", str(tmp_path)), "not a model")
+
+
+def test_load_arpa_file_scores_like_the_model(random_corpus, tmp_path):
+    from nnlm.ngram.arpa import write_arpa
+    from nnlm.ngram.build import build_ngram
+
+    kn = build_ngram("kn", random_corpus, 3)
+    write_arpa(kn, tmp_path / "kn3.arpa")
+    loaded = load(tmp_path / "kn3.arpa")
+    text = "w1 w2 w3 w4\nw5 w1"
+    # the ARPA's vocabulary is ordered like the file, so compare by words, not ids
+    assert np.allclose(loaded.score_words(text), kn.score_words(text), atol=1e-6)

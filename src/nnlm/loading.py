@@ -8,14 +8,14 @@ from nnlm.lm import LanguageModel
 
 
 def load(path: str | Path) -> LanguageModel:
-    """Load a saved n-gram model directory (more kinds register in `LOADERS`)."""
+    """Load a saved n-gram directory or an ARPA file (more kinds register in `LOADERS`)."""
     path = Path(path)
     if not path.exists():
         raise NnlmError(f"no model at {path}")
     for accepts, loader in LOADERS:
         if accepts(path):
             return loader(path)
-    raise NnlmError(f"{path} is not a model nnlm can load (a saved n-gram directory)")
+    raise NnlmError(f"{path} is not a model nnlm can load (a saved n-gram directory or an ARPA file)")
 
 
 def _is_ngram_dir(path: Path) -> bool:
@@ -28,7 +28,20 @@ def _load_ngram(path: Path) -> LanguageModel:
     return load_ngram(path)
 
 
-LOADERS = [(_is_ngram_dir, _load_ngram)]
+def _is_arpa(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(64).lstrip().startswith(b"\\data\\")
+
+
+def _load_arpa(path: Path) -> LanguageModel:
+    from nnlm.ngram.arpa import read_arpa
+
+    return read_arpa(path)  # its vocabulary is the file's unigrams
+
+
+LOADERS = [(_is_ngram_dir, _load_ngram), (_is_arpa, _load_arpa)]
 
 
 def load_or_build(spec: str, corpus) -> LanguageModel:
