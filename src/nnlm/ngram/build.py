@@ -11,6 +11,7 @@ from typing import Callable
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
+from nnlm.ngram.interpolated import InterpolatedTrigram
 from nnlm.ngram.simple import AddOneBigram, UniformModel
 from nnlm.ngram.store import load_arrays
 
@@ -28,15 +29,23 @@ def _addone(corpus: Corpus, order: int, options: dict) -> LanguageModel:
     return AddOneBigram.fit(corpus.vocab, corpus.train)
 
 
+def _interpolated(corpus: Corpus, order: int, options: dict) -> LanguageModel:
+    if order != 3:
+        raise NnlmError("the deleted-interpolation model is a trigram: use --order 3")
+    return InterpolatedTrigram.fit_corpus(corpus)
+
+
 # kind -> (builder, default order)
 KINDS: dict[str, tuple[Builder, int]] = {
     "uniform": (_uniform, 1),
     "addone": (_addone, 2),
+    "interpolated": (_interpolated, 3),
 }
 
 # kind -> class with save(directory) / load(directory)
 SAVED_KINDS: dict[str, type] = {
     "addone": AddOneBigram,
+    "interpolated": InterpolatedTrigram,
 }
 
 
