@@ -50,21 +50,44 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ngram_model(args: argparse.Namespace, corpus):
+    """The model to evaluate: built from train, or loaded (--load DIR, --load-arpa FILE)."""
+    from nnlm.ngram.arpa import read_arpa
+    from nnlm.ngram.build import build_ngram, load_ngram
+
+    if args.load and args.load_arpa:
+        raise NnlmError("give --load or --load-arpa, not both")
+    if args.load:
+        return load_ngram(args.load), None
+    if args.load_arpa:
+        return read_arpa(args.load_arpa, corpus.vocab), "arpa"
+    return build_ngram(args.kind, corpus, args.order), args.kind
+
+
 def cmd_ngram(args: argparse.Namespace) -> int:
     from nnlm.lm import perplexity
-    from nnlm.ngram.build import build_ngram, save_ngram
+    from nnlm.ngram.build import save_ngram
 
     corpus = _load_corpus(args)
     t0 = time.perf_counter()
-    model = build_ngram(args.kind, corpus, args.order)
+    model, kind = _ngram_model(args, corpus)
+    kind = kind or getattr(model, "kind", type(model).__name__)
     build_seconds = time.perf_counter() - t0
     if args.save:
         save_ngram(model, args.save)
+    if args.arpa:
+        from nnlm.ngram.arpa import write_arpa
+        from nnlm.ngram.backoff import BackoffModel
+
+        if not isinstance(model, BackoffModel):
+            raise NnlmError(f"only back-off models (kind kn, or an ARPA file) can be written as ARPA, not {kind}")
+        write_arpa(model, args.arpa)
     ppl = {s: perplexity(model, corpus, s) for s in ("train", "valid", "test")}
-    result = {"corpus": corpus.name, "kind": args.kind, "order": model.order, "vocab": len(corpus.vocab),
+    action = "loaded" if args.load or args.load_arpa else "built"
+    result = {"corpus": corpus.name, "kind": kind, "order": model.order, "vocab": len(corpus.vocab),
               "perplexity": ppl, "build_seconds": build_seconds}
-    lines = [f"{args.kind} (order {model.order}) on {corpus.name}, |V| = {len(corpus.vocab):,}; "
-             f"built in {build_seconds:.2f} s",
+    lines = [f"{kind} (order {model.order}) on {corpus.name}, |V| = {len(corpus.vocab):,}; "
+             f"{action} in {build_seconds:.2f} s",
              "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items())]
     _emit(args, result, lines)
     return 0
@@ -81,9 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ngram", help="build a count-based model and print its perplexities")
     _add_corpus_options(p)
-    p.add_argument("--kind", default="addone", help="uniform, addone")
+    p.add_argument("--kind", default="addone", help="uniform, addone, kn (modified Kneser-Ney)")
     p.add_argument("--order", type=int, default=None, help="n-gram order (default: the kind's own)")
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
+    p.add_argument("--arpa", metavar="FILE", help="also write the model as an ARPA file (back-off models: kn)")
+    p.add_argument("--load", metavar="DIR", help="evaluate a model saved with --save instead of building one")
+    p.add_argument("--load-arpa", metavar="FILE", help="evaluate an ARPA file on the corpus (its words must be the corpus vocabulary)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_ngram)
     return parser

@@ -11,7 +11,10 @@ from typing import Callable
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
+from nnlm.ngram.backoff import BackoffModel
+from nnlm.ngram.counts import MAX_ORDER
 from nnlm.ngram.interpolated import InterpolatedTrigram
+from nnlm.ngram.kneser_ney import KneserNeyModel
 from nnlm.ngram.simple import AddOneBigram, UniformModel
 from nnlm.ngram.store import load_arrays
 
@@ -35,17 +38,24 @@ def _interpolated(corpus: Corpus, order: int, options: dict) -> LanguageModel:
     return InterpolatedTrigram.fit_corpus(corpus)
 
 
+def _kn(corpus: Corpus, order: int, options: dict) -> LanguageModel:
+    return KneserNeyModel.fit(corpus.vocab, corpus.train, order)
+
+
 # kind -> (builder, default order)
 KINDS: dict[str, tuple[Builder, int]] = {
     "uniform": (_uniform, 1),
     "addone": (_addone, 2),
     "interpolated": (_interpolated, 3),
+    "kn": (_kn, 5),
 }
 
 # kind -> class with save(directory) / load(directory)
 SAVED_KINDS: dict[str, type] = {
     "addone": AddOneBigram,
     "interpolated": InterpolatedTrigram,
+    "kn": KneserNeyModel,
+    "backoff": BackoffModel,
 }
 
 
@@ -53,7 +63,10 @@ def build_ngram(kind: str, corpus: Corpus, order: int | None = None, **options) 
     if kind not in KINDS:
         raise NnlmError(f"unknown n-gram kind {kind!r}; choose from {', '.join(KINDS)}")
     builder, default_order = KINDS[kind]
-    return builder(corpus, default_order if order is None else order, options)
+    order = default_order if order is None else order
+    if not 1 <= order <= MAX_ORDER:
+        raise NnlmError(f"n-gram order must be between 1 and {MAX_ORDER}, got {order}")
+    return builder(corpus, order, options)
 
 
 def save_ngram(model: LanguageModel, directory: Path | str) -> None:
