@@ -57,15 +57,26 @@ def test_beats_random_classes(random_corpus):
     assert wc.log_likelihood[-1] > class_bigram_log_likelihood(train, random_classes)
 
 
-def test_unseen_words_get_an_extra_class_and_classes_stay_non_empty():
-    train = np.array([2, 3, 4, 2, 3, 5, 2, 4, 3, 5, 2], dtype=np.int64)  # ids 0, 1, 6 never occur
-    wc = exchange_clusters(train, 7, 3, progress=False)
-    assert wc.clustered == 3 and wc.n_classes == 4
-    assert (wc.classes[[0, 1, 6]] == 3).all()
-    assert set(wc.classes[[2, 3, 4, 5]].tolist()) == {0, 1, 2}
+def test_unseen_words_are_dealt_out_and_classes_stay_non_empty():
+    train = np.array([2, 3, 4, 2, 3, 5, 2, 4, 3, 5, 2, 7, 8, 9], dtype=np.int64)  # 0, 1, 6 never occur
+    wc = exchange_clusters(train, 10, 3, progress=False)
+    assert wc.n_classes == 3
+    seen = np.array([2, 3, 4, 5, 7, 8, 9])
+    assert set(wc.classes[seen].tolist()) == {0, 1, 2}
+    assert set(wc.classes[[0, 1, 6]].tolist()) <= {0, 1, 2}
     # more classes than words in train: one class per train word
-    wc = exchange_clusters(train, 7, 7, progress=False)
-    assert wc.clustered == 4 and sorted(wc.classes[[2, 3, 4, 5]].tolist()) == [0, 1, 2, 3]
+    wc = exchange_clusters(train, 10, 10, progress=False)
+    assert wc.n_classes == 7 and sorted(wc.classes[seen].tolist()) == list(range(7))
+
+
+def test_unseen_words_follow_class_sizes():
+    # class sizes 3 : 1 after clustering a corpus of 4 words into 2 classes; 8 unseen words
+    from nnlm.ngram.clusters import deal_out
+
+    got = deal_out(np.arange(8), np.array([3.0, 1.0]))
+    assert np.bincount(got).tolist() == [6, 2]
+    got = deal_out(np.arange(5), np.array([1.0, 1.0, 1.0]))
+    assert np.bincount(got).tolist() == [2, 2, 1]
 
 
 def test_deterministic(random_corpus):

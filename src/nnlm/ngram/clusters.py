@@ -15,8 +15,10 @@ few NumPy operations over (classes x classes the word touches). Every move raise
 likelihood, so it never decreases from pass to pass. No randomness: the result is a function
 of the corpus and c.
 
-Words of the vocabulary never seen in train have no counts to place them by: they share one
-extra class of their own (the last id), which a class model can give a small probability.
+Words of the vocabulary never seen in train have no counts to place them by. A priori such a
+word is like any vocabulary word, so they are dealt out to the classes in proportion to the
+number of train words each class holds (largest remainders, in id order); the class model then
+keeps some probability back for them inside their class.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from tqdm import tqdm
 
 from nnlm.errors import NnlmError
 
-MAX_PASSES = 20
+MAX_PASSES = 15
 STOP_MOVED_FRACTION = 0.005  # stop once a pass moves fewer than this share of the words
 
 
@@ -38,11 +40,10 @@ def _xlogx(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class WordClasses:
-    """classes[w] = class id of word w; `clustered` classes hold train words, plus maybe one for unseen words."""
+    """classes[w] = class id (0 .. n_classes-1) of word w; every class holds at least one train word."""
 
     classes: np.ndarray
     n_classes: int
-    clustered: int
     log_likelihood: list[float] = field(default_factory=list)  # mean per train bigram: start, then each pass
     moved: list[int] = field(default_factory=list)  # words that changed class in each pass
 
@@ -86,11 +87,20 @@ class _ClassBigramCounts:
 
 
 def _initial_classes(freq: np.ndarray, seen: np.ndarray, k: int) -> np.ndarray:
-    """The k-1 most frequent words each alone, all other train words in the last class."""
+    """Train words dealt out by decreasing frequency: the k most frequent each start a class,
+    and every class gets a similar mix of frequent and rare words (-1 for unseen words)."""
     classes = np.full(len(freq), -1, dtype=np.int64)
     by_freq = seen[np.argsort(-freq[seen], kind="stable")]
-    classes[by_freq] = np.minimum(np.arange(len(by_freq)), k - 1)
+    classes[by_freq] = np.arange(len(by_freq)) % k
     return classes
+
+
+def deal_out(words: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """A class for each of `words`, class c getting a share proportional to weight[c] (largest remainders)."""
+    share = weight / weight.sum() * len(words)
+    n = np.floor(share).astype(np.int64)
+    n[np.argsort(-(share - n), kind="stable")[:len(words) - n.sum()]] += 1
+    return np.repeat(np.arange(len(weight)), n)
 
 
 def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_passes: int = MAX_PASSES,
@@ -165,7 +175,6 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
             break
     bar.close()
 
-    unseen = classes < 0
-    total = k + int(unseen.any())
-    classes[unseen] = k
-    return WordClasses(classes, total, k, history, moved_per_pass)
+    unseen = np.flatnonzero(classes < 0)
+    classes[unseen] = deal_out(unseen, size.astype(np.float64))
+    return WordClasses(classes, k, history, moved_per_pass)

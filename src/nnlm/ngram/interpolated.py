@@ -200,6 +200,12 @@ class InterpolatedTrigram(LanguageModel):
         out[rows, t["trigram_keys"][idx] % v] += a[rows, 3] * t["trigram_counts"][idx] / tri_total[rows]
         return out
 
+    def details(self) -> tuple[dict, str]:
+        """The EM trace on validation, for reports."""
+        steps = " ".join(f"{h:.4f}" for h in self.em_history)
+        return ({"em_valid_log_likelihood": self.em_history},
+                f"EM on valid, mean log-likelihood at start and after each step: {steps}")
+
     # ---- saving --------------------------------------------------------------------------
     def save(self, directory: Path) -> None:
         save_arrays(directory, self.kind, self.order, self.vocab, {**self.tables, "weights": self.weights},
