@@ -15,11 +15,10 @@ from nnlm.lm import contexts, perplexity
 from nnlm.ngram.arpa import read_arpa, write_arpa
 from nnlm.ngram.build import build_ngram
 
-kenlm = pytest.importorskip("kenlm")
-
 
 def kenlm_log10_probs(path: Path, words: list[str]) -> np.ndarray:
     """Per-word log10 P from KenLM, feeding the words one by one from an empty context."""
+    kenlm = pytest.importorskip("kenlm")  # only these tests need it
     model = kenlm.Model(str(path))
     state, out = kenlm.State(), kenlm.State()
     model.NullContextWrite(state)
@@ -139,6 +138,28 @@ def test_malformed_files_are_one_line_errors(tmp_path, edit, fragment):
     assert fragment in message and "\n" not in message and str(path) in message
 
 
+def test_markers_the_vocabulary_lacks_are_dropped_with_their_ngrams(tmp_path):
+    # lmplz style: <s> opens contexts; </s> is predicted only with probability 1e-99 here.
+    text = GOOD.replace("ngram 2=2", "ngram 2=4").replace(
+        "-0.3\tb a\n", "-0.3\tb a\n-0.4\t<s> a\n-99\ta </s>\n")
+    (tmp_path / "m.arpa").write_text(text)
+    model = read_arpa(tmp_path / "m.arpa", VOCAB)
+    assert model.tables.sizes() == [3, 2]
+    np.testing.assert_allclose(model.log10_prob(np.array([[2]]), np.array([1])), [-0.3])
+
+
+def test_positive_back_off_weights_are_allowed(tmp_path):
+    (tmp_path / "m.arpa").write_text(GOOD.replace("a\t-0.2", "a\t0.25"))
+    model = read_arpa(tmp_path / "m.arpa", VOCAB)
+    np.testing.assert_allclose(model.log10_prob(np.array([[1]]), np.array([1])), [0.25 - 0.6])
+
+
+def test_binary_file_is_an_error(tmp_path):
+    (tmp_path / "bin.arpa").write_bytes(b"\\data\\\nngram 1=1\n\n\\1-grams:\n-1\t\xff\xfe\n")
+    with pytest.raises(NnlmError, match="not a UTF-8 text file"):
+        read_arpa(tmp_path / "bin.arpa", VOCAB)
+
+
 def test_vocabulary_missing_from_the_file_is_an_error(tmp_path):
     (tmp_path / "good.arpa").write_text(GOOD)
     with pytest.raises(NnlmError, match=r"1 word\(s\) of the corpus vocabulary are not among its unigrams"):
@@ -175,6 +196,10 @@ def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path):
     assert from_arpa.returncode == 0 and from_dir.returncode == 0, from_arpa.stderr + from_dir.stderr
     import json
 
+    resaved = run(*base, "--load-arpa", str(tmp_path / "m.arpa"), "--save", str(tmp_path / "m2"))
+    from_resaved = run(*base, "--load", str(tmp_path / "m2"), "--order", "3")
+    assert resaved.returncode == 0 and from_resaved.returncode == 0, resaved.stderr + from_resaved.stderr
+    assert json.loads(from_resaved.stdout)["perplexity"] == json.loads(from_arpa.stdout)["perplexity"]
     ppl = [json.loads(p.stdout)["perplexity"] for p in (built, from_arpa, from_dir)]
     for split in ("train", "valid", "test"):
         assert ppl[1][split] == pytest.approx(ppl[0][split], rel=1e-8)
@@ -186,11 +211,16 @@ def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path):
     (None, ("--kind", "kn", "--order", "0"), "between 1 and 6"),
     ("truncated", ("--load-arpa",), "file ends before"),
     ("foreign", ("--load-arpa",), "does not match the corpus"),
+    ("kn2", ("--order", "3", "--load-arpa"), "has order 2, not --order 3"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(toy_dir, tmp_path, make, args, fragment):
     if make is not None:
         path = tmp_path / "bad.arpa"
-        path.write_text(GOOD.split("\\2-grams:")[0] if make == "truncated" else GOOD)
+        if make == "kn2":
+            assert run("ngram", "--corpus", str(toy_dir), "--no-cache", "--kind", "kn", "--order", "2",
+                       "--arpa", str(path)).returncode == 0
+        else:
+            path.write_text(GOOD.split("\\2-grams:")[0] if make == "truncated" else GOOD)
         args = (*args, str(path))
     proc = run("ngram", "--corpus", str(toy_dir), "--no-cache", *args)
     assert proc.returncode == 2, proc.stderr

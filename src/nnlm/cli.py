@@ -57,18 +57,21 @@ def _ngram_model(args: argparse.Namespace, corpus):
 
     if args.load and args.load_arpa:
         raise NnlmError("give --load or --load-arpa, not both")
-    if args.load:
-        return load_ngram(args.load), None
-    if args.load_arpa:
-        return read_arpa(args.load_arpa, corpus.vocab), "arpa"
-    return build_ngram(args.kind, corpus, args.order, **_kind_options(args)), args.kind
+    if not (args.load or args.load_arpa):
+        return build_ngram(args.kind, corpus, args.order, **_kind_options(args)), args.kind
+    if args.classes is not None:
+        raise NnlmError("--classes applies only when building --kind class")
+    model = load_ngram(args.load) if args.load else read_arpa(args.load_arpa, corpus.vocab)
+    if args.order is not None and args.order != model.order:
+        raise NnlmError(f"the loaded model has order {model.order}, not --order {args.order}")
+    return model, None if args.load else "arpa"
 
 
 def _kind_options(args: argparse.Namespace) -> dict:
     """Options that only some kinds take (--classes: class)."""
     if args.classes is None:
         return {}
-    if args.kind != "class" or args.load or args.load_arpa:
+    if args.kind != "class":
         raise NnlmError("--classes applies only when building --kind class")
     return {"classes": args.classes}
 
