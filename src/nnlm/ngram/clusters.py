@@ -170,7 +170,7 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
                 moved += 1
         history.append(mean_log_likelihood())
         moved_per_pass.append(moved)
-        bar.set_postfix(moved=moved, train_ppl=f"{np.exp(-history[-1]):.1f}")
+        bar.set_postfix(moved=moved, log_likelihood=f"{history[-1]:.4f}")
         if moved < STOP_MOVED_FRACTION * len(order):
             break
     bar.close()
