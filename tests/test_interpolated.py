@@ -95,3 +95,15 @@ def test_brown_close_to_the_paper(brown):
     # paper: train 31, valid 352, test 336 (its tokenization differs slightly from NLTK's)
     assert 25 < perplexity(model, brown, "train") < 40
     assert 320 < perplexity(model, brown, "valid") < 390
+
+
+def test_cli_prints_the_em_trace(toy_dir):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "nnlm", "ngram", "--corpus", str(toy_dir), "--no-cache",
+                           "--kind", "interpolated", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    trace = json.loads(proc.stdout)["details"]["em_valid_log_likelihood"]
+    assert len(trace) == 6 and all(b >= a - 1e-12 for a, b in zip(trace, trace[1:]))
