@@ -58,11 +58,22 @@ def _ngram_model(args: argparse.Namespace, corpus):
     if args.load and args.load_arpa:
         raise NnlmError("give --load or --load-arpa, not both")
     if not (args.load or args.load_arpa):
-        return build_ngram(args.kind, corpus, args.order), args.kind
+        return build_ngram(args.kind, corpus, args.order, **_kind_options(args)), args.kind
+    if args.classes is not None:
+        raise NnlmError("--classes applies only when building --kind class")
     model = load_ngram(args.load) if args.load else read_arpa(args.load_arpa, corpus.vocab)
     if args.order is not None and args.order != model.order:
         raise NnlmError(f"the loaded model has order {model.order}, not --order {args.order}")
     return model, None if args.load else "arpa"
+
+
+def _kind_options(args: argparse.Namespace) -> dict:
+    """Options that only some kinds take (--classes: class)."""
+    if args.classes is None:
+        return {}
+    if args.kind != "class":
+        raise NnlmError("--classes applies only when building --kind class")
+    return {"classes": args.classes}
 
 
 def cmd_ngram(args: argparse.Namespace) -> int:
@@ -90,6 +101,9 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     lines = [f"{kind} (order {model.order}) on {corpus.name}, |V| = {len(corpus.vocab):,}; "
              f"{action} in {build_seconds:.2f} s",
              "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items())]
+    if hasattr(model, "details"):  # what the build did, e.g. EM steps or clustering time
+        result["details"], text = model.details()
+        lines.append("  " + text)
     _emit(args, result, lines)
     return 0
 
@@ -214,7 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ngram", help="build a count-based model and print its perplexities")
     _add_corpus_options(p)
-    p.add_argument("--kind", default="addone", help="uniform, addone, kn (modified Kneser-Ney)")
+    p.add_argument("--kind", default="addone",
+                   help="uniform, addone, kn (modified Kneser-Ney), interpolated (deleted-interpolation trigram), "
+                        "class (class-based back-off)")
+    p.add_argument("--classes", type=int, default=None, metavar="C",
+                   help="--kind class: number of word classes (default 500)")
     p.add_argument("--order", type=int, default=None, help="n-gram order (default: the kind's own)")
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--arpa", metavar="FILE", help="also write the model as an ARPA file (back-off models: kn)")
