@@ -87,17 +87,6 @@ def test_mix_on_corpus_modes_agree_with_the_mixture_model(random_corpus, two_mod
     assert fitted.model.weights.shape[0] > 1  # em-buckets: one row of weights per bucket
 
 
-def test_context_frequency_buckets():
-    from nnlm.ngram.buckets import ContextFrequencyBuckets
-
-    train = np.array([1, 2, 1, 2, 1, 2, 3])
-    b = ContextFrequencyBuckets.from_train(train, 5)
-    q = b(np.array([[1, 2], [2, 1], [3, 3]]))
-    T = len(train)
-    assert q.tolist() == [int(np.ceil(-np.log((1 + 3) / T))), int(np.ceil(-np.log((1 + 2) / T))),
-                          int(np.ceil(np.log(T)))]
-
-
 def test_cli_mix(random_corpus, tmp_path):
     from test_cli import assert_one_line_error, run
 

@@ -78,31 +78,34 @@ class EMResult:
 
 
 def fit_weights_em(component_log_probs: np.ndarray, buckets: np.ndarray | None = None,
-                   n_buckets: int = 1, iterations: int = 20, tol: float = 1e-7) -> EMResult:
+                   n_buckets: int = 1, iterations: int = 20, tol: float | None = 1e-7,
+                   initial: np.ndarray | None = None) -> EMResult:
     """EM for mixture weights per bucket, maximizing the mean log-likelihood of held-out data.
 
     component_log_probs: [K, N] natural-log probabilities of the held-out tokens under each
-    component (computed once; EM only reweights them). The likelihood never decreases.
+    component (computed once; EM only reweights them; -inf where a component is undefined, whose
+    weight must then start at 0). The likelihood never decreases. Stops after `iterations`
+    steps, or earlier once a step gains less than `tol` (None: never earlier). Buckets absent
+    from the held-out data keep their initial weights (default: equal).
     """
     lp = np.asarray(component_log_probs, dtype=np.float64)
     k, n = lp.shape
     buckets = np.zeros(n, dtype=np.int64) if buckets is None else np.asarray(buckets, dtype=np.int64)
-    weights = np.full((n_buckets, k), 1.0 / k)
+    weights = np.full((n_buckets, k), 1.0 / k) if initial is None else np.array(initial, dtype=np.float64)
     shift = lp.max(axis=0)
     p = np.exp(lp - shift)  # [K, N], scaled per token: the scale cancels in the posteriors
+    size = np.bincount(buckets, minlength=n_buckets)
+    seen = size > 0
     history: list[float] = []
-    for _ in range(iterations + 1):
+    for step in range(iterations + 1):
         joint = weights[buckets].T * p          # [K, N]
         total = joint.sum(axis=0)
         history.append(float(np.mean(np.log(total) + shift)))
-        if len(history) > 1 and history[-1] - history[-2] < tol:
-            break
-        if len(history) == iterations + 1:
+        if step == iterations or (tol is not None and step > 0 and history[-1] - history[-2] < tol):
             break
         posterior = joint / total               # responsibilities [K, N]
         mass = np.stack([np.bincount(buckets, weights=posterior[j], minlength=n_buckets) for j in range(k)], axis=1)
-        counts = mass.sum(axis=1, keepdims=True)
-        weights = np.where(counts > 0, mass / np.maximum(counts, 1e-300), weights)
+        weights[seen] = mass[seen] / size[seen, None]
     return EMResult(weights, history)
 
 
@@ -121,7 +124,7 @@ def mix_on_corpus(components: Sequence[LanguageModel], corpus, mode: str,
                   fit_split: str = "valid", iterations: int = 20) -> FittedMixture:
     """Mix `components`, fitting weights on `fit_split` (EM modes); each component scores each split once."""
     from nnlm.lm import contexts, split_log_probs
-    from nnlm.ngram.buckets import ContextFrequencyBuckets
+    from nnlm.ngram.interpolated import InterpolatedTrigram
 
     if mode not in MIX_MODES:
         raise NnlmError(f"unknown mixing mode {mode!r}; choose from {', '.join(MIX_MODES)}")
@@ -129,8 +132,8 @@ def mix_on_corpus(components: Sequence[LanguageModel], corpus, mode: str,
     lps = {s: np.stack([split_log_probs(m, corpus, s) for m in components]) for s in needed}
     bucketer, n_buckets, order = None, 1, 1
     if mode == "em-buckets":
-        bucketer = ContextFrequencyBuckets.from_train(corpus.train, len(corpus.vocab))
-        n_buckets, order = bucketer.n_buckets, bucketer.order
+        trigram = InterpolatedTrigram.fit(corpus.vocab, corpus.train)  # its buckets, not its weights
+        bucketer, n_buckets, order = trigram.buckets, trigram.n_buckets, trigram.order
     stream = corpus.stream()
 
     def buckets_of(split: str) -> np.ndarray:

@@ -22,7 +22,8 @@ import numpy as np
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_path
-from nnlm.ngram.backoff import BackoffModel, BackoffTables, lookup
+from nnlm.ngram.backoff import BackoffModel, BackoffTables
+from nnlm.ngram.keys import lookup
 from nnlm.ngram.counts import MAX_ORDER
 
 MARKERS = ("<s>", "</s>")

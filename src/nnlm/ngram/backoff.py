@@ -22,6 +22,7 @@ import numpy as np
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
+from nnlm.ngram.keys import lookup, ranges, search
 from nnlm.ngram.store import load_arrays, save_arrays
 
 LN10 = float(np.log(10.0))
@@ -85,7 +86,7 @@ class BackoffTables:
             hist = self.index(ctx[:, ctx.shape[1] - m:])
             listed = hist >= 0
             backoff = np.where(listed, self.log10_backoff[m - 1][np.maximum(hist, 0)], 0.0)
-            gram, hit = _search(self.keys[m], np.maximum(hist, 0) * v + targets)
+            gram, hit = search(self.keys[m], np.maximum(hist, 0) * v + targets)
             hit &= listed
             result = np.where(hit, self.log10_prob[m][gram], result + backoff)
         return result
@@ -109,7 +110,7 @@ class BackoffTables:
             out[rows] *= np.power(10.0, self.log10_backoff[m - 1][h])[:, None]
             lo = np.searchsorted(self.keys[m], h * v)
             hi = np.searchsorted(self.keys[m], (h + 1) * v)
-            entries = _ranges(lo, hi)
+            _, entries = ranges(lo, hi)
             out[np.repeat(rows, hi - lo), self.keys[m][entries] % v] = np.power(10.0, self.log10_prob[m][entries])
         return out
 
@@ -130,32 +131,6 @@ class BackoffTables:
                        [arrays[f"log10_backoff_{k}"].astype(np.float64) for k in range(1, order + 1)])
         except (KeyError, ValueError) as exc:
             raise NnlmError(f"saved back-off tables are incomplete or inconsistent ({exc})") from None
-
-
-def lookup(keys: list[np.ndarray], vocab_size: int, grams: np.ndarray) -> np.ndarray:
-    """Index of each row of grams [N, k] among packed keys[k-1] (-1 if absent): k searchsorted calls."""
-    grams = np.asarray(grams, dtype=np.int64)
-    idx = grams[:, 0].copy()
-    found = (idx >= 0) & (idx < vocab_size)
-    for j in range(1, grams.shape[1]):
-        idx, hit = _search(keys[j], np.where(found, idx, 0) * vocab_size + grams[:, j])
-        found &= hit
-    return np.where(found, idx, -1)
-
-
-def _search(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if len(sorted_keys) == 0:
-        return np.zeros(len(keys), dtype=np.int64), np.zeros(len(keys), dtype=bool)
-    where = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return where, sorted_keys[where] == keys
-
-
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(lo[i], hi[i]) for all i, without a Python loop."""
-    lengths = hi - lo
-    total = int(lengths.sum())
-    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return starts + np.arange(total)
 
 
 class BackoffModel(LanguageModel):

@@ -23,28 +23,14 @@ from nnlm.data.corpus import Corpus
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, contexts
+from nnlm.mixture import fit_weights_em
 from nnlm.ngram.counts import count_ngrams
+from nnlm.ngram.keys import ranges, value_at
 from nnlm.ngram.store import load_arrays, save_arrays
 
 COMPONENTS = 4  # uniform, unigram, bigram, trigram
 EM_ITERATIONS = 5
 MAX_VOCAB = 2_000_000  # trigram keys u*V*V + v*V + w must fit in int64
-
-
-def _lookup(sorted_keys: np.ndarray, values: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """values[i] where sorted_keys[i] == key, else 0."""
-    if len(sorted_keys) == 0:
-        return np.zeros(len(keys), dtype=values.dtype)
-    where = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return np.where(sorted_keys[where] == keys, values[where], 0)
-
-
-def _ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenation of arange(starts[i], stops[i]) and the row i each element came from."""
-    lengths = stops - starts
-    rows = np.repeat(np.arange(len(starts)), lengths)
-    offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return rows, np.repeat(starts, lengths) + offsets
 
 
 class InterpolatedTrigram(LanguageModel):
@@ -106,6 +92,11 @@ class InterpolatedTrigram(LanguageModel):
         return math.ceil(math.log(self.train_tokens)) + 1
 
     @property
+    def n_buckets(self) -> int:
+        """Seen-context buckets, then one for contexts without a trigram, one without a bigram."""
+        return self.seen_buckets + 2
+
+    @property
     def no_trigram_bucket(self) -> int:
         return self.seen_buckets
 
@@ -115,7 +106,7 @@ class InterpolatedTrigram(LanguageModel):
 
     def _initial_weights(self) -> np.ndarray:
         """Equal weights over the components each bucket can use."""
-        w = np.full((self.seen_buckets + 2, COMPONENTS), 1.0 / COMPONENTS)
+        w = np.full((self.n_buckets, COMPONENTS), 1.0 / COMPONENTS)
         w[self.no_trigram_bucket] = [1 / 3, 1 / 3, 1 / 3, 0]
         w[self.no_bigram_bucket] = [1 / 2, 1 / 2, 0, 0]
         return w
@@ -124,7 +115,7 @@ class InterpolatedTrigram(LanguageModel):
         """freq(u, v) as a trigram context, and freq(v) as a bigram context, for each row."""
         v = len(self.vocab)
         u, prev = contexts[:, -2].astype(np.int64), contexts[:, -1].astype(np.int64)
-        tri = _lookup(self.tables["context_keys"], self.tables["context_totals"], u * v + prev)
+        tri = value_at(self.tables["context_keys"], self.tables["context_totals"], u * v + prev)
         return tri, self.tables["bigram_totals"][prev]
 
     def buckets(self, contexts: np.ndarray) -> np.ndarray:
@@ -147,8 +138,8 @@ class InterpolatedTrigram(LanguageModel):
         out = np.empty((len(targets), COMPONENTS))
         out[:, 0] = 1.0 / v
         out[:, 1] = t["unigram"][targets] / self.train_tokens
-        out[:, 2] = _lookup(t["bigram_keys"], t["bigram_counts"], prev * v + targets) / np.maximum(bi_total, 1)
-        tri = _lookup(t["trigram_keys"], t["trigram_counts"], (u * v + prev) * v + targets)
+        out[:, 2] = value_at(t["bigram_keys"], t["bigram_counts"], prev * v + targets) / np.maximum(bi_total, 1)
+        tri = value_at(t["trigram_keys"], t["trigram_counts"], (u * v + prev) * v + targets)
         out[:, 3] = tri / np.maximum(tri_total, 1)
         return out
 
@@ -156,25 +147,12 @@ class InterpolatedTrigram(LanguageModel):
     def fit_weights(self, contexts: np.ndarray, targets: np.ndarray, iterations: int = EM_ITERATIONS) -> list[float]:
         """EM for the bucket weights on held-out (contexts, targets); returns the mean
         log-likelihood before the first step and after each step (never decreasing)."""
-        probs = self.components(contexts, targets)  # fixed: only the weights move
-        bucket = self.buckets(contexts)
-        n_buckets = len(self.weights)
-        size = np.bincount(bucket, minlength=n_buckets)
-        weights = self._initial_weights()
-        history = []
-        for step in range(iterations + 1):
-            joint = weights[bucket] * probs  # [N, 4]
-            mixture = joint.sum(axis=1)
-            history.append(float(np.mean(np.log(mixture))))
-            if step == iterations:
-                break
-            resp = joint / mixture[:, None]
-            totals = np.stack([np.bincount(bucket, weights=resp[:, k], minlength=n_buckets)
-                               for k in range(COMPONENTS)], axis=1)
-            seen = size > 0  # buckets absent from held-out data keep their starting weights
-            weights[seen] = totals[seen] / size[seen, None]
-        self.weights, self.em_history = weights, history
-        return history
+        with np.errstate(divide="ignore"):  # undefined components: log 0 = -inf, weight 0
+            log_probs = np.log(self.components(contexts, targets).T)
+        fit = fit_weights_em(log_probs, self.buckets(contexts), self.n_buckets, iterations, tol=None,
+                             initial=self._initial_weights())
+        self.weights, self.em_history = fit.weights, fit.log_likelihood
+        return fit.log_likelihood
 
     # ---- the interface -------------------------------------------------------------------
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -191,11 +169,11 @@ class InterpolatedTrigram(LanguageModel):
         tri_total, bi_total = self._context_freq(contexts)
         out = a[:, :1] / v + a[:, 1:2] * (t["unigram"] / self.train_tokens)[None, :]
         # bigram rows: the slice of bigram_keys in [prev*V, (prev+1)*V)
-        rows, idx = _ranges(np.searchsorted(t["bigram_keys"], prev * v),
+        rows, idx = ranges(np.searchsorted(t["bigram_keys"], prev * v),
                             np.searchsorted(t["bigram_keys"], (prev + 1) * v))
         out[rows, t["bigram_keys"][idx] % v] += a[rows, 2] * t["bigram_counts"][idx] / bi_total[rows]
         ctx = u * v + prev
-        rows, idx = _ranges(np.searchsorted(t["trigram_keys"], ctx * v),
+        rows, idx = ranges(np.searchsorted(t["trigram_keys"], ctx * v),
                             np.searchsorted(t["trigram_keys"], (ctx + 1) * v))
         out[rows, t["trigram_keys"][idx] % v] += a[rows, 3] * t["trigram_counts"][idx] / tri_total[rows]
         return out
