@@ -116,3 +116,19 @@ def test_failed_cache_write_leaves_nothing_behind(toy_dir, tmp_path, monkeypatch
     with pytest.raises(OSError):
         load_corpus(str(toy_dir))
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    import os
+
+    from nnlm.io import atomic_dir, atomic_write_text
+
+    mask = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "f.txt", "x")
+        with atomic_dir(tmp_path / "d") as d:
+            (d / "inner").write_text("y")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755

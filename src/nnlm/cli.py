@@ -51,21 +51,168 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ngram_model(args: argparse.Namespace, corpus):
+    """The model to evaluate: built from train, or loaded (--load DIR, --load-arpa FILE)."""
+    from nnlm.ngram.arpa import read_arpa
+    from nnlm.ngram.build import build_ngram, load_ngram
+
+    if args.load and args.load_arpa:
+        raise NnlmError("give --load or --load-arpa, not both")
+    if not (args.load or args.load_arpa):
+        return build_ngram(args.kind, corpus, args.order, **_kind_options(args)), args.kind
+    if args.classes is not None:
+        raise NnlmError("--classes applies only when building --kind class")
+    model = load_ngram(args.load) if args.load else read_arpa(args.load_arpa, corpus.vocab)
+    if args.order is not None and args.order != model.order:
+        raise NnlmError(f"the loaded model has order {model.order}, not --order {args.order}")
+    return model, None if args.load else "arpa"
+
+
+def _kind_options(args: argparse.Namespace) -> dict:
+    """Options that only some kinds take (--classes: class)."""
+    if args.classes is None:
+        return {}
+    if args.kind != "class":
+        raise NnlmError("--classes applies only when building --kind class")
+    return {"classes": args.classes}
+
+
 def cmd_ngram(args: argparse.Namespace) -> int:
     from nnlm.lm import perplexity
-    from nnlm.ngram.build import build_ngram, save_ngram
+    from nnlm.ngram.build import save_ngram
 
     corpus = _load_corpus(args)
     t0 = time.perf_counter()
-    model = build_ngram(args.kind, corpus, args.order)
+    model, kind = _ngram_model(args, corpus)
+    kind = kind or getattr(model, "kind", type(model).__name__)
     build_seconds = time.perf_counter() - t0
     if args.save:
         save_ngram(model, args.save)
+    if args.arpa:
+        from nnlm.ngram.arpa import write_arpa
+        from nnlm.ngram.backoff import BackoffModel
+
+        if not isinstance(model, BackoffModel):
+            raise NnlmError(f"only back-off models (kind kn, or an ARPA file) can be written as ARPA, not {kind}")
+        write_arpa(model, args.arpa)
     ppl = {s: perplexity(model, corpus, s) for s in ("train", "valid", "test")}
-    result = {"corpus": corpus.name, "kind": args.kind, "order": model.order, "vocab": len(corpus.vocab),
+    action = "loaded" if args.load or args.load_arpa else "built"
+    result = {"corpus": corpus.name, "kind": kind, "order": model.order, "vocab": len(corpus.vocab),
               "perplexity": ppl, "build_seconds": build_seconds}
-    lines = [f"{args.kind} (order {model.order}) on {corpus.name}, |V| = {len(corpus.vocab):,}; "
-             f"built in {build_seconds:.2f} s",
+    lines = [f"{kind} (order {model.order}) on {corpus.name}, |V| = {len(corpus.vocab):,}; "
+             f"{action} in {build_seconds:.2f} s",
+             "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items())]
+    if hasattr(model, "details"):  # what the build did, e.g. EM steps or clustering time
+        result["details"], text = model.details()
+        lines.append("  " + text)
+    _emit(args, result, lines)
+    return 0
+
+
+def _read_lines(source: str) -> list[str]:
+    """Lines of a UTF-8 file or stdin ('-'); undecodable lines are kept as None-free markers."""
+    from pathlib import Path
+
+    try:
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise NnlmError(f"cannot read {source}: {exc.strerror}") from None
+    lines = []
+    for number, chunk in enumerate(raw.split(b"\n"), start=1):
+        try:
+            lines.append(chunk.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError:
+            lines.append(f"\x00bad-utf8 line {number}")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.use import score_lines
+
+    model = load(args.model)
+    lines = _read_lines(args.file)
+    bad_bytes = [i for i, line in enumerate(lines, 1) if line.startswith("\x00bad-utf8")]
+    if bad_bytes and not args.skip_bad:
+        raise NnlmError(f"line {bad_bytes[0]} is not valid UTF-8 (use --skip-bad to skip such lines)")
+    lines = ["" if line.startswith("\x00bad-utf8") else line for line in lines]
+    scores, bad = score_lines(model, lines, carry_context=not args.independent, skip_bad=args.skip_bad)
+    for number, reason in bad:
+        if number not in bad_bytes:
+            print(f"nnlm: skipped line {number}: {reason}", file=sys.stderr)
+    for number in bad_bytes:
+        print(f"nnlm: skipped line {number}: not valid UTF-8", file=sys.stderr)
+    total_lp = sum(s.log10_prob for s in scores)
+    total_tokens = sum(s.tokens for s in scores)
+    total_oov = sum(s.oov for s in scores)
+    total_ppl = float(10 ** (-total_lp / total_tokens)) if total_tokens else float("nan")
+    if args.json:
+        out = {"lines": [{"line": s.line_number, "log10_prob": s.log10_prob, "tokens": s.tokens, "oov": s.oov,
+                          "perplexity": s.perplexity,
+                          **({"word_log10": s.word_log10.tolist()} if args.per_word else {})} for s in scores],
+               "total": {"log10_prob": total_lp, "tokens": total_tokens, "oov": total_oov,
+                         "perplexity": total_ppl, "skipped": [n for n, _ in bad]}}
+        print(json.dumps(out))
+        return 0
+    for s in scores:
+        if args.per_word:
+            words = lines[s.line_number - 1].split() + ["<p>"]
+            print("\t".join(f"{w}={p:.4f}" for w, p in zip(words, s.word_log10)))
+        print(f"line {s.line_number}\tlog10 {s.log10_prob:.4f}\ttokens {s.tokens}\tOOV {s.oov}\tppl {s.perplexity:.2f}")
+    print(f"Total\tlog10 {total_lp:.4f}\ttokens {total_tokens}\tOOV {total_oov}\tppl {total_ppl:.2f}"
+          + (f"\tskipped {len(bad)}" if bad else ""))
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.use import generate, render
+
+    model = load(args.model)
+    prompt = args.prompt.split()
+    if prompt and all(w not in model.vocab for w in prompt):
+        raise NnlmError("every word of the prompt is outside the model's vocabulary")
+    tokens = generate(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
+    print(render(prompt + tokens))
+    return 0
+
+
+def cmd_next(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.use import next_words
+
+    model = load(args.model)
+    ranked = next_words(model, args.context.split(), args.k)
+    _emit(args, {"context": args.context, "next": [{"word": w, "p": p} for w, p in ranked]},
+          [f"{p:.5f}  {w}" for w, p in ranked])
+    return 0
+
+
+def cmd_mix(args: argparse.Namespace) -> int:
+    from nnlm.lm import perplexity_from_log_probs
+    from nnlm.loading import load_or_build
+    from nnlm.mixture import mix_on_corpus
+
+    corpus = _load_corpus(args)
+    components = [load_or_build(spec, corpus) for spec in args.models]
+    if args.weights in ("em", "em-buckets"):
+        mode, fixed = args.weights, None
+    else:
+        mode = "fixed"
+        try:
+            fixed = [float(w) for w in args.weights.split(",")]
+        except ValueError:
+            raise NnlmError(f"--weights must be em, em-buckets or numbers like 0.5,0.5; got {args.weights!r}") from None
+    fitted = mix_on_corpus(components, corpus, mode, fixed)
+    ppl = {s: perplexity_from_log_probs(lp) for s, lp in fitted.split_log_probs.items()}
+    weights = fitted.model.weights
+    result = {"corpus": corpus.name, "models": args.models, "mode": mode, "weights": weights.tolist(),
+              "perplexity": ppl, "em_log_likelihood": fitted.em.log_likelihood if fitted.em else None}
+    shown = weights[0] if len(weights) == 1 else weights.mean(axis=0)
+    lines = [f"mixture of {', '.join(args.models)} ({mode}) on {corpus.name}",
+             "  weights " + ", ".join(f"{w:.3f}" for w in shown) + (" (mean over buckets)" if len(weights) > 1 else ""),
              "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items())]
     _emit(args, result, lines)
     return 0
@@ -152,13 +299,53 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ngram", help="build a count-based model and print its perplexities")
     _add_corpus_options(p)
-    p.add_argument("--kind", default="addone", help="uniform, addone")
+    p.add_argument("--kind", default="addone",
+                   help="uniform, addone, kn (modified Kneser-Ney), interpolated (deleted-interpolation trigram), "
+                        "class (class-based back-off)")
+    p.add_argument("--classes", type=int, default=None, metavar="C",
+                   help="--kind class: number of word classes (default 500)")
     p.add_argument("--order", type=int, default=None, help="n-gram order (default: the kind's own)")
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
+    p.add_argument("--arpa", metavar="FILE", help="also write the model as an ARPA file (back-off models: kn)")
+    p.add_argument("--load", metavar="DIR", help="evaluate a model saved with --save instead of building one")
+    p.add_argument("--load-arpa", metavar="FILE", help="evaluate an ARPA file on the corpus (its words must be the corpus vocabulary)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_ngram)
 
     _add_train_parser(sub)
+
+    p = sub.add_parser("mix", help="mix models (fixed weights, or EM on validation) and print perplexities")
+    p.add_argument("models", nargs="+", help="saved models or specs like kn:5, interpolated:3")
+    p.add_argument("--weights", default="em", help="comma-separated fixed weights (e.g. 0.5,0.5), em, or em-buckets")
+    _add_corpus_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_mix)
+
+    p = sub.add_parser("score", help="score text, one line (paragraph) at a time, like KenLM's query")
+    p.add_argument("model", help="a saved model (directory or file)")
+    p.add_argument("file", nargs="?", default="-", help="UTF-8 text, one paragraph per line (default: stdin)")
+    p.add_argument("--per-word", action="store_true", help="also print each word's log10 probability")
+    p.add_argument("--independent", action="store_true",
+                   help="score each line from the start of a text instead of after the previous line")
+    p.add_argument("--skip-bad", action="store_true", help="skip (and report) empty or undecodable lines")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("generate", help="sample text from a model")
+    p.add_argument("model")
+    p.add_argument("--prompt", default="", help="words to continue")
+    p.add_argument("--tokens", type=int, default=50)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("next", help="the most likely next words after a context")
+    p.add_argument("model")
+    p.add_argument("context", help="the preceding words")
+    p.add_argument("-k", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_next)
     return parser
 
 

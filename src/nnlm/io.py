@@ -9,6 +9,12 @@ from pathlib import Path
 from typing import Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it is renamed onto `path`."""
@@ -17,6 +23,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; the result is an ordinary file
     try:
         yield tmp_path
         with open(tmp_path, "rb") as fh:
@@ -40,6 +47,7 @@ def atomic_dir(path: Path | str, replace: bool = False) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the result is an ordinary directory
     try:
         yield tmp
         if replace and path.exists():

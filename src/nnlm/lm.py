@@ -36,6 +36,35 @@ class LanguageModel(ABC):
     def context_size(self) -> int:
         return self.order - 1
 
+    # Conveniences for people using a model on text, built on the two methods above (nnlm.use).
+    def score_words(self, text: str) -> np.ndarray:
+        """Natural-log probability of each token of `text` (lines = paragraphs, each ending in `<p>`)."""
+        from nnlm.use import score_lines
+
+        scores, _ = score_lines(self, text.splitlines())
+        return np.concatenate([s.word_log10 for s in scores]) / np.log10(np.e)
+
+    def score(self, text: str) -> float:
+        """Total natural-log probability of `text`."""
+        return float(self.score_words(text).sum())
+
+    def text_perplexity(self, text: str) -> float:
+        """Perplexity of `text`, every token (and each line's `<p>`) counted."""
+        return perplexity_from_log_probs(self.score_words(text))
+
+    def next_words(self, context: str, k: int = 10) -> list[tuple[str, float]]:
+        """The k most likely tokens after `context`, with their probabilities."""
+        from nnlm.use import next_words
+
+        return next_words(self, context.split(), k)
+
+    def generate(self, prompt: str = "", tokens: int = 50, temperature: float = 1.0,
+                 top_k: int | None = None, seed: int = 0) -> list[str]:
+        """Sample tokens after `prompt`; reproducible from `seed`."""
+        from nnlm.use import generate
+
+        return generate(self, prompt.split(), tokens, temperature, top_k, seed)
+
 
 def contexts(stream: np.ndarray, positions: np.ndarray, context_size: int, pad_id: int) -> np.ndarray:
     """Rows stream[p-k .. p-1] for each position p, with `pad_id` before the stream's start."""

@@ -11,6 +11,11 @@ from typing import Callable
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
+from nnlm.ngram.backoff import BackoffModel
+from nnlm.ngram.class_based import DEFAULT_CLASSES, ClassNgram
+from nnlm.ngram.counts import MAX_ORDER
+from nnlm.ngram.interpolated import InterpolatedTrigram
+from nnlm.ngram.kneser_ney import KneserNeyModel
 from nnlm.ngram.simple import AddOneBigram, UniformModel
 from nnlm.ngram.store import load_arrays
 
@@ -28,15 +33,36 @@ def _addone(corpus: Corpus, order: int, options: dict) -> LanguageModel:
     return AddOneBigram.fit(corpus.vocab, corpus.train)
 
 
+def _interpolated(corpus: Corpus, order: int, options: dict) -> LanguageModel:
+    if order != 3:
+        raise NnlmError("the deleted-interpolation model is a trigram: use --order 3")
+    return InterpolatedTrigram.fit_corpus(corpus)
+
+
+def _kn(corpus: Corpus, order: int, options: dict) -> LanguageModel:
+    return KneserNeyModel.fit(corpus.vocab, corpus.train, order)
+
+
+def _class(corpus: Corpus, order: int, options: dict) -> LanguageModel:
+    return ClassNgram.fit_corpus(corpus, order, options.get("classes") or DEFAULT_CLASSES)
+
+
 # kind -> (builder, default order)
 KINDS: dict[str, tuple[Builder, int]] = {
     "uniform": (_uniform, 1),
     "addone": (_addone, 2),
+    "interpolated": (_interpolated, 3),
+    "kn": (_kn, 5),
+    "class": (_class, 3),
 }
 
 # kind -> class with save(directory) / load(directory)
 SAVED_KINDS: dict[str, type] = {
     "addone": AddOneBigram,
+    "interpolated": InterpolatedTrigram,
+    "kn": KneserNeyModel,
+    "backoff": BackoffModel,
+    "class": ClassNgram,
 }
 
 
@@ -44,7 +70,10 @@ def build_ngram(kind: str, corpus: Corpus, order: int | None = None, **options) 
     if kind not in KINDS:
         raise NnlmError(f"unknown n-gram kind {kind!r}; choose from {', '.join(KINDS)}")
     builder, default_order = KINDS[kind]
-    return builder(corpus, default_order if order is None else order, options)
+    order = default_order if order is None else order
+    if not 1 <= order <= MAX_ORDER:
+        raise NnlmError(f"n-gram order must be between 1 and {MAX_ORDER}, got {order}")
+    return builder(corpus, order, options)
 
 
 def save_ngram(model: LanguageModel, directory: Path | str) -> None:

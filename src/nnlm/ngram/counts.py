@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnlm.errors import NnlmError
+from nnlm.ngram.keys import lookup
 
 MAX_ORDER = 6
 
@@ -54,30 +55,16 @@ class NgramCounts:
 
     def index(self, grams: np.ndarray) -> np.ndarray:
         """Table index of each row of grams [N, k] in order k; -1 where the k-gram was never seen."""
-        grams = np.asarray(grams, dtype=np.int64)
-        n, k = grams.shape
+        k = np.asarray(grams).shape[1]
         if not 1 <= k <= self.order:
             raise ValueError(f"can look up orders 1..{self.order}, not {k}")
-        idx = np.zeros(n, dtype=np.int64)
-        found = np.ones(n, dtype=bool)
-        for j in range(k):
-            key = grams[:, j] if j == 0 else idx * self.vocab_size + grams[:, j]
-            idx, hit = _search(self.keys[j], key)
-            found &= hit
-            idx = np.where(found, idx, 0)
-        return np.where(found, idx, -1)
+        return lookup(self.keys, self.vocab_size, grams)
 
     def count(self, grams: np.ndarray) -> np.ndarray:
         """Occurrence count of each row of grams [N, k] (0 if unseen)."""
         idx = self.index(grams)
         k = np.asarray(grams).shape[1]
         return np.where(idx >= 0, self.counts[k - 1][np.maximum(idx, 0)], 0)
-
-
-def _search(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    where = np.searchsorted(sorted_keys, keys)
-    where = np.minimum(where, len(sorted_keys) - 1)
-    return where, sorted_keys[where] == keys
 
 
 def count_ngrams(ids: np.ndarray, order: int, vocab_size: int) -> NgramCounts:

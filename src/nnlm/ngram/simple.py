@@ -7,6 +7,7 @@ import numpy as np
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.lm import LanguageModel
+from nnlm.ngram.keys import ranges, value_at
 from nnlm.ngram.store import load_arrays, save_arrays
 
 
@@ -54,25 +55,18 @@ class AddOneBigram(LanguageModel):
         _, vocab, a = load_arrays(directory)
         return cls(vocab, a["pair_keys"], a["pair_counts"], a["context_counts"])
 
-    def _pair_count(self, keys: np.ndarray) -> np.ndarray:
-        where = np.searchsorted(self._pair_keys, keys)
-        where = np.minimum(where, len(self._pair_keys) - 1)
-        found = self._pair_keys[where] == keys
-        return np.where(found, self._pair_counts[where], 0).astype(np.float64)
-
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         v = len(self.vocab)
         prev = np.asarray(contexts[:, -1], dtype=np.int64)
-        counts = self._pair_count(prev * v + np.asarray(targets, dtype=np.int64))
+        counts = value_at(self._pair_keys, self._pair_counts, prev * v + np.asarray(targets, dtype=np.int64)).astype(np.float64)
         return np.log(counts + 1.0) - np.log(self._context_counts[prev] + v)
 
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
         v = len(self.vocab)
         prev = np.asarray(contexts[:, -1], dtype=np.int64)
         out = np.ones((len(prev), v), dtype=np.float64)
-        lo = np.searchsorted(self._pair_keys, prev * v)
-        hi = np.searchsorted(self._pair_keys, (prev + 1) * v)
-        for row, (a, b) in enumerate(zip(lo, hi)):  # one slice per context row, not per token
-            out[row, self._pair_keys[a:b] - prev[row] * v] += self._pair_counts[a:b]
+        rows, entries = ranges(np.searchsorted(self._pair_keys, prev * v),
+                               np.searchsorted(self._pair_keys, (prev + 1) * v))
+        out[rows, self._pair_keys[entries] % v] += self._pair_counts[entries]
         out /= (self._context_counts[prev] + v)[:, None]
         return out

@@ -1,0 +1,60 @@
+"""`nnlm.load(path)`: any saved model -> a LanguageModel, chosen by what is at `path`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel
+
+
+def load(path: str | Path) -> LanguageModel:
+    """Load a saved n-gram directory or an ARPA file (more kinds register in `LOADERS`)."""
+    path = Path(path)
+    if not path.exists():
+        raise NnlmError(f"no model at {path}")
+    for accepts, loader in LOADERS:
+        if accepts(path):
+            return loader(path)
+    raise NnlmError(f"{path} is not a model nnlm can load (a saved n-gram directory or an ARPA file)")
+
+
+def _is_ngram_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "arrays.npz").exists()
+
+
+def _load_ngram(path: Path) -> LanguageModel:
+    from nnlm.ngram.build import load_ngram
+
+    return load_ngram(path)
+
+
+def _is_arpa(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(64).lstrip().startswith(b"\\data\\")
+
+
+def _load_arpa(path: Path) -> LanguageModel:
+    from nnlm.ngram.arpa import read_arpa
+
+    return read_arpa(path)  # its vocabulary is the file's unigrams
+
+
+LOADERS = [(_is_ngram_dir, _load_ngram), (_is_arpa, _load_arpa)]
+
+
+def load_or_build(spec: str, corpus) -> LanguageModel:
+    """A model from a path (saved model) or a spec `kind[:order]` built on `corpus` (e.g. kn:5)."""
+    if Path(spec).exists():
+        return load(spec)
+    from nnlm.ngram.build import KINDS, build_ngram
+
+    kind, _, order = spec.partition(":")
+    if kind not in KINDS:
+        raise NnlmError(f"{spec!r} is neither a saved model nor a model spec like "
+                        f"{', '.join(k + ':N' for k in KINDS)}")
+    try:
+        return build_ngram(kind, corpus, int(order) if order else None)
+    except ValueError:
+        raise NnlmError(f"bad order in model spec {spec!r}: expected kind:N") from None

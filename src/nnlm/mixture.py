@@ -1,0 +1,155 @@
+"""Mixtures of language models: P(w | h) = sum_k lambda_k(h) P_k(w | h).
+
+The weights are a table [buckets, components]; a `bucketer` maps each context to a bucket
+(one bucket = global weights, as the paper's fixed 0.5/0.5 or one EM weight per component;
+context-frequency buckets = the paper's "weights conditional on the frequency of the context").
+EM fits the table on the components' probabilities of a held-out split, computed once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel
+
+Bucketer = Callable[[np.ndarray], np.ndarray]  # contexts [N, k] -> bucket ids [N] in 0..B-1
+
+
+def _one_bucket(contexts: np.ndarray) -> np.ndarray:
+    return np.zeros(len(contexts), dtype=np.int64)
+
+
+class Mixture(LanguageModel):
+    """A LanguageModel that averages others (same vocabulary) with per-bucket weights."""
+
+    def __init__(self, components: Sequence[LanguageModel], weights: np.ndarray | Sequence[float],
+                 bucketer: Bucketer | None = None, bucketer_order: int = 1) -> None:
+        if len(components) < 1:
+            raise NnlmError("a mixture needs at least one component")
+        vocab = components[0].vocab
+        for c in components[1:]:
+            if c.vocab.fingerprint != vocab.fingerprint:
+                raise NnlmError("mixture components must share one vocabulary "
+                                f"({len(vocab)} vs {len(c.vocab)} words)")
+        weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+        if weights.shape[1] != len(components):
+            raise NnlmError(f"{weights.shape[1]} weights for {len(components)} components")
+        if (weights < 0).any() or not np.allclose(weights.sum(axis=1), 1.0, atol=1e-6):
+            raise NnlmError("mixture weights must be non-negative and sum to 1")
+        self.components = list(components)
+        self.weights = weights
+        self.vocab = vocab
+        self.bucketer = bucketer or _one_bucket
+        self.order = max([c.order for c in components] + [bucketer_order])
+
+    def _buckets(self, contexts: np.ndarray) -> np.ndarray:
+        return self.bucketer(contexts)
+
+    def _own_context(self, model: LanguageModel, contexts: np.ndarray) -> np.ndarray:
+        return contexts[:, contexts.shape[1] - model.context_size:]
+
+    def component_log_probs(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """log P_k of each target under each component: float64 [K, N]."""
+        return np.stack([m.log_prob(self._own_context(m, contexts), targets) for m in self.components])
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        return self.combine(self.component_log_probs(contexts, targets), self._buckets(contexts))
+
+    def combine(self, component_log_probs: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+        """log sum_k w_k[bucket] P_k from the components' log-probs [K, N]: reuse them across weightings."""
+        log_w = np.log(np.maximum(self.weights[buckets].T, 1e-300))
+        return np.logaddexp.reduce(component_log_probs + log_w, axis=0)
+
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
+        w = self.weights[self._buckets(contexts)]
+        out = np.zeros((len(contexts), len(self.vocab)), dtype=np.float64)
+        for k, m in enumerate(self.components):
+            out += w[:, k:k + 1] * m.distribution(self._own_context(m, contexts))
+        return out
+
+
+@dataclass
+class EMResult:
+    weights: np.ndarray                 # [B, K]
+    log_likelihood: list[float] = field(default_factory=list)  # mean log-likelihood before each step, and at the end
+
+
+def fit_weights_em(component_log_probs: np.ndarray, buckets: np.ndarray | None = None,
+                   n_buckets: int = 1, iterations: int = 20, tol: float | None = 1e-7,
+                   initial: np.ndarray | None = None) -> EMResult:
+    """EM for mixture weights per bucket, maximizing the mean log-likelihood of held-out data.
+
+    component_log_probs: [K, N] natural-log probabilities of the held-out tokens under each
+    component (computed once; EM only reweights them; -inf where a component is undefined, whose
+    weight must then start at 0). The likelihood never decreases. Stops after `iterations`
+    steps, or earlier once a step gains less than `tol` (None: never earlier). Buckets absent
+    from the held-out data keep their initial weights (default: equal).
+    """
+    lp = np.asarray(component_log_probs, dtype=np.float64)
+    k, n = lp.shape
+    buckets = np.zeros(n, dtype=np.int64) if buckets is None else np.asarray(buckets, dtype=np.int64)
+    weights = np.full((n_buckets, k), 1.0 / k) if initial is None else np.array(initial, dtype=np.float64)
+    shift = lp.max(axis=0)
+    p = np.exp(lp - shift)  # [K, N], scaled per token: the scale cancels in the posteriors
+    size = np.bincount(buckets, minlength=n_buckets)
+    seen = size > 0
+    history: list[float] = []
+    for step in range(iterations + 1):
+        joint = weights[buckets].T * p          # [K, N]
+        total = joint.sum(axis=0)
+        history.append(float(np.mean(np.log(total) + shift)))
+        if step == iterations or (tol is not None and step > 0 and history[-1] - history[-2] < tol):
+            break
+        posterior = joint / total               # responsibilities [K, N]
+        mass = np.stack([np.bincount(buckets, weights=posterior[j], minlength=n_buckets) for j in range(k)], axis=1)
+        weights[seen] = mass[seen] / size[seen, None]
+    return EMResult(weights, history)
+
+
+MIX_MODES = ("fixed", "em", "em-buckets")
+
+
+@dataclass
+class FittedMixture:
+    model: Mixture
+    em: EMResult | None
+    split_log_probs: dict[str, np.ndarray]   # the mixture's log P of every token, per split
+
+
+def mix_on_corpus(components: Sequence[LanguageModel], corpus, mode: str,
+                  fixed_weights: Sequence[float] | None = None, splits: Sequence[str] = ("valid", "test"),
+                  fit_split: str = "valid", iterations: int = 20) -> FittedMixture:
+    """Mix `components`, fitting weights on `fit_split` (EM modes); each component scores each split once."""
+    from nnlm.lm import contexts, split_log_probs
+    from nnlm.ngram.interpolated import InterpolatedTrigram
+
+    if mode not in MIX_MODES:
+        raise NnlmError(f"unknown mixing mode {mode!r}; choose from {', '.join(MIX_MODES)}")
+    needed = list(dict.fromkeys([fit_split, *splits])) if mode != "fixed" else list(splits)
+    lps = {s: np.stack([split_log_probs(m, corpus, s) for m in components]) for s in needed}
+    bucketer, n_buckets, order = None, 1, 1
+    if mode == "em-buckets":
+        trigram = InterpolatedTrigram.fit(corpus.vocab, corpus.train)  # its buckets, not its weights
+        bucketer, n_buckets, order = trigram.buckets, trigram.n_buckets, trigram.order
+    stream = corpus.stream()
+
+    def buckets_of(split: str) -> np.ndarray:
+        if bucketer is None:
+            return np.zeros(len(corpus.split(split)), dtype=np.int64)
+        start = corpus.split_offset(split)
+        positions = np.arange(start, start + len(corpus.split(split)))
+        return bucketer(contexts(stream, positions, 2, corpus.pad_id))
+
+    em = None
+    if mode == "fixed":
+        if fixed_weights is None:
+            raise NnlmError("fixed mixing needs weights")
+        weights = np.asarray(fixed_weights, dtype=np.float64)
+    else:
+        em = fit_weights_em(lps[fit_split], buckets_of(fit_split), n_buckets, iterations)
+        weights = em.weights
+    model = Mixture(components, weights, bucketer, order)
+    return FittedMixture(model, em, {s: model.combine(lps[s], buckets_of(s)) for s in splits})

@@ -1,0 +1,197 @@
+"""Deleted-interpolation trigram (Jelinek & Mercer), as the Bengio et al. (2003) baseline.
+
+    P(w | u, v) = a0 / |V| + a1 p1(w) + a2 p2(w | v) + a3 p3(w | u, v)
+
+p1, p2, p3 are relative frequencies from train. The weights a depend on the context's bucket
+q = ceil(-log((1 + freq(u, v)) / T)), T = number of training tokens, natural log, freq(u, v) =
+how often (u, v) is followed by a word in train. They are fitted by EM on the validation split.
+
+Unseen contexts: p3 is undefined when (u, v) was never followed by a word in train, and p2 when
+v never was. Such contexts get buckets of their own whose weights cover only the defined
+components ("no trigram": uniform, unigram, bigram; "no bigram": uniform, unigram). Every
+bucket is then an ordinary mixture of proper distributions, so each row sums to 1 and EM keeps
+its guarantee that the validation likelihood never decreases.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from nnlm.data.corpus import Corpus
+from nnlm.data.vocab import Vocabulary
+from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel, contexts
+from nnlm.mixture import fit_weights_em
+from nnlm.ngram.counts import count_ngrams
+from nnlm.ngram.keys import ranges, value_at
+from nnlm.ngram.store import load_arrays, save_arrays
+
+COMPONENTS = 4  # uniform, unigram, bigram, trigram
+EM_ITERATIONS = 5
+MAX_VOCAB = 2_000_000  # trigram keys u*V*V + v*V + w must fit in int64
+
+
+class InterpolatedTrigram(LanguageModel):
+    """Trigram relative frequencies mixed with lower orders, weights per context-frequency bucket."""
+
+    order = 3
+    kind = "interpolated"
+
+    def __init__(self, vocab: Vocabulary, tables: dict[str, np.ndarray], weights: np.ndarray,
+                 train_tokens: int, em_history: list[float] | None = None) -> None:
+        self.vocab = vocab
+        self.tables = tables  # see `fit` for what each array holds
+        self.weights = weights  # [buckets, COMPONENTS], rows sum to 1
+        self.train_tokens = train_tokens
+        self.em_history = em_history or []  # mean validation log-likelihood, before and after each EM step
+
+    # ---- counting -------------------------------------------------------------------------
+    @classmethod
+    def fit(cls, vocab: Vocabulary, train: np.ndarray) -> "InterpolatedTrigram":
+        """Relative-frequency tables from train, weights at their EM starting point."""
+        v = len(vocab)
+        if v > MAX_VOCAB:
+            raise NnlmError(f"the interpolated trigram supports at most {MAX_VOCAB:,} words, not {v:,}")
+        counts = count_ngrams(train, 3, v)
+        bigrams, trigrams = counts.words(2), counts.words(3)
+        bigram_keys = bigrams[:, 0] * v + bigrams[:, 1]  # sorted, like the table
+        trigram_keys = (trigrams[:, 0] * v + trigrams[:, 1]) * v + trigrams[:, 2]
+        # freq(u, v) as a trigram context = the sum of its trigram counts (keys are sorted by context)
+        context_keys, starts = np.unique(trigram_keys // v, return_index=True)
+        context_totals = np.add.reduceat(counts.counts[2], starts)
+        tables = {
+            "unigram": np.bincount(train, minlength=v).astype(np.int64),
+            "bigram_keys": bigram_keys,
+            "bigram_counts": counts.counts[1],
+            "bigram_totals": np.bincount(bigrams[:, 0], weights=counts.counts[1], minlength=v).astype(np.int64),
+            "trigram_keys": trigram_keys,
+            "trigram_counts": counts.counts[2],
+            "context_keys": context_keys,
+            "context_totals": context_totals.astype(np.int64),
+        }
+        model = cls(vocab, tables, np.zeros((0, COMPONENTS)), len(train))
+        model.weights = model._initial_weights()
+        return model
+
+    @classmethod
+    def fit_corpus(cls, corpus: Corpus, iterations: int = EM_ITERATIONS) -> "InterpolatedTrigram":
+        """Counts from train, mixture weights by EM on the validation split."""
+        model = cls.fit(corpus.vocab, corpus.train)
+        positions = np.arange(len(corpus.valid)) + corpus.split_offset("valid")
+        stream = corpus.stream()
+        model.fit_weights(contexts(stream, positions, 2, corpus.pad_id), stream[positions].astype(np.int64),
+                          iterations)
+        return model
+
+    # ---- buckets --------------------------------------------------------------------------
+    @property
+    def seen_buckets(self) -> int:
+        """Buckets q = 0 .. ceil(log T) of contexts seen in train."""
+        return math.ceil(math.log(self.train_tokens)) + 1
+
+    @property
+    def n_buckets(self) -> int:
+        """Seen-context buckets, then one for contexts without a trigram, one without a bigram."""
+        return self.seen_buckets + 2
+
+    @property
+    def no_trigram_bucket(self) -> int:
+        return self.seen_buckets
+
+    @property
+    def no_bigram_bucket(self) -> int:
+        return self.seen_buckets + 1
+
+    def _initial_weights(self) -> np.ndarray:
+        """Equal weights over the components each bucket can use."""
+        w = np.full((self.n_buckets, COMPONENTS), 1.0 / COMPONENTS)
+        w[self.no_trigram_bucket] = [1 / 3, 1 / 3, 1 / 3, 0]
+        w[self.no_bigram_bucket] = [1 / 2, 1 / 2, 0, 0]
+        return w
+
+    def _context_freq(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """freq(u, v) as a trigram context, and freq(v) as a bigram context, for each row."""
+        v = len(self.vocab)
+        u, prev = contexts[:, -2].astype(np.int64), contexts[:, -1].astype(np.int64)
+        tri = value_at(self.tables["context_keys"], self.tables["context_totals"], u * v + prev)
+        return tri, self.tables["bigram_totals"][prev]
+
+    def buckets(self, contexts: np.ndarray) -> np.ndarray:
+        """Mixture-weight bucket of each context row."""
+        tri, bi = self._context_freq(contexts)
+        q = np.ceil(-np.log((1.0 + tri) / self.train_tokens)).astype(np.int64)
+        q = np.clip(q, 0, self.seen_buckets - 1)
+        q = np.where(tri > 0, q, self.no_trigram_bucket)
+        return np.where(bi > 0, q, self.no_bigram_bucket)
+
+    # ---- the four components -------------------------------------------------------------
+    def components(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """[N, 4]: p0, p1(w), p2(w|v), p3(w|u,v); 0 where a component is undefined."""
+        v = len(self.vocab)
+        t = self.tables
+        contexts = np.asarray(contexts, dtype=np.int64)
+        targets = np.asarray(targets, dtype=np.int64)
+        u, prev = contexts[:, -2], contexts[:, -1]
+        tri_total, bi_total = self._context_freq(contexts)
+        out = np.empty((len(targets), COMPONENTS))
+        out[:, 0] = 1.0 / v
+        out[:, 1] = t["unigram"][targets] / self.train_tokens
+        out[:, 2] = value_at(t["bigram_keys"], t["bigram_counts"], prev * v + targets) / np.maximum(bi_total, 1)
+        tri = value_at(t["trigram_keys"], t["trigram_counts"], (u * v + prev) * v + targets)
+        out[:, 3] = tri / np.maximum(tri_total, 1)
+        return out
+
+    # ---- EM on held-out data -------------------------------------------------------------
+    def fit_weights(self, contexts: np.ndarray, targets: np.ndarray, iterations: int = EM_ITERATIONS) -> list[float]:
+        """EM for the bucket weights on held-out (contexts, targets); returns the mean
+        log-likelihood before the first step and after each step (never decreasing)."""
+        with np.errstate(divide="ignore"):  # undefined components: log 0 = -inf, weight 0
+            log_probs = np.log(self.components(contexts, targets).T)
+        fit = fit_weights_em(log_probs, self.buckets(contexts), self.n_buckets, iterations, tol=None,
+                             initial=self._initial_weights())
+        self.weights, self.em_history = fit.weights, fit.log_likelihood
+        return fit.log_likelihood
+
+    # ---- the interface -------------------------------------------------------------------
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        contexts = np.asarray(contexts, dtype=np.int64)
+        mix = (self.weights[self.buckets(contexts)] * self.components(contexts, targets)).sum(axis=1)
+        return np.log(mix)
+
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
+        v = len(self.vocab)
+        t = self.tables
+        contexts = np.asarray(contexts, dtype=np.int64)
+        u, prev = contexts[:, -2], contexts[:, -1]
+        a = self.weights[self.buckets(contexts)]  # [N, 4]
+        tri_total, bi_total = self._context_freq(contexts)
+        out = a[:, :1] / v + a[:, 1:2] * (t["unigram"] / self.train_tokens)[None, :]
+        # bigram rows: the slice of bigram_keys in [prev*V, (prev+1)*V)
+        rows, idx = ranges(np.searchsorted(t["bigram_keys"], prev * v),
+                            np.searchsorted(t["bigram_keys"], (prev + 1) * v))
+        out[rows, t["bigram_keys"][idx] % v] += a[rows, 2] * t["bigram_counts"][idx] / bi_total[rows]
+        ctx = u * v + prev
+        rows, idx = ranges(np.searchsorted(t["trigram_keys"], ctx * v),
+                            np.searchsorted(t["trigram_keys"], (ctx + 1) * v))
+        out[rows, t["trigram_keys"][idx] % v] += a[rows, 3] * t["trigram_counts"][idx] / tri_total[rows]
+        return out
+
+    def details(self) -> tuple[dict, str]:
+        """The EM trace on validation, for reports."""
+        steps = " ".join(f"{h:.4f}" for h in self.em_history)
+        return ({"em_valid_log_likelihood": self.em_history},
+                f"EM on valid, mean log-likelihood at start and after each step: {steps}")
+
+    # ---- saving --------------------------------------------------------------------------
+    def save(self, directory: Path) -> None:
+        save_arrays(directory, self.kind, self.order, self.vocab, {**self.tables, "weights": self.weights},
+                    {"train_tokens": self.train_tokens, "em_history": self.em_history})
+
+    @classmethod
+    def load(cls, directory: Path) -> "InterpolatedTrigram":
+        config, vocab, arrays = load_arrays(directory)
+        weights = arrays.pop("weights")
+        params = config["params"]
+        return cls(vocab, arrays, weights, int(params["train_tokens"]), list(params.get("em_history", [])))

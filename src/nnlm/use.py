@@ -1,0 +1,145 @@
+"""Using a model on text: score lines, list likely next words, generate. Works for any LanguageModel.
+
+Text follows the corpus format: whitespace tokens, one paragraph per line, each line ending in
+`<p>`. A file is scored as one stream (a line's first words are predicted from the end of the
+previous line, as in the corpus); the stream starts after the text marker.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnlm.data.vocab import PARAGRAPH, TEXT, Vocabulary
+from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel, contexts
+
+LOG10_E = float(np.log10(np.e))
+
+
+def start_token(vocab: Vocabulary) -> str:
+    """What precedes the first token of a text: `<text>` when the model knows it, else `<p>`."""
+    return TEXT if TEXT in vocab else PARAGRAPH
+
+
+def encode_line(vocab: Vocabulary, line: str) -> tuple[np.ndarray, int]:
+    """A line's ids with `<p>` appended, and how many of its words are outside the vocabulary."""
+    words = line.split()
+    if not words:
+        raise NnlmError("empty line: nothing to score")
+    ids = vocab.encode(words + [PARAGRAPH])
+    oov = sum(1 for w in words if w not in vocab)
+    return ids, oov
+
+
+def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray | None = None) -> np.ndarray:
+    """Natural-log probability of every token of `ids`, preceded by `history` (or the start token)."""
+    k = model.context_size
+    if history is None:
+        history = np.full(k, model.vocab.id(start_token(model.vocab)), dtype=np.int64)
+    history = np.asarray(history, dtype=np.int64)[-k:] if k else np.zeros(0, dtype=np.int64)
+    pad = model.vocab.id(start_token(model.vocab))
+    full = np.concatenate([np.full(k - len(history), pad, dtype=np.int64), history, np.asarray(ids, dtype=np.int64)])
+    positions = np.arange(k, len(full))
+    return model.log_prob(contexts(full, positions, k, pad), full[positions])
+
+
+@dataclass
+class LineScore:
+    line_number: int
+    log10_prob: float
+    tokens: int        # words + the closing <p>
+    oov: int
+    word_log10: np.ndarray
+
+    @property
+    def perplexity(self) -> float:
+        return float(10 ** (-self.log10_prob / self.tokens))
+
+
+def score_lines(model: LanguageModel, lines: list[str], carry_context: bool = True,
+                skip_bad: bool = False) -> tuple[list[LineScore], list[tuple[int, str]]]:
+    """Score each line; returns the scores and (line number, reason) of lines skipped as bad.
+
+    All lines are scored in one batch (one model call), so a long file costs one pass."""
+    encoded, bad = [], []
+    for number, line in enumerate(lines, start=1):
+        try:
+            encoded.append((number, *encode_line(model.vocab, line)))
+        except NnlmError as exc:
+            if not skip_bad:
+                raise NnlmError(f"line {number}: {exc}") from None
+            bad.append((number, str(exc)))
+    if not encoded:
+        return [], bad
+    if carry_context:
+        stream = np.concatenate([ids for _, ids, _ in encoded])
+        log_probs = stream_log_probs(model, stream)
+    else:
+        log_probs = np.concatenate([stream_log_probs(model, ids) for _, ids, _ in encoded])
+    scores, at = [], 0
+    for number, ids, oov in encoded:
+        lp10 = log_probs[at:at + len(ids)] * LOG10_E
+        at += len(ids)
+        scores.append(LineScore(number, float(lp10.sum()), len(ids), oov, lp10))
+    return scores, bad
+
+
+def next_words(model: LanguageModel, history: list[str], k: int = 10) -> list[tuple[str, float]]:
+    """The k most likely next tokens after `history`, with their probabilities."""
+    if not 1 <= k <= len(model.vocab):
+        raise NnlmError(f"k must be between 1 and |V| = {len(model.vocab)}, got {k}")
+    ctx = _context_ids(model, history)
+    dist = model.distribution(ctx[None, :])[0]
+    top = np.argsort(-dist, kind="stable")[:k]
+    return [(model.vocab.tokens[i], float(dist[i])) for i in top]
+
+
+def _context_ids(model: LanguageModel, history: list[str]) -> np.ndarray:
+    k = model.context_size
+    start = model.vocab.id(start_token(model.vocab))
+    ids = [model.vocab.id(w) for w in history][-k:] if k else []
+    return np.array([start] * (k - len(ids)) + ids, dtype=np.int64)
+
+
+def generate(model: LanguageModel, prompt: list[str], tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, seed: int = 0) -> list[str]:
+    """Sample `tokens` tokens after `prompt`; the same seed gives the same text."""
+    if temperature <= 0:
+        raise NnlmError(f"temperature must be > 0, got {temperature}")
+    if top_k is not None and not 1 <= top_k <= len(model.vocab):
+        raise NnlmError(f"--top-k must be between 1 and |V| = {len(model.vocab)}, got {top_k}")
+    if tokens < 1:
+        raise NnlmError(f"--tokens must be at least 1, got {tokens}")
+    rng = np.random.default_rng(seed)
+    history = list(prompt)
+    out: list[str] = []
+    for _ in range(tokens):  # one model call per generated token: generation is sequential
+        p = model.distribution(_context_ids(model, history)[None, :])[0]
+        logits = np.log(np.maximum(p, 1e-300)) / temperature
+        if top_k is not None:
+            cut = np.partition(logits, -top_k)[-top_k]
+            logits = np.where(logits >= cut, logits, -np.inf)
+        q = np.exp(logits - logits.max())
+        q /= q.sum()
+        word = model.vocab.tokens[int(rng.choice(len(q), p=q))]
+        out.append(word)
+        history.append(word)
+    return out
+
+
+def render(tokens: list[str]) -> str:
+    """Tokens as readable text: `<p>` ends a paragraph, `<text>` ends a text (a `---` rule)."""
+    paragraphs: list[str] = []
+    words: list[str] = []
+    for tok in tokens:  # generated text is short: a plain loop reads best
+        if tok in (PARAGRAPH, TEXT):
+            paragraphs.append(" ".join(words))
+            words = []
+            if tok == TEXT:
+                paragraphs.append("---")
+        else:
+            words.append(tok)
+    if words:
+        paragraphs.append(" ".join(words))
+    return "\n\n".join(p for p in paragraphs if p)

@@ -1,0 +1,91 @@
+"""Exchange clustering: the likelihood it reports is the real one, never decreases, and finds planted classes."""
+import numpy as np
+import pytest
+
+from nnlm.errors import NnlmError
+from nnlm.ngram.clusters import exchange_clusters
+
+
+def class_bigram_log_likelihood(train: np.ndarray, classes: np.ndarray) -> float:
+    """Mean log P(w_t | w_{t-1}) of the relative-frequency class bigram model, straight from its definition."""
+    g, h = classes[train[:-1]], classes[train[1:]]
+    pair = {}
+    for key in zip(g.tolist(), h.tolist()):
+        pair[key] = pair.get(key, 0) + 1
+    left = np.bincount(g)
+    right_class = np.bincount(h)
+    word = np.bincount(train[1:])
+    total = 0.0
+    for a, b, w in zip(g.tolist(), h.tolist(), train[1:].tolist()):
+        total += np.log(pair[(a, b)] / left[a]) + np.log(word[w] / right_class[b])
+    return total / (len(train) - 1)
+
+
+def planted_corpus(rng: np.random.Generator, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """4 classes of 5 words; class g is followed by class g+1 (mod 4) 90% of the time."""
+    truth = np.repeat(np.arange(4), 5)
+    cls = np.empty(tokens, dtype=np.int64)
+    cls[0] = 0
+    jumps = np.where(rng.random(tokens) < 0.9, 1, rng.integers(0, 4, size=tokens))
+    cls = np.cumsum(jumps) % 4
+    words = cls * 5 + rng.integers(0, 5, size=tokens)
+    return words, truth
+
+
+def test_reported_likelihood_is_the_real_one_and_never_decreases(random_corpus):
+    train = random_corpus.train.astype(np.int64)
+    wc = exchange_clusters(train, len(random_corpus.vocab), 8, progress=False)
+    assert all(b >= a - 1e-12 for a, b in zip(wc.log_likelihood, wc.log_likelihood[1:]))
+    assert wc.log_likelihood[-1] > wc.log_likelihood[0]
+    assert wc.log_likelihood[-1] == pytest.approx(class_bigram_log_likelihood(train, wc.classes), rel=1e-9)
+
+
+def test_recovers_planted_classes():
+    words, truth = planted_corpus(np.random.default_rng(0), 20_000)
+    wc = exchange_clusters(words, 20, 4, progress=False)
+    found = wc.classes
+    # the same partition, up to the names of the classes
+    assert len({(a, b) for a, b in zip(found.tolist(), truth.tolist())}) == 4
+    assert len(set(found.tolist())) == 4
+
+
+def test_beats_random_classes(random_corpus):
+    train = random_corpus.train.astype(np.int64)
+    v = len(random_corpus.vocab)
+    wc = exchange_clusters(train, v, 6, progress=False)
+    random_classes = np.random.default_rng(0).integers(0, 6, size=v)
+    assert wc.log_likelihood[-1] > class_bigram_log_likelihood(train, random_classes)
+
+
+def test_unseen_words_are_dealt_out_and_classes_stay_non_empty():
+    train = np.array([2, 3, 4, 2, 3, 5, 2, 4, 3, 5, 2, 7, 8, 9], dtype=np.int64)  # 0, 1, 6 never occur
+    wc = exchange_clusters(train, 10, 3, progress=False)
+    assert wc.n_classes == 3
+    seen = np.array([2, 3, 4, 5, 7, 8, 9])
+    assert set(wc.classes[seen].tolist()) == {0, 1, 2}
+    assert set(wc.classes[[0, 1, 6]].tolist()) <= {0, 1, 2}
+    # more classes than words in train: one class per train word
+    wc = exchange_clusters(train, 10, 10, progress=False)
+    assert wc.n_classes == 7 and sorted(wc.classes[seen].tolist()) == list(range(7))
+
+
+def test_unseen_words_follow_class_sizes():
+    # class sizes 3 : 1 after clustering a corpus of 4 words into 2 classes; 8 unseen words
+    from nnlm.ngram.clusters import deal_out
+
+    got = deal_out(np.arange(8), np.array([3.0, 1.0]))
+    assert np.bincount(got).tolist() == [6, 2]
+    got = deal_out(np.arange(5), np.array([1.0, 1.0, 1.0]))
+    assert np.bincount(got).tolist() == [2, 2, 1]
+
+
+def test_deterministic(random_corpus):
+    a = exchange_clusters(random_corpus.train, len(random_corpus.vocab), 5, progress=False)
+    b = exchange_clusters(random_corpus.train, len(random_corpus.vocab), 5, progress=False)
+    assert (a.classes == b.classes).all()
+
+
+@pytest.mark.parametrize("c", [0, 8])
+def test_class_count_out_of_range(c):
+    with pytest.raises(NnlmError, match="between 1 and"):
+        exchange_clusters(np.array([1, 2, 3]), 7, c)
