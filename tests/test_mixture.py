@@ -99,3 +99,9 @@ def test_cli_mix(random_corpus, tmp_path):
     assert out["mode"] == "em" and set(out["perplexity"]) == {"valid", "test"}
     assert_one_line_error(run("mix", "addone:2", "uniform", "--corpus", root, "--weights", "0.7,0.7"), "sum to 1")
     assert_one_line_error(run("mix", "magic:3", "--corpus", root), "neither a saved model")
+
+
+def test_parameter_counts_add_up(random_corpus, two_models):
+    a, u = two_models
+    assert u.parameter_count() == 0 and a.parameter_count() > 0
+    assert Mixture([a, u], [0.5, 0.5]).parameter_count() == a.parameter_count() + 2

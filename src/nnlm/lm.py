@@ -36,6 +36,10 @@ class LanguageModel(ABC):
     def context_size(self) -> int:
         return self.order - 1
 
+    def parameter_count(self) -> int:
+        """Free parameters: numbers estimated from data (weights, stored probabilities, mixture weights)."""
+        return 0
+
     # Conveniences for people using a model on text, built on the two methods above (nnlm.use).
     def score_words(self, text: str) -> np.ndarray:
         """Natural-log probability of each token of `text` (lines = paragraphs, each ending in `<p>`)."""

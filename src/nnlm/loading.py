@@ -8,14 +8,14 @@ from nnlm.lm import LanguageModel
 
 
 def load(path: str | Path) -> LanguageModel:
-    """Load a saved n-gram directory or an ARPA file (more kinds register in `LOADERS`)."""
+    """Load a saved n-gram directory, an ARPA file or a `nnlm train` run directory (see `LOADERS`)."""
     path = Path(path)
     if not path.exists():
         raise NnlmError(f"no model at {path}")
     for accepts, loader in LOADERS:
         if accepts(path):
             return loader(path)
-    raise NnlmError(f"{path} is not a model nnlm can load (a saved n-gram directory or an ARPA file)")
+    raise NnlmError(f"{path} is not a model nnlm can load (a saved n-gram directory, an ARPA file or a neural run directory)")
 
 
 def _is_ngram_dir(path: Path) -> bool:
@@ -41,7 +41,17 @@ def _load_arpa(path: Path) -> LanguageModel:
     return read_arpa(path)  # its vocabulary is the file's unigrams
 
 
-LOADERS = [(_is_ngram_dir, _load_ngram), (_is_arpa, _load_arpa)]
+def _is_neural_run(path: Path) -> bool:
+    return path.is_dir() and (path / "run.json").exists()
+
+
+def _load_neural(path: Path) -> LanguageModel:
+    from nnlm.neural.checkpoint import load_neural
+
+    return load_neural(path)
+
+
+LOADERS = [(_is_ngram_dir, _load_ngram), (_is_arpa, _load_arpa), (_is_neural_run, _load_neural)]
 
 
 def load_or_build(spec: str, corpus) -> LanguageModel:

@@ -45,6 +45,9 @@ class Mixture(LanguageModel):
         self.bucketer = bucketer or _one_bucket
         self.order = max([c.order for c in components] + [bucketer_order])
 
+    def parameter_count(self) -> int:
+        return sum(c.parameter_count() for c in self.components) + self.weights.size
+
     def _buckets(self, contexts: np.ndarray) -> np.ndarray:
         return self.bucketer(contexts)
 
@@ -123,13 +126,23 @@ def mix_on_corpus(components: Sequence[LanguageModel], corpus, mode: str,
                   fixed_weights: Sequence[float] | None = None, splits: Sequence[str] = ("valid", "test"),
                   fit_split: str = "valid", iterations: int = 20) -> FittedMixture:
     """Mix `components`, fitting weights on `fit_split` (EM modes); each component scores each split once."""
-    from nnlm.lm import contexts, split_log_probs
+    from nnlm.lm import split_log_probs
+
+    needed = list(dict.fromkeys([fit_split, *splits])) if mode != "fixed" else list(splits)
+    scored = {s: [split_log_probs(m, corpus, s) for m in components] for s in needed}
+    return mix_scored(components, corpus, scored, mode, fixed_weights, splits, fit_split, iterations)
+
+
+def mix_scored(components: Sequence[LanguageModel], corpus, scored: dict[str, Sequence[np.ndarray]], mode: str,
+               fixed_weights: Sequence[float] | None = None, splits: Sequence[str] = ("valid", "test"),
+               fit_split: str = "valid", iterations: int = 20) -> FittedMixture:
+    """Like `mix_on_corpus`, from the components' split log-probs already computed (split -> one array each)."""
+    from nnlm.lm import contexts
     from nnlm.ngram.interpolated import InterpolatedTrigram
 
     if mode not in MIX_MODES:
         raise NnlmError(f"unknown mixing mode {mode!r}; choose from {', '.join(MIX_MODES)}")
-    needed = list(dict.fromkeys([fit_split, *splits])) if mode != "fixed" else list(splits)
-    lps = {s: np.stack([split_log_probs(m, corpus, s) for m in components]) for s in needed}
+    lps = {s: np.stack(list(arrays)) for s, arrays in scored.items()}
     bucketer, n_buckets, order = None, 1, 1
     if mode == "em-buckets":
         trigram = InterpolatedTrigram.fit(corpus.vocab, corpus.train)  # its buckets, not its weights

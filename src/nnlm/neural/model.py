@@ -157,6 +157,9 @@ class NeuralLM(LanguageModel):
         self.pad_token = pad_token
         self.device = torch.device(device)
 
+    def parameter_count(self) -> int:
+        return self.net.config.parameter_count()
+
     def _check(self, contexts: np.ndarray) -> torch.Tensor:
         contexts = np.asarray(contexts)
         if contexts.ndim != 2 or contexts.shape[1] != self.context_size:

@@ -55,6 +55,10 @@ class BackoffTables:
     def sizes(self) -> list[int]:
         return [len(k) for k in self.keys]
 
+    def parameter_count(self) -> int:
+        """A probability per listed n-gram, plus a back-off weight per n-gram below the top order."""
+        return sum(self.sizes()) + sum(self.sizes()[:-1])
+
     def index(self, grams: np.ndarray) -> np.ndarray:
         """Table index of each row of grams [N, k] in order k; -1 where it is not listed."""
         return lookup(self.keys, self.vocab_size, grams)
@@ -145,6 +149,9 @@ class BackoffModel(LanguageModel):
         self.tables = tables
         self.order = tables.order
         self.params = params or {}
+
+    def parameter_count(self) -> int:
+        return self.tables.parameter_count()
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         return self.tables.log_prob(contexts, targets)

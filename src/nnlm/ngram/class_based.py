@@ -102,6 +102,10 @@ class ClassNgram(LanguageModel):
             text += f", clustered in {p['cluster_seconds']:.1f} s ({p['cluster_passes']} passes)"
         return {"classes": self.n_classes, **{k: p[k] for k in ("cluster_seconds", "cluster_passes") if k in p}}, text
 
+    def parameter_count(self) -> int:
+        """The class n-gram's tables, plus P(w | class(w)) for every word."""
+        return self.tables.parameter_count() + len(self.word_prob)
+
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         contexts = np.asarray(contexts, dtype=np.int64)
         targets = np.asarray(targets, dtype=np.int64)

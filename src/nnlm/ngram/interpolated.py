@@ -155,6 +155,11 @@ class InterpolatedTrigram(LanguageModel):
         return fit.log_likelihood
 
     # ---- the interface -------------------------------------------------------------------
+    def parameter_count(self) -> int:
+        """Stored relative-frequency counts (unigram, bigram, trigram) and the bucket weights."""
+        t = self.tables
+        return len(t["unigram"]) + len(t["bigram_counts"]) + len(t["trigram_counts"]) + self.weights.size
+
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         contexts = np.asarray(contexts, dtype=np.int64)
         mix = (self.weights[self.buckets(contexts)] * self.components(contexts, targets)).sum(axis=1)

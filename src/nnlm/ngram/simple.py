@@ -55,6 +55,9 @@ class AddOneBigram(LanguageModel):
         _, vocab, a = load_arrays(directory)
         return cls(vocab, a["pair_keys"], a["pair_counts"], a["context_counts"])
 
+    def parameter_count(self) -> int:
+        return len(self._pair_counts)
+
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         v = len(self.vocab)
         prev = np.asarray(contexts[:, -1], dtype=np.int64)
