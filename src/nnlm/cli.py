@@ -288,6 +288,18 @@ def _add_train_parser(sub) -> None:
     p.set_defaults(func=cmd_eval)
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    import shlex
+
+    from nnlm.reproduce import reproduce
+
+    command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
+    report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
+                       progress=not args.no_progress, threads=args.threads, device=args.device)
+    print(f"report written to {report}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nnlm", description="Neural and n-gram language models (Bengio et al. 2003).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -321,6 +333,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mix)
 
+    p = sub.add_parser("reproduce", help="Table 1 of the paper on Brown: n-gram rows, MLPs, mixtures, report")
+    p.add_argument("--corpus", default="brown", help="'brown' (default) or a text directory")
+    p.add_argument("--out", required=True, help="report directory (README.md, plots, results.json, runs/)")
+    p.add_argument("--budget-minutes", type=float, default=None,
+                   help="wall-clock budget for the whole call (default 30); rows it shortens are marked")
+    p.add_argument("--models", default=None, help="nets to train, e.g. mlp1,mlp3 (default mlp1,mlp3; --full: all)")
+    p.add_argument("--full", action="store_true", help="all five nets, each trained until early stopping")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_reproduce, argv=None)
+
     p = sub.add_parser("score", help="score text, one line (paragraph) at a time, like KenLM's query")
     p.add_argument("model", help="a saved model (directory or file)")
     p.add_argument("file", nargs="?", default="-", help="UTF-8 text, one paragraph per line (default: stdin)")
@@ -352,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "argv", False) is None and argv is not None:
+        args.argv = list(argv)
     try:
         return args.func(args)
     except NnlmError as exc:
