@@ -154,6 +154,7 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
             raise NnlmError(f"--batch-size must be at least 1, got {run['batch_size']}")
         if run["patience"] < 1:
             raise NnlmError(f"--patience must be at least 1, got {run['patience']}")
+        model_config(run, 2)  # unknown preset or impossible shapes: say so before loading the corpus
         if run["bf16"] is None:
             run["bf16"] = RECIPES[run["recipe"]].bf16 and bf16_is_fast(device)
         corpus = _corpus_of(run)
