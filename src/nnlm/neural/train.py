@@ -14,8 +14,9 @@ Recipes
   parameters of the batch start: the step is eps_t times the *sum* of the B gradients (B eps_t
   times their mean) and the decay factor (1 - eps_t lambda)^B; t advances by B. With B = 1 this is
   exactly the paper's online algorithm.
-- `modern`: Adam, dropout on x and on the hidden layer, a per-epoch learning-rate decay;
-  chosen by measurement on Brown (see README).
+- `modern`: Adam, dropout on x and on the hidden layer, a per-epoch learning-rate decay, and a
+  bf16-autocast forward pass (fp32 weights, fp32 log-softmax and loss) where the hardware has
+  bf16; chosen by measurement on Brown (see README). Scoring (validation, `nnlm eval`) is fp32.
 Early stopping: after `patience` epochs without a better validation perplexity training stops;
 the best weights are in model.safetensors all along.
 """
@@ -59,14 +60,14 @@ class Recipe:
 
 RECIPES: dict[str, Recipe] = {
     "paper": Recipe("paper", "paper-sgd", lr=1e-3, lr_decay=1e-8, weight_decay=1e-4),
-    "modern": Recipe("modern", "adam", lr=1e-3, lr_gamma=0.7, dropout_x=0.25, dropout_h=0.25),
+    "modern": Recipe("modern", "adam", lr=1e-3, lr_gamma=0.7, dropout_x=0.25, dropout_h=0.25, bf16=True),
 }
 
 # Options that define a run: a resumed run must be given the same (or none).
 RUN_DEFAULTS: dict[str, Any] = {
     "corpus": "brown", "min_count": None, "max_vocab": None, "vocab_from": "train",
     "preset": "mlp1", "order": None, "hidden": None, "features": None, "direct": None,
-    "recipe": "modern", "batch_size": 256, "seed": 0, "lr": None, "patience": 3,
+    "recipe": "modern", "batch_size": 256, "seed": 0, "lr": None, "patience": 3, "bf16": None,
 }
 # Options of one invocation: they may change when resuming.
 SESSION_DEFAULTS: dict[str, Any] = {
@@ -87,6 +88,17 @@ def pick_device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise NnlmError(f"--device must be auto, cpu or cuda, got {name!r}")
     return torch.device(name)
+
+
+def bf16_is_fast(device: torch.device) -> bool:
+    """bf16 autocast pays off only with hardware bf16 (CUDA, or AVX-512 BF16 / AMX on the CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def model_config(run: dict[str, Any], vocab_size: int) -> ModelConfig:
@@ -120,7 +132,8 @@ def _corpus_key(value: str) -> str:
     return value if value == "brown" else str(Path(value).resolve())
 
 
-def prepare_run(out: Path, requested: dict[str, Any], resume: bool) -> tuple[dict[str, Any], Corpus]:
+def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
+                device: torch.device = torch.device("cpu")) -> tuple[dict[str, Any], Corpus]:
     """The run's defining options (new, or the saved ones checked against what was asked)."""
     if "corpus" in requested:
         requested = requested | {"corpus": _corpus_key(requested["corpus"])}
@@ -141,6 +154,9 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool) -> tuple[dic
             raise NnlmError(f"--batch-size must be at least 1, got {run['batch_size']}")
         if run["patience"] < 1:
             raise NnlmError(f"--patience must be at least 1, got {run['patience']}")
+        model_config(run, 2)  # unknown preset or impossible shapes: say so before loading the corpus
+        if run["bf16"] is None:
+            run["bf16"] = RECIPES[run["recipe"]].bf16 and bf16_is_fast(device)
         corpus = _corpus_of(run)
         model = model_config(run, len(corpus.vocab))
         run |= {"format": ck.RUN_FORMAT, "model": model.to_dict(), "corpus_name": corpus.name,
@@ -239,12 +255,12 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     """Train (or continue) the run in `out`; returns its final state."""
     out = Path(out)
     session = SESSION_DEFAULTS | {k: v for k, v in requested.items() if k in SESSION_DEFAULTS}
-    run, corpus = prepare_run(out, {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume)
+    device = pick_device(session["device"])
+    run, corpus = prepare_run(out, {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume, device)
     if session["threads"] is not None:
         if session["threads"] < 1:
             raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
         torch.set_num_threads(session["threads"])
-    device = pick_device(session["device"])
     recipe = RECIPES[run["recipe"]]
     lr = run["lr"] if run["lr"] is not None else recipe.lr
     config = ModelConfig.from_dict(run["model"])
@@ -284,7 +300,8 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
         f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
-        f"recipe {recipe.name}, batch {batch}, {torch.get_num_threads()} threads, {device}")
+        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] else ''}, batch {batch}, "
+        f"{torch.get_num_threads()} threads, {device}")
     stop = None
     while stop is None:
         epoch = state["epoch"]
@@ -303,7 +320,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
         while state["batch"] < n_batches:
             rows = padded[order[state["batch"] * batch:(state["batch"] + 1) * batch, None] + window]
             contexts, targets = rows[:, :k], rows[:, k]
-            loss = batch_loss(net, contexts, targets, recipe.bf16)
+            loss = batch_loss(net, contexts, targets, run["bf16"])
             value = float(loss.detach())
             if not math.isfinite(value) or value > explode_at:
                 what = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"exploding ({value:.1f})"
