@@ -133,12 +133,17 @@ def cmd_score(args: argparse.Namespace) -> int:
     from nnlm.use import score_lines
 
     model = load(args.model)
+    if args.split is not None:
+        return _score_split(args, model)
+    if args.file is None:
+        args.file = "-"
     lines = _read_lines(args.file)
     bad_bytes = [i for i, line in enumerate(lines, 1) if line.startswith("\x00bad-utf8")]
     if bad_bytes and not args.skip_bad:
         raise NnlmError(f"line {bad_bytes[0]} is not valid UTF-8 (use --skip-bad to skip such lines)")
     lines = ["" if line.startswith("\x00bad-utf8") else line for line in lines]
-    scores, bad = score_lines(model, lines, carry_context=not args.independent, skip_bad=args.skip_bad)
+    scores, bad = score_lines(model, lines, carry_context=not args.independent, skip_bad=args.skip_bad,
+                              oov_vector=args.oov_vector)
     for number, reason in bad:
         if number not in bad_bytes:
             print(f"nnlm: skipped line {number}: {reason}", file=sys.stderr)
@@ -163,6 +168,92 @@ def cmd_score(args: argparse.Namespace) -> int:
         print(f"line {s.line_number}\tlog10 {s.log10_prob:.4f}\ttokens {s.tokens}\tOOV {s.oov}\tppl {s.perplexity:.2f}")
     print(f"Total\tlog10 {total_lp:.4f}\ttokens {total_tokens}\tOOV {total_oov}\tppl {total_ppl:.2f}"
           + (f"\tskipped {len(bad)}" if bad else ""))
+    return 0
+
+
+def _corpus_for_model(args: argparse.Namespace, model_path: str):
+    """--corpus (with its options) if given; else a neural run's own corpus; else Brown."""
+    from nnlm.data.corpus import load_corpus
+
+    if args.corpus is None and (Path(model_path) / "run.json").is_file():
+        from nnlm.neural.checkpoint import read_run
+
+        run, _, _ = read_run(Path(model_path))
+        return load_corpus(run["corpus"], min_count=run["min_count"], max_vocab=run["max_vocab"],
+                           vocab_from=run["vocab_from"])
+    args.corpus = args.corpus or "brown"
+    return _load_corpus(args)
+
+
+def _score_split(args: argparse.Namespace, model) -> int:
+    """Score a corpus split as one stream: the very function `nnlm eval` and `nnlm ngram` use."""
+    from nnlm.lm import perplexity_from_log_probs, split_log_probs
+    from nnlm.use import LOG10_E
+
+    if args.file is not None:
+        raise NnlmError("give a FILE or --split, not both")
+    if args.oov_vector or args.independent or args.skip_bad:
+        raise NnlmError("--oov-vector, --independent and --skip-bad apply to text files, not to --split")
+    corpus = _corpus_for_model(args, args.model)
+    log_probs = split_log_probs(model, corpus, args.split)
+    ids = corpus.split(args.split)
+    word_log10 = log_probs * LOG10_E
+    total = {"corpus": corpus.name, "split": args.split, "log10_prob": float(word_log10.sum()),
+             "tokens": len(ids), "oov": int((ids == corpus.vocab.unk_id).sum()),
+             "perplexity": perplexity_from_log_probs(log_probs)}
+    if args.json:
+        print(json.dumps(total | ({"word_log10": word_log10.tolist()} if args.per_word else {})))
+        return 0
+    if args.per_word:
+        print("\n".join(f"{w}\t{p:.4f}" for w, p in zip(corpus.vocab.decode(ids), word_log10)))
+    print(f"Total {corpus.name} {args.split}\tlog10 {total['log10_prob']:.4f}\ttokens {total['tokens']}"
+          f"\tOOV {total['oov']}\tppl {total['perplexity']:.2f}")
+    return 0
+
+
+def cmd_neighbors(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.neural.features import neighbors
+
+    ranked = neighbors(load(args.model), args.word, args.k)
+    _emit(args, {"word": args.word, "neighbors": [{"word": w, "cosine": c} for w, c in ranked]},
+          [f"{c:+.4f}  {w}" for w, c in ranked])
+    return 0
+
+
+def cmd_map(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.neural.features import draw_map, most_frequent_words, pca_2d, read_word_list, word_features
+
+    model = load(args.model)
+    features = word_features(model)
+    words = read_word_list(args.words, model.vocab) if args.words else most_frequent_words(model.vocab, args.top)
+    coords = pca_2d(features[[model.vocab.id(w) for w in words]])
+    draw_map(args.out, words, coords, f"word features of {Path(args.model).name} (PCA, {len(words)} words)")
+    print(f"map of {len(words)} words written to {args.out}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.neural.features import word_features, write_embeddings
+    from nnlm.ngram.arpa import write_arpa
+    from nnlm.ngram.backoff import BackoffModel
+
+    if not (args.embeddings or args.arpa):
+        raise NnlmError("nothing to export: give --embeddings FILE and/or --arpa FILE")
+    model = load(args.model)
+    if args.embeddings:
+        word_features(model)  # refuse a model without features before writing anything
+    if args.arpa and not isinstance(model, BackoffModel):
+        kind = getattr(model, "kind", type(model).__name__)
+        raise NnlmError(f"only back-off n-gram models (kn, or a loaded ARPA file) can be written as ARPA, not {kind}")
+    if args.embeddings:
+        count = write_embeddings(model, args.embeddings)
+        print(f"{count} word vectors written to {args.embeddings} (word2vec text format)")
+    if args.arpa:
+        write_arpa(model, args.arpa)
+        print(f"order-{model.order} ARPA model written to {args.arpa}")
     return 0
 
 
@@ -349,13 +440,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("score", help="score text, one line (paragraph) at a time, like KenLM's query")
     p.add_argument("model", help="a saved model (directory or file)")
-    p.add_argument("file", nargs="?", default="-", help="UTF-8 text, one paragraph per line (default: stdin)")
+    p.add_argument("file", nargs="?", default=None, help="UTF-8 text, one paragraph per line (default: stdin)")
     p.add_argument("--per-word", action="store_true", help="also print each word's log10 probability")
     p.add_argument("--independent", action="store_true",
                    help="score each line from the start of a text instead of after the previous line")
     p.add_argument("--skip-bad", action="store_true", help="skip (and report) empty or undecodable lines")
+    p.add_argument("--oov-vector", action="store_true",
+                   help="neural models: words outside V enter later contexts with the paper's feature vector "
+                        "(sum_i C(i) P(i | context)) instead of <unk>'s")
+    p.add_argument("--split", choices=("train", "valid", "test"), default=None,
+                   help="score this split of --corpus as one stream, exactly as `nnlm eval` does")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=cmd_score)
+    _add_corpus_options(p)
+    p.set_defaults(func=cmd_score, corpus=None)
 
     p = sub.add_parser("generate", help="sample text from a model")
     p.add_argument("model")
@@ -372,6 +469,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=10)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_next)
+
+    p = sub.add_parser("neighbors", help="nearest words in a neural model's feature space (cosine)")
+    p.add_argument("model", help="a neural run directory")
+    p.add_argument("word")
+    p.add_argument("-k", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_neighbors)
+
+    p = sub.add_parser("map", help="a labeled 2-D map (PCA) of a neural model's word features, as PNG")
+    p.add_argument("model", help="a neural run directory")
+    p.add_argument("--out", required=True, help="PNG file to write")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--top", type=int, default=100, help="the N most frequent words (default 100)")
+    which.add_argument("--words", metavar="FILE", help="the words listed in FILE (whitespace-separated)")
+    p.set_defaults(func=cmd_map)
+
+    p = sub.add_parser("export", help="write word features (word2vec text) or a back-off model (ARPA)")
+    p.add_argument("model")
+    p.add_argument("--embeddings", metavar="FILE", help="neural models: word feature vectors, word2vec text format")
+    p.add_argument("--arpa", metavar="FILE", help="back-off n-gram models: an ARPA file")
+    p.set_defaults(func=cmd_export)
     return parser
 
 

@@ -41,20 +41,24 @@ class LanguageModel(ABC):
         return 0
 
     # Conveniences for people using a model on text, built on the two methods above (nnlm.use).
-    def score_words(self, text: str) -> np.ndarray:
-        """Natural-log probability of each token of `text` (lines = paragraphs, each ending in `<p>`)."""
+    def score_words(self, text: str, oov_vector: bool = False) -> np.ndarray:
+        """Natural-log probability of each token of `text` (lines = paragraphs, each ending in `<p>`).
+        Words outside V are `<unk>`; `oov_vector=True` (neural models) gives them the paper's feature vector."""
         from nnlm.use import score_lines
 
-        scores, _ = score_lines(self, text.splitlines())
+        scores, _ = score_lines(self, text.splitlines(), oov_vector=oov_vector)
         return np.concatenate([s.word_log10 for s in scores]) / np.log10(np.e)
 
-    def score(self, text: str) -> float:
+    def score(self, text: str, oov_vector: bool = False) -> float:
         """Total natural-log probability of `text`."""
-        return float(self.score_words(text).sum())
+        return float(self.score_words(text, oov_vector).sum())
 
-    def text_perplexity(self, text: str) -> float:
-        """Perplexity of `text`, every token (and each line's `<p>`) counted."""
-        return perplexity_from_log_probs(self.score_words(text))
+    def perplexity(self, text: str, oov_vector: bool = False) -> float:
+        """Perplexity of `text`, every token (and each line's `<p>`) counted. (For a corpus split use
+        the module function `nnlm.perplexity(model, corpus, split)`.)"""
+        return perplexity_from_log_probs(self.score_words(text, oov_vector))
+
+    text_perplexity = perplexity  # the earlier name, kept so existing code keeps working
 
     def next_words(self, context: str, k: int = 10) -> list[tuple[str, float]]:
         """The k most likely tokens after `context`, with their probabilities."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from nnlm.data.vocab import PARAGRAPH, TEXT, Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel, contexts
+from nnlm.lm import EVAL_CHUNK, LanguageModel, contexts
 
 LOG10_E = float(np.log10(np.e))
 
@@ -22,14 +22,12 @@ def start_token(vocab: Vocabulary) -> str:
     return TEXT if TEXT in vocab else PARAGRAPH
 
 
-def encode_line(vocab: Vocabulary, line: str) -> tuple[np.ndarray, int]:
-    """A line's ids with `<p>` appended, and how many of its words are outside the vocabulary."""
+def line_tokens(line: str) -> list[str]:
+    """A line's tokens with the closing `<p>`; an empty line is bad input."""
     words = line.split()
     if not words:
         raise NnlmError("empty line: nothing to score")
-    ids = vocab.encode(words + [PARAGRAPH])
-    oov = sum(1 for w in words if w not in vocab)
-    return ids, oov
+    return words + [PARAGRAPH]
 
 
 def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray | None = None) -> np.ndarray:
@@ -40,8 +38,17 @@ def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray 
     history = np.asarray(history, dtype=np.int64)[-k:] if k else np.zeros(0, dtype=np.int64)
     pad = model.vocab.id(start_token(model.vocab))
     full = np.concatenate([np.full(k - len(history), pad, dtype=np.int64), history, np.asarray(ids, dtype=np.int64)])
-    positions = np.arange(k, len(full))
-    return model.log_prob(contexts(full, positions, k, pad), full[positions])
+    out = np.empty(len(ids), dtype=np.float64)
+    for lo in range(0, len(ids), EVAL_CHUNK):  # bounded memory however long the text
+        positions = np.arange(k + lo, k + min(lo + EVAL_CHUNK, len(ids)))
+        out[lo:lo + len(positions)] = model.log_prob(contexts(full, positions, k, pad), full[positions])
+    return out
+
+
+def require_oov_vector(model: LanguageModel) -> None:
+    """Only neural models have feature vectors to give words outside V (`NeuralLM.log_prob_text`)."""
+    if not hasattr(model, "log_prob_text"):
+        raise NnlmError(f"--oov-vector applies to neural models only, not to {type(model).__name__}")
 
 
 @dataclass
@@ -58,27 +65,36 @@ class LineScore:
 
 
 def score_lines(model: LanguageModel, lines: list[str], carry_context: bool = True,
-                skip_bad: bool = False) -> tuple[list[LineScore], list[tuple[int, str]]]:
+                skip_bad: bool = False, oov_vector: bool = False) -> tuple[list[LineScore], list[tuple[int, str]]]:
     """Score each line; returns the scores and (line number, reason) of lines skipped as bad.
 
-    All lines are scored in one batch (one model call), so a long file costs one pass."""
+    All lines are scored as one batch (chunked model calls), so a long file costs one pass.
+    Words outside V are `<unk>`; with `oov_vector` (neural models) they are still scored as `<unk>`
+    but enter later contexts with the paper's feature vector instead of `<unk>`'s."""
+    if oov_vector:
+        require_oov_vector(model)
     encoded, bad = [], []
     for number, line in enumerate(lines, start=1):
         try:
-            encoded.append((number, *encode_line(model.vocab, line)))
+            tokens = line_tokens(line)
         except NnlmError as exc:
             if not skip_bad:
                 raise NnlmError(f"line {number}: {exc}") from None
             bad.append((number, str(exc)))
+            continue
+        encoded.append((number, tokens, model.vocab.encode(tokens), sum(1 for w in tokens if w not in model.vocab)))
     if not encoded:
         return [], bad
-    if carry_context:
-        stream = np.concatenate([ids for _, ids, _ in encoded])
-        log_probs = stream_log_probs(model, stream)
+    if oov_vector and carry_context:
+        log_probs = model.log_prob_text([t for _, tokens, _, _ in encoded for t in tokens])
+    elif oov_vector:
+        log_probs = np.concatenate([model.log_prob_text(tokens) for _, tokens, _, _ in encoded])
+    elif carry_context:
+        log_probs = stream_log_probs(model, np.concatenate([ids for _, _, ids, _ in encoded]))
     else:
-        log_probs = np.concatenate([stream_log_probs(model, ids) for _, ids, _ in encoded])
+        log_probs = np.concatenate([stream_log_probs(model, ids) for _, _, ids, _ in encoded])
     scores, at = [], 0
-    for number, ids, oov in encoded:
+    for number, _, ids, oov in encoded:
         lp10 = log_probs[at:at + len(ids)] * LOG10_E
         at += len(ids)
         scores.append(LineScore(number, float(lp10.sum()), len(ids), oov, lp10))

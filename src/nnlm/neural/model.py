@@ -169,13 +169,16 @@ class NeuralLM(LanguageModel):
         return torch.as_tensor(contexts.astype(np.int64, copy=False), device=self.device)
 
     @torch.no_grad()
-    def _log_prob_x(self, x: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
-        """log softmax(y(x))[target] for rows of x: logits and log-sum-exp (max subtracted) in the
-        net's dtype, returned as float64."""
+    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
+        """log softmax(y(x))[target] where x concatenates rows of `table` (C, or C extended with
+        unknown words' features) for the context ids: x, logits and log-sum-exp (max subtracted)
+        are built EVAL_ROWS rows at a time in the net's dtype -- memory stays bounded however long
+        the text -- and returned as float64."""
         self.net.eval()
         out = np.empty(len(targets), dtype=np.float64)
         for lo in range(0, len(targets), EVAL_ROWS):
-            y = self.net.logits_from_features(x[lo:lo + EVAL_ROWS])
+            x = F.embedding(ctx[lo:lo + EVAL_ROWS], table).flatten(1)
+            y = self.net.logits_from_features(x)
             picked = y.gather(1, targets[lo:lo + EVAL_ROWS, None])[:, 0]
             out[lo:lo + len(picked)] = (picked - torch.logsumexp(y, dim=1)).double().cpu().numpy()
         return out
@@ -187,9 +190,8 @@ class NeuralLM(LanguageModel):
             raise NnlmError(f"targets must have shape [{len(ctx)}], got {list(targets.shape)}")
         if targets.size and (targets.min() < 0 or targets.max() >= len(self.vocab)):
             raise NnlmError("targets hold ids outside the vocabulary")
-        with torch.no_grad():
-            x = self.net.features(ctx)
-        return self._log_prob_x(x, torch.as_tensor(targets.astype(np.int64, copy=False), device=self.device))
+        targets = torch.as_tensor(targets.astype(np.int64, copy=False), device=self.device)
+        return self._log_prob_ids(ctx, targets, self.net.C.detach())
 
     @torch.no_grad()
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
@@ -226,9 +228,8 @@ class NeuralLM(LanguageModel):
         for pos in np.sort(first):  # one forward per distinct unknown word, in order of appearance
             ctx = torch.as_tensor(windows[pos][None, :], device=self.device)
             table[ids[pos]] = self.net.expected_features(x=F.embedding(ctx, table).flatten(1))[0]
-        x = F.embedding(torch.as_tensor(windows, device=self.device), table).flatten(1)
         targets = torch.as_tensor(np.where(ids >= v, self.vocab.unk_id, ids), device=self.device)
-        return self._log_prob_x(x, targets)
+        return self._log_prob_ids(torch.as_tensor(windows, device=self.device), targets, table)
 
     @property
     def config(self) -> ModelConfig:
