@@ -42,11 +42,8 @@ def toy_dir(tmp_path: Path) -> Path:
     )
 
 
-@pytest.fixture
-def random_corpus(tmp_path: Path):
-    """A synthetic corpus with a skewed (Zipf-like) word distribution and some structure."""
-    from nnlm.data import load_corpus
-
+def random_corpus_texts() -> tuple[str, str, str]:
+    """train, valid, test of a synthetic corpus with a skewed (Zipf-like) word distribution and some structure."""
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(60)]
     p = 1.0 / np.arange(1, 61)
@@ -61,5 +58,27 @@ def random_corpus(tmp_path: Path):
             out.append(" ".join(words[i] for i in seq))
         return "\n".join(out) + "\n"
 
-    root = write_text_corpus(tmp_path / "rand", text(300), text(60), text(60))
+    return text(300), text(60), text(60)
+
+
+@pytest.fixture
+def random_corpus(tmp_path: Path):
+    """The synthetic corpus, written to tmp_path / "rand" and loaded."""
+    from nnlm.data import load_corpus
+
+    root = write_text_corpus(tmp_path / "rand", *random_corpus_texts())
     return load_corpus(str(root), use_cache=False)
+
+
+@pytest.fixture(scope="session")
+def neural_run(tmp_path_factory) -> tuple[Path, Path]:
+    """(run directory, corpus directory): a tiny NPLM (n=3, h=8, m=4) trained 2 epochs on the
+    synthetic corpus (about 2 s); shared by the tests that only read it."""
+    from nnlm.neural.train import train
+
+    root = tmp_path_factory.mktemp("neural")
+    corpus_dir = write_text_corpus(root / "rand", *random_corpus_texts())
+    run = root / "run"
+    train(run, {"corpus": str(corpus_dir), "preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16,
+                "threads": 1, "epochs": 2}, progress=False, log=lambda s: None)
+    return run, corpus_dir

@@ -38,7 +38,8 @@ def test_model_methods(saved_addone):
     words = model.score_words("w1 w2 w3\nw4")
     assert words.shape == (6,)  # 4 words + 2 <p>
     assert model.score("w1 w2 w3\nw4") == pytest.approx(words.sum())
-    assert model.text_perplexity("w1 w2") == pytest.approx(np.exp(-model.score_words("w1 w2").mean()))
+    assert model.perplexity("w1 w2") == pytest.approx(np.exp(-model.score_words("w1 w2").mean()))
+    assert model.text_perplexity("w1 w2") == model.perplexity("w1 w2")  # the earlier name still works
     top = model.next_words("w1", k=3)
     assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1]
 
