@@ -11,7 +11,7 @@ import torch
 from nnlm.data.corpus import load_corpus
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.lm import EVAL_CHUNK, split_log_probs
+from nnlm.lm import EVAL_CHUNK, perplexity, split_log_probs
 from nnlm.loading import load
 from nnlm.neural import model as neural_model
 from nnlm.neural.features import neighbors, pca_2d, word2vec_text
@@ -195,6 +195,10 @@ def test_export_arpa_of_a_backoff_model(random_corpus, tmp_path, neural_run, cli
     assert cli("export", tmp_path / "kn3", "--arpa", arpa)[0] == 0
     text = "w1 w2 w3 w4\nw5 w1"
     np.testing.assert_allclose(load(arpa).score_words(text), kn.score_words(text), atol=1e-6)
+    # an ARPA file scores a split once its words are mapped onto the corpus's ids
+    code, out, err = cli("score", arpa, "--split", "test", "--corpus", tmp_path / "rand", "--json")
+    assert code == 0, err
+    assert json.loads(out)["perplexity"] == pytest.approx(perplexity(kn, random_corpus, "test"), rel=1e-5)
     one_line_error(cli("export", str(neural_run[0]), "--arpa", str(arpa)), "back-off")
     one_line_error(cli("export", str(tmp_path / "kn3")), "nothing to export")
 

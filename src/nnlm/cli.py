@@ -195,6 +195,10 @@ def _score_split(args: argparse.Namespace, model) -> int:
     if args.oov_vector or args.independent or args.skip_bad:
         raise NnlmError("--oov-vector, --independent and --skip-bad apply to text files, not to --split")
     corpus = _corpus_for_model(args, args.model)
+    if model.vocab.fingerprint != corpus.vocab.fingerprint and Path(args.model).is_file():
+        from nnlm.ngram.arpa import read_arpa
+
+        model = read_arpa(args.model, corpus.vocab)  # an ARPA file: its words mapped onto the corpus's ids
     log_probs = split_log_probs(model, corpus, args.split)
     ids = corpus.split(args.split)
     word_log10 = log_probs * LOG10_E
