@@ -209,3 +209,13 @@ def test_neural_generation_same_seed_same_text(neural_run, cli):
     assert a.returncode == 0 and a.stdout == b.stdout and a.stdout.startswith("w1 w2")
     one_line_error(cli("generate", neural_run[0], "--prompt", "zebra okapi"), "outside the model's vocabulary")
     one_line_error(cli("generate", neural_run[0], "--temperature", "0"), "temperature")
+
+
+def test_score_options_may_come_before_the_file(saved_addone, tmp_path, cli):
+    f = tmp_path / "t.txt"
+    f.write_text("w1 w2\nw3\n")
+    assert cli("score", saved_addone, "--per-word", f) == cli("score", saved_addone, f, "--per-word")
+    with pytest.raises(SystemExit) as exit_:  # argparse usage errors end the process (code 2, one line)
+        cli("score", saved_addone, f, "other.txt")
+    assert exit_.value.code == 2
+    one_line_error(cli("score", saved_addone, "--split", "test", f), "not both")

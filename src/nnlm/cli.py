@@ -499,7 +499,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "file", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
+        args.file = extra[0]  # `nnlm score MODEL --per-word FILE`: argparse binds an optional positional early
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "argv", False) is None and argv is not None:
         args.argv = list(argv)
     try:
