@@ -211,11 +211,11 @@ def test_neural_generation_same_seed_same_text(neural_run, cli):
     one_line_error(cli("generate", neural_run[0], "--temperature", "0"), "temperature")
 
 
-def test_score_options_may_come_before_the_file(saved_addone, tmp_path, cli):
+def test_score_options_may_come_before_the_file(saved_addone, tmp_path, cli, capsys):
     f = tmp_path / "t.txt"
     f.write_text("w1 w2\nw3\n")
     assert cli("score", saved_addone, "--per-word", f) == cli("score", saved_addone, f, "--per-word")
     with pytest.raises(SystemExit) as exit_:  # argparse usage errors end the process (code 2, one line)
         cli("score", saved_addone, f, "other.txt")
-    assert exit_.value.code == 2
+    assert exit_.value.code == 2 and "unrecognized arguments: other.txt" in capsys.readouterr().err
     one_line_error(cli("score", saved_addone, "--split", "test", f), "not both")
