@@ -219,3 +219,14 @@ def test_score_options_may_come_before_the_file(saved_addone, tmp_path, cli, cap
         cli("score", saved_addone, f, "other.txt")
     assert exit_.value.code == 2 and "unrecognized arguments: other.txt" in capsys.readouterr().err
     one_line_error(cli("score", saved_addone, "--split", "test", f), "not both")
+
+
+@pytest.mark.brown
+def test_score_a_brown_split_is_the_perplexity_function(brown, tmp_path, cli):
+    model = AddOneBigram.fit(brown.vocab, brown.train)
+    model.save(tmp_path / "addone")
+    code, out, err = cli("score", tmp_path / "addone", "--split", "test", "--json")  # --corpus defaults to brown
+    assert code == 0, err
+    scored = json.loads(out)
+    assert scored["perplexity"] == perplexity(model, brown, "test")
+    assert (scored["tokens"], scored["oov"]) == (177_359, int((brown.test == brown.vocab.unk_id).sum()))
