@@ -56,6 +56,11 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if mode not in MODES:
         raise NnlmError(f"--parallel must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "none":
+        if dd.under_torchrun():
+            raise NnlmError("under torchrun, choose --parallel ddp or --parallel vocab (otherwise every process "
+                            "would train the same run on its own)")
+        if workers is not None:
+            raise NnlmError("--workers needs --parallel hogwild, ddp or vocab")
         return tr.train(out, requested, resume=resume, progress=progress, log=log)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise NnlmError(f"--workers must be a positive integer, got {workers!r}")
@@ -172,8 +177,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
         optimizer.load_state_tensors({k: v.to(device) for k, v in optim_part.items()})
         from torch.nn.parallel import DistributedDataParallel
 
-        engine = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None,
-                                         broadcast_buffers=False)
+        engine = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     else:
         lo, hi = vocab_slices(config.vocab_size, world)[rank]
         net = VocabParallelNPLM.from_full(model_part, config, rank, world, recipe.dropout_x, recipe.dropout_h).to(device)
