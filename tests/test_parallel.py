@@ -33,36 +33,37 @@ def test_vocab_slices_cover_the_vocabulary_evenly(v, world):
     assert max(sizes) - min(sizes) <= 1
 
 
-def _vocab_forward_backward(config_dict: dict, direct_dropout: float) -> None:
+def _vocab_forward_backward(configs: list[tuple[dict, float]]) -> None:
     """In each rank: the sliced model's log-probs and gradients vs the whole model's, computed here."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    config = ModelConfig(**config_dict)
-    torch.manual_seed(0)
-    full = NPLM(config, dropout_x=direct_dropout, dropout_h=direct_dropout).double()
-    gen = torch.Generator().manual_seed(1)
-    contexts = torch.randint(0, config.vocab_size, (37, config.order - 1), generator=gen)
-    targets = torch.randint(0, config.vocab_size, (37,), generator=gen)
-    part = VocabParallelNPLM.from_full(dict(full.state_dict()), config, rank, world,
-                                       direct_dropout, direct_dropout).double()
+    for config_dict, dropout in configs:
+        config = ModelConfig(**config_dict)
+        torch.manual_seed(0)
+        full = NPLM(config, dropout_x=dropout, dropout_h=dropout).double()
+        gen = torch.Generator().manual_seed(1)
+        contexts = torch.randint(0, config.vocab_size, (37, config.order - 1), generator=gen)
+        targets = torch.randint(0, config.vocab_size, (37,), generator=gen)
+        part = VocabParallelNPLM.from_full(dict(full.state_dict()), config, rank, world, dropout, dropout).double()
 
-    torch.manual_seed(5)  # the same dropout masks in both models (and on every rank)
-    reference = torch.log_softmax(full(contexts), dim=1).gather(1, targets[:, None])[:, 0]
-    (-reference.mean()).backward()
-    torch.manual_seed(5)
-    mine = part.log_prob(contexts, targets)
-    (-mine.mean()).backward()
+        torch.manual_seed(5)  # the same dropout masks in both models (and on every rank)
+        reference = torch.log_softmax(full(contexts), dim=1).gather(1, targets[:, None])[:, 0]
+        (-reference.mean()).backward()
+        torch.manual_seed(5)
+        mine = part.log_prob(contexts, targets)
+        (-mine.mean()).backward()
 
-    torch.testing.assert_close(mine, reference, rtol=1e-10, atol=1e-10)
-    grads = full_tensors(part, {f"grad.{n}": p.grad for n, p in part.named_parameters()})
-    for name, p in full.named_parameters():
-        torch.testing.assert_close(grads[f"grad.{name}"], p.grad, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(mine, reference, rtol=1e-10, atol=1e-10)
+        grads = full_tensors(part, {f"grad.{n}": p.grad for n, p in part.named_parameters()})
+        for name, p in full.named_parameters():
+            torch.testing.assert_close(grads[f"grad.{name}"], p.grad, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("world,v,h,direct,dropout", [(2, 13, 5, True, 0.0), (3, 11, 0, True, 0.3),
-                                                      (2, 9, 4, False, 0.5)])
-def test_vocab_parallel_log_probs_and_gradients_equal_the_single_model(world, v, h, direct, dropout):
-    config = ModelConfig(vocab_size=v, order=3, hidden=h, features=3, direct=direct)
-    dd.launch_local(_vocab_forward_backward, world, args=(config.to_dict(), dropout), timeout=TIMEOUT)
+@pytest.mark.parametrize("world", [2, 3])
+def test_vocab_parallel_log_probs_and_gradients_equal_the_single_model(world):
+    """Uneven slices (13 and 11 words), no hidden layer, no direct connections, dropout."""
+    configs = [(ModelConfig(vocab_size=v, order=3, hidden=h, features=3, direct=direct).to_dict(), dropout)
+               for v, h, direct, dropout in [(13, 5, True, 0.0), (11, 0, True, 0.3), (9, 4, False, 0.5)]]
+    dd.launch_local(_vocab_forward_backward, world, args=(configs,), timeout=TIMEOUT)
 
 
 def _train(out: Path, corpus_dir: Path, mode: str, workers: int = 2, resume: bool = False, **options):
@@ -75,20 +76,44 @@ def _weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run / "model.safetensors"))
 
 
-@pytest.mark.parametrize("mode", ["ddp", "vocab"])
-def test_two_ranks_train_exactly_like_one_process(mode, random_corpus, tmp_path):
-    """Same global batches, same updates: the weights after 2 epochs agree to float tolerance."""
-    corpus_dir = tmp_path / "rand"
-    options = {"recipe": "paper", "lr": 0.05, "epochs": 2}
-    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False, log=lambda s: None)
-    parallel = _train(tmp_path / mode, corpus_dir, mode, **options)
-    one, two = _weights(tmp_path / "one"), _weights(tmp_path / mode)
+def _assert_same_weights(a: Path, b: Path) -> None:
+    one, two = _weights(a), _weights(b)
     assert set(one) == set(two)
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5)
+
+
+def test_ddp_on_two_ranks_trains_exactly_like_one_process(random_corpus, tmp_path):
+    """Each rank computes half of every global batch; the weights after 2 epochs agree to float tolerance."""
+    corpus_dir = tmp_path / "rand"
+    options = {"recipe": "paper", "lr": 0.05, "epochs": 2}
+    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False, log=lambda s: None)
+    parallel = _train(tmp_path / "ddp", corpus_dir, "ddp", **options)
+    _assert_same_weights(tmp_path / "one", tmp_path / "ddp")
     assert parallel["step"] == single["step"] and parallel["epoch"] == 2
     assert parallel["history"][-1]["valid_ppl"] == pytest.approx(single["history"][-1]["valid_ppl"], rel=1e-4)
-    assert parallel["parallel"] == {"mode": mode, "world_size": 2}
+    assert parallel["parallel"] == {"mode": "ddp", "world_size": 2}
+
+
+def test_vocab_parallel_trains_like_one_process_and_resumes_resharded(random_corpus, tmp_path):
+    """An epoch of vocab-parallel training on 2 ranks equals one single-process epoch; its run
+    directory loads like any other; continued on 1 ddp process (the checkpoint holds whole tensors,
+    re-sliced on load) it equals an uninterrupted single-process run."""
+    from nnlm.lm import perplexity
+    from nnlm.loading import load
+
+    corpus_dir = tmp_path / "rand"
+    options = {"recipe": "paper", "lr": 0.05}
+    tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options | {"epochs": 1}, progress=False,
+             log=lambda s: None)
+    state = _train(tmp_path / "vp", corpus_dir, "vocab", **options, epochs=1)
+    _assert_same_weights(tmp_path / "one", tmp_path / "vp")
+    assert perplexity(load(tmp_path / "vp"), random_corpus, "valid") == pytest.approx(state["best"]["valid_ppl"], rel=1e-9)
+
+    tr.train(tmp_path / "one", {"epochs": 2}, resume=True, progress=False, log=lambda s: None)
+    state = _train(tmp_path / "vp", corpus_dir, "ddp", workers=1, resume=True, epochs=2)
+    assert state["epoch"] == 2 and state["parallel"] == {"mode": "ddp", "world_size": 1}
+    _assert_same_weights(tmp_path / "one", tmp_path / "vp")
 
 
 def test_vocab_parallel_with_adam_and_dropout_matches_one_process(random_corpus, tmp_path):
@@ -97,35 +122,7 @@ def test_vocab_parallel_with_adam_and_dropout_matches_one_process(random_corpus,
     options = {"recipe": "modern", "epochs": 1, "bf16": False}
     tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False, log=lambda s: None)
     _train(tmp_path / "vp", corpus_dir, "vocab", **options)
-    one, two = _weights(tmp_path / "one"), _weights(tmp_path / "vp")
-    for name in one:
-        torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5)
-
-
-def test_resume_with_another_world_size_reshards(random_corpus, tmp_path):
-    """A vocab run checkpointed on 2 processes continues on 1 (torchrun-free single rank) and on
-    ddp: the checkpoint holds whole tensors, so it is re-sliced on load, and the result equals an
-    uninterrupted single-process run."""
-    corpus_dir = tmp_path / "rand"
-    options = {"recipe": "paper", "lr": 0.05}
-    tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options | {"epochs": 2}, progress=False,
-             log=lambda s: None)
-    _train(tmp_path / "vp", corpus_dir, "vocab", **options, epochs=1)
-    state = _train(tmp_path / "vp", corpus_dir, "ddp", workers=1, resume=True, epochs=2)
-    assert state["epoch"] == 2 and state["parallel"] == {"mode": "ddp", "world_size": 1}
-    one, two = _weights(tmp_path / "one"), _weights(tmp_path / "vp")
-    for name in one:
-        torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5)
-
-
-def test_the_run_directory_is_an_ordinary_one(random_corpus, tmp_path):
-    from nnlm.loading import load
-    from nnlm.lm import perplexity
-
-    _train(tmp_path / "vp", tmp_path / "rand", "vocab", recipe="paper", lr=0.05, epochs=1)
-    model = load(tmp_path / "vp")
-    state = tr._read_state(tmp_path / "vp")
-    assert perplexity(model, random_corpus, "valid") == pytest.approx(state["best"]["valid_ppl"], rel=1e-9)
+    _assert_same_weights(tmp_path / "one", tmp_path / "vp")
 
 
 def test_hogwild_trains_close_to_one_process(random_corpus, tmp_path):
@@ -152,6 +149,22 @@ def test_a_dead_rank_stops_the_others_with_a_clear_error():
     with pytest.raises(NnlmError, match=r"process 1 of 2 stopped \(signal SIGKILL\)"):
         dd.launch_local(_die_on_rank_1, 2, timeout=TIMEOUT)
     assert time.monotonic() - started < TIMEOUT
+
+
+def _rank_1_vanishes(out: Path, corpus_dir: Path) -> None:
+    """Rank 1 leaves without a word (as a machine that loses power); rank 0 is mid-training."""
+    from nnlm.neural.parallel import run_rank
+
+    if dist.get_rank() == 1:
+        os._exit(0)
+    run_rank(out, {"corpus": str(corpus_dir)} | TINY, "ddp", False, False, None, 20.0)
+
+
+def test_a_vanished_peer_is_reported_by_the_survivor_not_waited_for(random_corpus, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(NnlmError, match="rank 0: lost contact with the other ranks .* restart with --resume"):
+        dd.launch_local(_rank_1_vanishes, 2, args=(tmp_path / "run", tmp_path / "rand"), timeout=20.0)
+    assert time.monotonic() - started < 20.0 + 15.0
 
 
 def test_bad_input_is_one_line(random_corpus, tmp_path):

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
+from nnlm.neural.distributed import START_METHOD
 from nnlm.neural import train as tr
 from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.optim import Adam
@@ -122,7 +123,7 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
     padded = torch.cat([torch.full((k,), corpus.pad_id, dtype=torch.int64), train_ids]).share_memory_()
     n_batches = math.ceil(len(train_ids) / run["batch_size"])
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(START_METHOD)
     counters = (ctx.Value("q", 0), ctx.Value("q", state["examples"]), ctx.Value("q", state["step"]), ctx.Value("b", 0))
     commands, results = ctx.SimpleQueue(), ctx.SimpleQueue()
     procs = [ctx.Process(target=_worker, daemon=True,
