@@ -133,8 +133,8 @@ def test_hogwild_trains_close_to_one_process(random_corpus, tmp_path):
     assert hog["epoch"] == 3 and hog["examples"] == single["examples"]
     uniform = len(random_corpus.vocab)
     single_ppl, hog_ppl = single["best"]["valid_ppl"], hog["best"]["valid_ppl"]
-    assert hog_ppl < 0.7 * uniform
-    assert hog_ppl == pytest.approx(single_ppl, rel=0.1)
+    assert hog_ppl < 0.5 * uniform
+    assert hog_ppl == pytest.approx(single_ppl, rel=0.15)  # measured: 3-7% above (asynchronous, stale gradients)
 
 
 def _die_on_rank_1() -> None:

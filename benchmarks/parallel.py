@@ -1,0 +1,188 @@
+"""Parallel training throughput: tokens/s with 1 and 2 processes for each --parallel mode, the
+speed-up over one plain process (measured in the same run), and the fraction of each step spent
+communicating (the paper reports about 1/15 for its parameter-parallel cluster runs).
+
+    PYTHONPATH=src python benchmarks/parallel.py --preset mlp1 --batch-size 256 --seconds 10
+
+Every process uses one thread, on synthetic batches at Brown's |V| (the model's shape, not the
+data, sets the cost). Communication fraction:
+- vocab: seconds inside the all-reduces (max, sum, target score, and the gradients on x and on
+  the hidden layer) over the step time. Waiting for a slower peer counts as communication.
+- ddp: DistributedDataParallel overlaps its gradient all-reduce with backward, so it is measured
+  as 1 - (step time without synchronization, `no_sync`) / (step time with it), in alternating blocks.
+- hogwild: shared memory, no messages: 0 by construction; what it pays instead is stale gradients.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from nnlm.neural import distributed as dd
+from nnlm.neural.model import NPLM
+from nnlm.neural.optim import PaperSGD
+from nnlm.neural.presets import preset
+from nnlm.neural.train import batch_loss
+from nnlm.neural.vocab_parallel import CommTimer, VocabParallelNPLM
+
+BROWN_V = 17_907
+
+
+def batches(cfg, batch: int, seed: int, count: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, cfg.vocab_size, (batch, cfg.order - 1), generator=gen),
+             torch.randint(0, cfg.vocab_size, (batch,), generator=gen)) for _ in range(count)]
+
+
+def timed(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
+    """(steps, seconds) of running `step` for about `seconds`; every rank runs the same count."""
+    for i in range(warmup):
+        step(i)
+    n, t0 = 0, time.perf_counter()
+    while True:
+        step(n)
+        n += 1
+        done = time.perf_counter() - t0 >= seconds
+        if dist.is_initialized():  # agree on stopping, so no rank waits in a collective alone
+            flag = torch.tensor([float(done)])
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            done = bool(flag[0])
+        if done:
+            return n, time.perf_counter() - t0
+
+
+def plain_step_fn(net: NPLM, data, batch: int):
+    opt = PaperSGD(net, 1e-4, 0.0, 0.0)
+
+    def step(i: int) -> None:
+        ctx, tgt = data[i % len(data)]
+        loss = batch_loss(net, ctx, tgt, False)
+        net.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step(0, batch)
+    return step
+
+
+def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, result_file: str) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cfg = preset(preset_name, BROWN_V)
+    torch.manual_seed(0)
+    full = NPLM(cfg)
+    data = batches(cfg, batch, seed=0)
+    if mode == "vocab":
+        net = VocabParallelNPLM.from_full(dict(full.state_dict()), cfg, rank, world)
+        del full
+        opt = PaperSGD(net, 1e-4, 0.0, 0.0)
+
+        def step(i: int) -> None:
+            ctx, tgt = data[i % len(data)]
+            loss = net.loss(ctx, tgt)
+            net.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step(0, batch)
+
+        timed(step, 0.0)
+        CommTimer.seconds = 0.0
+        steps, elapsed = timed(step, seconds)
+        comm = CommTimer.seconds / elapsed
+    else:
+        from torch.nn.parallel import DistributedDataParallel
+
+        engine = DistributedDataParallel(full)
+        opt = PaperSGD(full, 1e-4, 0.0, 0.0)
+        shard = [(c.tensor_split(world)[rank], t.tensor_split(world)[rank]) for c, t in data]
+
+        def step_with(sync: bool):
+            def step(i: int) -> None:
+                ctx, tgt = shard[i % len(shard)]
+                loss = torch.nn.functional.cross_entropy(engine(ctx), tgt, reduction="sum") * (world / batch)
+                full.zero_grad(set_to_none=True)
+                if sync:
+                    loss.backward()
+                else:
+                    with engine.no_sync():
+                        loss.backward()
+                opt.step(0, batch)
+            return step
+
+        steps = elapsed = 0.0
+        quiet_steps = quiet_elapsed = 0.0
+        for _ in range(3):  # alternate, so background load hits both alike
+            n, t = timed(step_with(True), seconds / 4)
+            steps, elapsed = steps + n, elapsed + t
+            n, t = timed(step_with(False), seconds / 12)
+            quiet_steps, quiet_elapsed = quiet_steps + n, quiet_elapsed + t
+        comm = max(0.0, 1.0 - (quiet_elapsed / quiet_steps) / (elapsed / steps))
+    stats = torch.tensor([steps * batch / elapsed, comm])
+    dist.all_reduce(stats)  # tokens/s: every rank's view of the global rate; average them
+    if rank == 0:
+        Path(result_file).write_text(json.dumps({"tokens_per_s": float(stats[0]) / world, "comm": float(stats[1]) / world}))
+
+
+def hogwild_worker(net: NPLM, data, batch: int, seconds: float, start, counts, index: int) -> None:
+    torch.set_num_threads(1)
+    step = plain_step_fn(net, data, batch)
+    step(0)
+    start.wait()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        step(index + n)
+        n += 1
+    counts[index] = n * batch / (time.perf_counter() - t0)
+
+
+def hogwild_benchmark(preset_name: str, batch: int, seconds: float, workers: int) -> float:
+    cfg = preset(preset_name, BROWN_V)
+    torch.manual_seed(0)
+    net = NPLM(cfg)
+    net.share_memory()
+    data = batches(cfg, batch, seed=0)
+    ctx = mp.get_context(dd.START_METHOD)
+    start, counts = ctx.Barrier(workers), ctx.Array("d", workers)
+    procs = [ctx.Process(target=hogwild_worker, args=(net, data, batch, seconds, start, counts, i)) for i in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return float(sum(counts))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="mlp1")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    cfg = preset(args.preset, BROWN_V)
+    torch.manual_seed(0)
+    plain = plain_step_fn(NPLM(cfg), batches(cfg, args.batch_size, 0), args.batch_size)
+    steps, elapsed = timed(plain, args.seconds)
+    ref = steps * args.batch_size / elapsed
+    print(f"{args.preset} (|V| = {BROWN_V:,}), global batch {args.batch_size}, 1 thread per process, "
+          f"{os.cpu_count()} CPU cores on this machine")
+    print(f"  {'plain single process':<22}{'':>4}{ref:10,.0f} tokens/s  1.00x")
+    print(f"  {'mode':<22}{'procs':>4}{'tokens/s':>10}            speed-up  communication")
+    for mode in ("hogwild", "ddp", "vocab"):
+        for world in (1, 2):
+            if mode == "hogwild":
+                tps, comm = hogwild_benchmark(args.preset, args.batch_size, args.seconds, world), 0.0
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    result = Path(tmp) / "result.json"
+                    dd.launch_local(rank_benchmark, world, args=(mode, args.preset, args.batch_size, args.seconds, str(result)))
+                    measured = json.loads(result.read_text())
+                tps, comm = measured["tokens_per_s"], measured["comm"]
+            print(f"  {mode:<22}{world:>4}{tps:10,.0f} tokens/s  {tps / ref:5.2f}x     {comm:6.1%}"
+                  + (f" (1/{1 / comm:.0f})" if comm > 0.005 else ""))
+
+
+if __name__ == "__main__":
+    main()
