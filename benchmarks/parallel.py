@@ -8,8 +8,9 @@ Every process uses one thread, on synthetic batches at Brown's |V| (the model's 
 data, sets the cost). Communication fraction:
 - vocab: seconds inside the all-reduces (max, sum, target score, and the gradients on x and on
   the hidden layer) over the step time. Waiting for a slower peer counts as communication.
-- ddp: DistributedDataParallel overlaps its gradient all-reduce with backward, so it is measured
-  as 1 - (step time without synchronization, `no_sync`) / (step time with it), in alternating blocks.
+- ddp: seconds inside the gradient all-reduce. DDP normally overlaps it with backward, which
+  hides it from a timer; here a communication hook runs the same averaging all-reduce
+  synchronously and times it (so the ddp rows are a little slower than real DDP).
 - hogwild: shared memory, no messages: 0 by construction; what it pays instead is stale gradients.
 """
 from __future__ import annotations
@@ -42,20 +43,30 @@ def batches(cfg, batch: int, seed: int, count: int = 8) -> list[tuple[torch.Tens
 
 
 def timed(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
-    """(steps, seconds) of running `step` for about `seconds`; every rank runs the same count."""
+    """(steps, seconds) of running `step` about `seconds`; ranks agree on the count beforehand
+    (from rank 0's warm-up), so the timed loop holds no collective but the step's own."""
+    t0 = time.perf_counter()
     for i in range(warmup):
         step(i)
-    n, t0 = 0, time.perf_counter()
-    while True:
-        step(n)
-        n += 1
-        done = time.perf_counter() - t0 >= seconds
-        if dist.is_initialized():  # agree on stopping, so no rank waits in a collective alone
-            flag = torch.tensor([float(done)])
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-            done = bool(flag[0])
-        if done:
-            return n, time.perf_counter() - t0
+    n = max(3, int(seconds / ((time.perf_counter() - t0) / warmup)))
+    if dist.is_initialized():
+        n = dd.broadcast_object(n)
+    t0 = time.perf_counter()
+    for i in range(n):
+        step(i)
+    return n, time.perf_counter() - t0
+
+
+def timed_all_reduce_hook(world: int):
+    """A DDP communication hook doing the usual averaging all-reduce, synchronously and timed
+    (DDP's own hook overlaps it with backward, which hides its cost from a timer)."""
+    def hook(_state, bucket):
+        grads = bucket.buffer()
+        CommTimer.all_reduce(grads).div_(world)
+        done = torch.futures.Future()
+        done.set_result(grads)
+        return done
+    return hook
 
 
 def plain_step_fn(net: NPLM, data, batch: int):
@@ -88,38 +99,25 @@ def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, resu
             loss.backward()
             opt.step(0, batch)
 
-        timed(step, 0.0)
-        CommTimer.seconds = 0.0
-        steps, elapsed = timed(step, seconds)
-        comm = CommTimer.seconds / elapsed
     else:
         from torch.nn.parallel import DistributedDataParallel
 
         engine = DistributedDataParallel(full)
+        engine.register_comm_hook(None, timed_all_reduce_hook(world))
         opt = PaperSGD(full, 1e-4, 0.0, 0.0)
         shard = [(c.tensor_split(world)[rank], t.tensor_split(world)[rank]) for c, t in data]
 
-        def step_with(sync: bool):
-            def step(i: int) -> None:
-                ctx, tgt = shard[i % len(shard)]
-                loss = torch.nn.functional.cross_entropy(engine(ctx), tgt, reduction="sum") * (world / batch)
-                full.zero_grad(set_to_none=True)
-                if sync:
-                    loss.backward()
-                else:
-                    with engine.no_sync():
-                        loss.backward()
-                opt.step(0, batch)
-            return step
+        def step(i: int) -> None:
+            ctx, tgt = shard[i % len(shard)]
+            loss = torch.nn.functional.cross_entropy(engine(ctx), tgt, reduction="sum") * (world / batch)
+            full.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step(0, batch)
 
-        steps = elapsed = 0.0
-        quiet_steps = quiet_elapsed = 0.0
-        for _ in range(3):  # alternate, so background load hits both alike
-            n, t = timed(step_with(True), seconds / 4)
-            steps, elapsed = steps + n, elapsed + t
-            n, t = timed(step_with(False), seconds / 12)
-            quiet_steps, quiet_elapsed = quiet_steps + n, quiet_elapsed + t
-        comm = max(0.0, 1.0 - (quiet_elapsed / quiet_steps) / (elapsed / steps))
+    timed(step, 0.0)
+    CommTimer.seconds = 0.0
+    steps, elapsed = timed(step, seconds)
+    comm = CommTimer.seconds / elapsed
     stats = torch.tensor([steps * batch / elapsed, comm])
     dist.all_reduce(stats)  # tokens/s: every rank's view of the global rate; average them
     if rank == 0:

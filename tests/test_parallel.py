@@ -3,6 +3,7 @@ forward and backward equal the single-process model's, DDP and vocab training of
 equal single-process training, Hogwild trains, and a dead rank or bad input gives one clear line."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -177,3 +178,20 @@ def test_bad_input_is_one_line(random_corpus, tmp_path):
         _train(tmp_path / "x", corpus_dir, "ddp", recipe="fancy")
     with pytest.raises(NnlmError, match="leaves rank 2 no words"):
         vocab_slices(2, 3)
+
+
+def test_cli_parallel_training_and_its_errors(random_corpus, tmp_path, capsys):
+    from nnlm.cli import main
+
+    base = ["train", "--corpus", str(tmp_path / "rand"), "--preset", "mlp7", "--hidden", "8", "--features", "4",
+            "--batch-size", "64", "--epochs", "1", "--threads", "1", "--no-progress", "--json"]
+    assert main(base + ["--out", str(tmp_path / "vp"), "--parallel", "vocab", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.strip().splitlines()[-1])["epoch"] == 1
+    assert main(["eval", str(tmp_path / "vp"), "--threads", "1"]) == 0
+    for extra, message in ((["--workers", "2"], "--workers needs --parallel"),
+                           (["--parallel", "ddp", "--workers", "0"], "--workers must be"),
+                           (["--parallel", "ddp", "--dist-timeout", "0"], "--dist-timeout must be positive")):
+        assert main(base + ["--out", str(tmp_path / "bad")] + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1

@@ -192,7 +192,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
             return net, optimizer.state_tensors()
         gathered = full_tensors(net, optimizer.state_tensors())
         params = {k: v for k, v in gathered.items() if not k.startswith("optim.")}
-        return assemble_nplm({k: v.cpu() for k, v in params.items()}, config), \
+        return assemble_nplm({k: v.cpu() for k, v in params.items()}, config).to(device), \
             {k: v for k, v in gathered.items() if k.startswith("optim.")}
 
     k = config.order - 1
