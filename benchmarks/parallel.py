@@ -12,6 +12,9 @@ data, sets the cost). Communication fraction:
   hides it from a timer; here a communication hook runs the same averaging all-reduce
   synchronously and times it (so the ddp rows are a little slower than real DDP).
 - hogwild: shared memory, no messages: 0 by construction; what it pays instead is stale gradients.
+tokens/CPU-s divides the tokens by the CPU seconds all processes used (their gloo threads
+included): unlike tokens/s it does not drop when other jobs share the cores, so on a busy machine
+it is the better guide to the cost of each mode (1.00x = no parallel overhead).
 """
 from __future__ import annotations
 
@@ -42,19 +45,19 @@ def batches(cfg, batch: int, seed: int, count: int = 8) -> list[tuple[torch.Tens
              torch.randint(0, cfg.vocab_size, (batch,), generator=gen)) for _ in range(count)]
 
 
-def timed(step, seconds: float, warmup: int = 2) -> tuple[int, float]:
-    """(steps, seconds) of running `step` about `seconds`; ranks agree on the count beforehand
-    (from rank 0's warm-up), so the timed loop holds no collective but the step's own."""
+def timed(step, seconds: float, warmup: int = 2) -> tuple[int, float, float]:
+    """(steps, wall seconds, CPU seconds of this process) of running `step` about `seconds`; ranks
+    agree on the count beforehand (from rank 0's warm-up), so the loop holds no other collective."""
     t0 = time.perf_counter()
     for i in range(warmup):
         step(i)
     n = max(3, int(seconds / ((time.perf_counter() - t0) / warmup)))
     if dist.is_initialized():
         n = dd.broadcast_object(n)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(n):
         step(i)
-    return n, time.perf_counter() - t0
+    return n, time.perf_counter() - t0, time.process_time() - c0
 
 
 def timed_all_reduce_hook(world: int):
@@ -116,12 +119,13 @@ def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, resu
 
     timed(step, 0.0)
     CommTimer.seconds = 0.0
-    steps, elapsed = timed(step, seconds)
+    steps, elapsed, cpu = timed(step, seconds)
     comm = CommTimer.seconds / elapsed
-    stats = torch.tensor([steps * batch / elapsed, comm])
-    dist.all_reduce(stats)  # tokens/s: every rank's view of the global rate; average them
+    stats = torch.tensor([steps * batch / elapsed, comm, cpu], dtype=torch.float64)
+    dist.all_reduce(stats)  # rates and fractions: average the ranks' views; CPU seconds: total
     if rank == 0:
-        Path(result_file).write_text(json.dumps({"tokens_per_s": float(stats[0]) / world, "comm": float(stats[1]) / world}))
+        Path(result_file).write_text(json.dumps({"tokens_per_s": float(stats[0]) / world, "comm": float(stats[1]) / world,
+                                                 "tokens_per_cpu_s": steps * batch / float(stats[2])}))
 
 
 def hogwild_worker(net: NPLM, data, batch: int, seconds: float, start, counts, index: int) -> None:
@@ -129,27 +133,30 @@ def hogwild_worker(net: NPLM, data, batch: int, seconds: float, start, counts, i
     step = plain_step_fn(net, data, batch)
     step(0)
     start.wait()
-    n, t0 = 0, time.perf_counter()
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         step(index + n)
         n += 1
-    counts[index] = n * batch / (time.perf_counter() - t0)
+    counts[2 * index] = n * batch / (time.perf_counter() - t0)
+    counts[2 * index + 1] = n * batch / (time.process_time() - c0)
 
 
-def hogwild_benchmark(preset_name: str, batch: int, seconds: float, workers: int) -> float:
+def hogwild_benchmark(preset_name: str, batch: int, seconds: float, workers: int) -> tuple[float, float]:
+    """(tokens/s of all workers together, tokens per CPU-second)."""
     cfg = preset(preset_name, BROWN_V)
     torch.manual_seed(0)
     net = NPLM(cfg)
     net.share_memory()
     data = batches(cfg, batch, seed=0)
     ctx = mp.get_context(dd.START_METHOD)
-    start, counts = ctx.Barrier(workers), ctx.Array("d", workers)
+    start, counts = ctx.Barrier(workers), ctx.Array("d", 2 * workers)
     procs = [ctx.Process(target=hogwild_worker, args=(net, data, batch, seconds, start, counts, i)) for i in range(workers)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
-    return float(sum(counts))
+    rates, per_cpu = counts[0::2], counts[1::2]
+    return float(sum(rates)), float(sum(rates)) / sum(r / c for r, c in zip(rates, per_cpu))
 
 
 def main() -> None:
@@ -162,23 +169,23 @@ def main() -> None:
     cfg = preset(args.preset, BROWN_V)
     torch.manual_seed(0)
     plain = plain_step_fn(NPLM(cfg), batches(cfg, args.batch_size, 0), args.batch_size)
-    steps, elapsed = timed(plain, args.seconds)
-    ref = steps * args.batch_size / elapsed
+    steps, elapsed, cpu = timed(plain, args.seconds)
+    ref, ref_cpu = steps * args.batch_size / elapsed, steps * args.batch_size / cpu
     print(f"{args.preset} (|V| = {BROWN_V:,}), global batch {args.batch_size}, 1 thread per process, "
           f"{os.cpu_count()} CPU cores on this machine")
-    print(f"  {'plain single process':<22}{'':>4}{ref:10,.0f} tokens/s  1.00x")
-    print(f"  {'mode':<22}{'procs':>4}{'tokens/s':>10}            speed-up  communication")
+    print(f"  {'':<16}{'procs':>6}{'tokens/s':>10}{'speed-up':>10}{'tokens/CPU-s':>14}{'vs plain':>10}  communication")
+    print(f"  {'plain':<16}{1:>6}{ref:10,.0f}{1:10.2f}x{ref_cpu:13,.0f}{1:10.2f}x")
     for mode in ("hogwild", "ddp", "vocab"):
         for world in (1, 2):
             if mode == "hogwild":
-                tps, comm = hogwild_benchmark(args.preset, args.batch_size, args.seconds, world), 0.0
+                (tps, per_cpu), comm = hogwild_benchmark(args.preset, args.batch_size, args.seconds, world), 0.0
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     result = Path(tmp) / "result.json"
                     dd.launch_local(rank_benchmark, world, args=(mode, args.preset, args.batch_size, args.seconds, str(result)))
                     measured = json.loads(result.read_text())
-                tps, comm = measured["tokens_per_s"], measured["comm"]
-            print(f"  {mode:<22}{world:>4}{tps:10,.0f} tokens/s  {tps / ref:5.2f}x     {comm:6.1%}"
+                tps, comm, per_cpu = measured["tokens_per_s"], measured["comm"], measured["tokens_per_cpu_s"]
+            print(f"  {mode:<16}{world:>6}{tps:10,.0f}{tps / ref:10.2f}x{per_cpu:13,.0f}{per_cpu / ref_cpu:10.2f}x  {comm:6.1%}"
                   + (f" (1/{1 / comm:.0f})" if comm > 0.005 else ""))
 
 
