@@ -1,6 +1,6 @@
 """Asynchronous shared-memory data-parallel training (Hogwild), as the paper ran it on SMP machines.
 
-The parameters (and Adam's moment estimates) live in shared memory (torch.multiprocessing); K
+The parameters live in shared memory (torch.multiprocessing); K
 worker processes each compute a minibatch gradient and write their update straight into them,
 with no lock: an update may be applied over parameters another worker is changing, which is the
 point (no waiting) and the paper's finding (it does not hurt convergence).
@@ -34,13 +34,13 @@ from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.optim import Adam
 
 
-def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, recipe: tr.Recipe, padded: torch.Tensor,
-            k: int, batch: int, seed: int, bf16: bool, counters, commands, results) -> None:
+def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps, recipe: tr.Recipe,
+            padded: torch.Tensor, k: int, batch: int, seed: int, bf16: bool, counters, commands, results) -> None:
     """Wait for an epoch, claim batches until none is left (or told to stop), report loss sums."""
     torch.set_num_threads(1)
     optimizer = tr.build_optimizer(net, recipe, recipe.lr)
     if isinstance(optimizer, Adam):
-        optimizer.m, optimizer.v = moments  # the shared tensors, not this process's zeros
+        optimizer.m, optimizer.v = moments  # this worker's own moments (in shared memory for checkpoints)
     n_examples = len(padded) - k
     n_batches = math.ceil(n_examples / batch)
     window = torch.arange(k + 1)
@@ -49,6 +49,8 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, recipe: tr
     while (command := commands.get()) is not None:
         epoch, lr, deadline = command
         optimizer.lr = lr
+        if isinstance(optimizer, Adam):
+            optimizer.t = adam_steps[index]
         torch.manual_seed(int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, np.uint64)[0] >> 1))
         order = torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n_examples))
         net.train()
@@ -65,7 +67,6 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, recipe: tr
                     examples.value += size
                 with steps.get_lock():
                     steps.value += 1
-                    step = steps.value
             rows = padded[order[b * batch:(b + 1) * batch, None] + window]
             loss = tr.batch_loss(net, rows[:, :k], rows[:, k], bf16)
             value = float(loss.detach())
@@ -75,11 +76,11 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, recipe: tr
                 break
             net.zero_grad(set_to_none=True)
             loss.backward()
-            if isinstance(optimizer, Adam):
-                optimizer.t = step - 1  # step() adds one: bias correction from the shared step count
             optimizer.step(seen, len(rows))
             loss_sum += value * len(rows)
             count += len(rows)
+            if isinstance(optimizer, Adam):
+                adam_steps[index] = optimizer.t
             if deadline is not None and time.time() >= deadline:
                 stop.value = 1
         results.put((index, loss_sum, count, failure))
@@ -112,12 +113,12 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
     state["parallel"] = {"mode": "hogwild", "world_size": workers}
 
     net.share_memory()
-    moments = None
-    if isinstance(optimizer, Adam):
-        for store in (optimizer.m, optimizer.v):
-            for t in store.values():
-                t.share_memory_()
-        moments = (optimizer.m, optimizer.v)
+    # Adam: each worker keeps its own moments. Shared ones would let a worker divide another's
+    # fresh first moment by a second moment not yet updated (~0 early on): a step of ~1e5 x lr.
+    # The checkpoint holds their mean; resuming starts every worker from it.
+    moments = [({n: t.clone().share_memory_() for n, t in optimizer.m.items()},
+                {n: t.clone().share_memory_() for n, t in optimizer.v.items()}) if isinstance(optimizer, Adam) else None
+               for _ in range(workers)]
     k = config.order - 1
     train_ids = torch.as_tensor(corpus.train.astype(np.int64))
     padded = torch.cat([torch.full((k,), corpus.pad_id, dtype=torch.int64), train_ids]).share_memory_()
@@ -125,9 +126,10 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
 
     ctx = mp.get_context(START_METHOD)
     counters = (ctx.Value("q", 0), ctx.Value("q", state["examples"]), ctx.Value("q", state["step"]), ctx.Value("b", 0))
+    adam_steps = ctx.Array("q", [getattr(optimizer, "t", 0)] * workers, lock=False)
     commands, results = ctx.SimpleQueue(), ctx.SimpleQueue()
     procs = [ctx.Process(target=_worker, daemon=True,
-                         args=(i, net, moments, recipe, padded, k, run["batch_size"], run["seed"], run["bf16"],
+                         args=(i, net, moments[i], adam_steps, recipe, padded, k, run["batch_size"], run["seed"], run["bf16"],
                                counters, commands, results)) for i in range(workers)]
     for p in procs:
         p.start()
@@ -140,8 +142,11 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
 
     def checkpoint() -> None:
         state["elapsed"] = elapsed()
-        if isinstance(optimizer, Adam):
-            optimizer.t = counters[2].value
+        if isinstance(optimizer, Adam):  # workers are idle here
+            for store, kind in ((optimizer.m, 0), (optimizer.v, 1)):
+                for name, t in store.items():
+                    t.copy_(torch.stack([own[kind][name] for own in moments]).mean(dim=0))
+            optimizer.t = max(adam_steps)
         tr.save_checkpoint(out, net, optimizer, state)
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, direct={config.direct}; "

@@ -175,7 +175,9 @@ def full_tensors(net: VocabParallelNPLM, extra: dict[str, torch.Tensor] | None =
 
 
 def assemble_nplm(tensors: dict[str, torch.Tensor], config: ModelConfig) -> NPLM:
-    net = NPLM(config)
+    """An NPLM holding `tensors`; the global RNG is left as it was (all ranks share its state)."""
+    with torch.random.fork_rng(devices=[]):
+        net = NPLM(config)
     with torch.no_grad():
         for name, p in net.named_parameters():
             p.copy_(tensors[name])
