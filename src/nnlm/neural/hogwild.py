@@ -103,7 +103,7 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
     torch.manual_seed(run["seed"])
     net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
     optimizer = tr.build_optimizer(net, recipe, lr)
-    state = tr.restore_checkpoint(out, net, optimizer) if resume else tr._fresh_state()
+    state = (ck.load_training_state(out, net, optimizer) if resume else None) or tr._fresh_state()
     if state["finished"]:
         log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
         return state
@@ -147,7 +147,7 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
                 for name, t in store.items():
                     t.copy_(torch.stack([own[kind][name] for own in moments]).mean(dim=0))
             optimizer.t = max(adam_steps)
-        tr.save_checkpoint(out, net, optimizer, state)
+        ck.save_training_state(out, net, optimizer, state)
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, direct={config.direct}; "
         f"{config.parameter_count():,} parameters) on {corpus.name}, recipe {recipe.name}, batch {run['batch_size']}, "

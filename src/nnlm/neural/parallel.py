@@ -136,7 +136,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
             torch.manual_seed(run["seed"])  # the same initial weights as a single-process run
             net0 = NPLM(ModelConfig.from_dict(run["model"]))
             opt0 = tr.build_optimizer(net0, recipe, 1.0)
-            state = tr.restore_checkpoint(out, net0, opt0) if resume else tr._fresh_state()
+            state = (ck.load_training_state(out, net0, opt0) if resume else None) or tr._fresh_state()
             whole = {f"model.{k}": v for k, v in net0.state_dict().items()} | opt0.state_tensors()
             whole["rng.torch"] = torch.get_rng_state()
             del net0, opt0
@@ -215,7 +215,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
         whole_net, optim_state = whole_model()
         if rank == 0:
             state["elapsed"] = elapsed()
-            tr.save_checkpoint(out, whole_net, SimpleNamespace(state_tensors=lambda: optim_state), state)
+            ck.save_training_state(out, whole_net, SimpleNamespace(state_tensors=lambda: optim_state), state)
         last_save = time.monotonic()
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, direct={config.direct}; "
