@@ -169,6 +169,21 @@ def test_a_vanished_peer_is_reported_by_the_survivor_not_waited_for(random_corpu
     assert time.monotonic() - started < 20.0 + 15.0
 
 
+def _rank_1_stalls(out: Path, corpus_dir: Path) -> None:
+    from nnlm.neural.parallel import run_rank
+
+    if dist.get_rank() == 1:
+        time.sleep(60)
+    run_rank(out, {"corpus": str(corpus_dir)} | TINY, "ddp", False, False, None, 3.0)
+
+
+def test_a_stalled_peer_is_given_up_after_the_timeout(random_corpus, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(NnlmError, match=r"rank 0: lost contact with the other ranks .* more than 3 s"):
+        dd.launch_local(_rank_1_stalls, 2, args=(tmp_path / "run", tmp_path / "rand"), timeout=3.0)
+    assert time.monotonic() - started < 30.0
+
+
 def test_bad_input_is_one_line(random_corpus, tmp_path):
     corpus_dir = tmp_path / "rand"
     with pytest.raises(NnlmError, match="--parallel must be one of"):
