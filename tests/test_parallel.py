@@ -15,7 +15,6 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from nnlm.errors import NnlmError
-from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
 from nnlm.neural import train as tr
 from nnlm.neural.model import NPLM, ModelConfig

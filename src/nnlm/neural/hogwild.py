@@ -24,7 +24,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.multiprocessing as mp
-import torch.nn.functional as F
 
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
