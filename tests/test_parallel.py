@@ -84,16 +84,18 @@ def _assert_same_weights(a: Path, b: Path) -> None:
         torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5)
 
 
-def test_ddp_on_two_ranks_trains_exactly_like_one_process(random_corpus, tmp_path):
-    """Each rank computes half of every global batch; the weights after 2 epochs agree to float tolerance."""
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_trains_exactly_like_one_process(world, random_corpus, tmp_path):
+    """Each rank computes its shard of every global batch (3 ranks: shards of 22, 21, 21 and an
+    uneven last batch); the weights after 2 epochs agree to float tolerance."""
     corpus_dir = tmp_path / "rand"
     options = {"recipe": "paper", "lr": 0.05, "epochs": 2}
     single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False, log=lambda s: None)
-    parallel = _train(tmp_path / "ddp", corpus_dir, "ddp", **options)
+    parallel = _train(tmp_path / "ddp", corpus_dir, "ddp", workers=world, **options)
     _assert_same_weights(tmp_path / "one", tmp_path / "ddp")
     assert parallel["step"] == single["step"] and parallel["epoch"] == 2
     assert parallel["history"][-1]["valid_ppl"] == pytest.approx(single["history"][-1]["valid_ppl"], rel=1e-4)
-    assert parallel["parallel"] == {"mode": "ddp", "world_size": 2}
+    assert parallel["parallel"] == {"mode": "ddp", "world_size": world}
 
 
 def test_vocab_parallel_trains_like_one_process_and_resumes_resharded(random_corpus, tmp_path):
@@ -126,16 +128,20 @@ def test_vocab_parallel_with_adam_and_dropout_matches_one_process(random_corpus,
     _assert_same_weights(tmp_path / "one", tmp_path / "vp")
 
 
-def test_hogwild_trains_close_to_one_process(random_corpus, tmp_path):
+@pytest.mark.parametrize("recipe", [{"recipe": "paper", "lr": 0.05}, {"recipe": "modern", "lr": 0.01, "bf16": False}])
+def test_hogwild_trains_close_to_one_process(recipe, random_corpus, tmp_path):
+    """Asynchronous, so not equal: within 15% of the single-process perplexity after 3 epochs
+    (measured: 1% below to 8% above). With Adam, per-worker moments keep the early
+    steps sane (shared ones made the loss explode within 10 steps)."""
     corpus_dir = tmp_path / "rand"
-    options = {"recipe": "paper", "lr": 0.05, "epochs": 3}
+    options = recipe | {"epochs": 3}
     single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False, log=lambda s: None)
     hog = _train(tmp_path / "hog", corpus_dir, "hogwild", **options)
     assert hog["epoch"] == 3 and hog["examples"] == single["examples"]
     uniform = len(random_corpus.vocab)
     single_ppl, hog_ppl = single["best"]["valid_ppl"], hog["best"]["valid_ppl"]
     assert hog_ppl < 0.5 * uniform
-    assert hog_ppl == pytest.approx(single_ppl, rel=0.15)  # measured: 3-7% above (asynchronous, stale gradients)
+    assert hog_ppl == pytest.approx(single_ppl, rel=0.15)
 
 
 def _die_on_rank_1() -> None:
