@@ -318,7 +318,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     names = list(RUN_DEFAULTS) + list(SESSION_DEFAULTS)
     requested = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
-    state = train(args.out, requested, resume=args.resume, progress=not args.no_progress)
+    from nnlm.neural.distributed import under_torchrun
+
+    if getattr(args, "parallel", None) not in (None, "none") or getattr(args, "workers", None) is not None \
+            or under_torchrun():
+        from nnlm.neural.parallel import train_parallel
+
+        state = train_parallel(args.out, requested, args.parallel or "none", args.workers, resume=args.resume,
+                               progress=not args.no_progress, timeout=args.dist_timeout)
+        if state is None:  # a torchrun rank other than 0: rank 0 reports
+            return 0
+    else:
+        state = train(args.out, requested, resume=args.resume, progress=not args.no_progress)
     if args.json:
         print(json.dumps({k: state[k] for k in ("epoch", "step", "best", "finished", "stop_reason", "history")}))
     return 0
@@ -373,6 +384,12 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto: CUDA when present")
     p.add_argument("--checkpoint-minutes", type=float, help="checkpoint every this many minutes (default 5)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    p.add_argument("--parallel", choices=("none", "hogwild", "ddp", "vocab"),
+                   help="hogwild: asynchronous shared-memory workers; ddp: synchronous data-parallel; vocab: "
+                        "output layer split by words over the processes (under torchrun, or --workers local ones)")
+    p.add_argument("--workers", type=int, help="local processes for --parallel (default 2; torchrun sets its own)")
+    p.add_argument("--dist-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="ddp/vocab: how long a rank waits for the others before stopping with an error (default 600)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the final state as one JSON object")
     p.set_defaults(func=cmd_train)

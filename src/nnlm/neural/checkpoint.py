@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors import safe_open
@@ -30,6 +30,11 @@ from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 
 RUN_FORMAT = "nnlm-neural-run/1"
 RUN, STATE, VOCAB, WEIGHTS = "run.json", "state.json", "vocab.json", "model.safetensors"
+
+
+class Optimizer(Protocol):
+    def state_tensors(self) -> dict[str, torch.Tensor]: ...
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None: ...
 
 
 def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -131,3 +136,50 @@ def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
     net = NPLM(config)
     load_weights(net, run_dir / WEIGHTS)
     return NeuralLM(net.to(device), vocab, run["pad_token"], device=device)
+
+
+# --- exact resume ----------------------------------------------------------------------------
+
+def read_state(out: Path) -> dict[str, Any]:
+    return read_json(out / STATE, "training state") if (out / STATE).exists() else {}
+
+
+def save_training_state(out: Path, net: NPLM, optimizer: Optimizer, state: dict[str, Any]) -> None:
+    """Tensors first (a new file per step), then state.json naming them, then drop older tensors."""
+    tensors = {f"model.{k}": v for k, v in net.state_dict().items()} | optimizer.state_tensors()
+    tensors["rng.torch"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    name = f"checkpoint-{state['step']:09d}.safetensors"
+    save_tensors(out / name, tensors, {"step": str(state["step"])})
+    state["tensors"] = name
+    write_json(out / STATE, state)
+    for old in out.glob("checkpoint-*.safetensors"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def load_training_state(out: Path, net: NPLM, optimizer: Optimizer) -> dict[str, Any] | None:
+    """Put the saved weights, optimizer and RNG state back; the progress dict, or None if nothing was saved."""
+    state = read_state(out)
+    if not state.get("tensors"):
+        return None
+    for key in ("step", "epoch", "batch", "examples", "loss_count"):
+        if isinstance(state.get(key), bool) or not isinstance(state.get(key), int) or state[key] < 0:
+            raise NnlmError(f"{out / STATE} is damaged: {key} = {state.get(key)!r}")
+    source = out / str(state["tensors"])
+    if source.parent != out or not source.name.startswith("checkpoint-"):
+        raise NnlmError(f"{out / STATE} is damaged: it names {state['tensors']!r} as its checkpoint")
+    tensors, _ = load_tensors(source)
+    model = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    check_weights(net.config, model, source)
+    net.load_state_dict(model)
+    optimizer.load_state_tensors({k: v for k, v in tensors.items() if k.startswith("optim.")})
+    if "rng.torch" not in tensors:
+        raise NnlmError(f"{source} lacks the RNG state")
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda_states = [tensors[f"rng.cuda.{i}"] for i in range(torch.cuda.device_count()) if f"rng.cuda.{i}" in tensors]
+    if cuda_states:
+        torch.cuda.set_rng_state_all(cuda_states)
+    return state

@@ -140,7 +140,7 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
     has_run = (out / ck.RUN).exists()
     if not resume:
         if has_run:
-            state = _read_state(out)
+            state = ck.read_state(out)
             if state.get("finished") or (out / ck.WEIGHTS).exists():
                 raise NnlmError(f"{out} already holds a trained model ({state.get('epoch', 0)} epochs); it is not "
                                 "overwritten: continue it with --resume, or choose another --out")
@@ -177,49 +177,10 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
     return run, corpus
 
 
-def _read_state(out: Path) -> dict[str, Any]:
-    return ck.read_json(out / ck.STATE, "training state") if (out / ck.STATE).exists() else {}
-
-
 def _fresh_state() -> dict[str, Any]:
     return {"step": 0, "epoch": 0, "batch": 0, "examples": 0, "loss_sum": 0.0, "loss_count": 0,
             "history": [], "best": None, "bad_epochs": 0, "elapsed": 0.0,
             "finished": False, "stop_reason": None, "tensors": None}
-
-
-def save_checkpoint(out: Path, net: NPLM, optimizer: PaperSGD | Adam, state: dict[str, Any]) -> None:
-    """Tensors first (a new file per step), then state.json naming them, then drop older tensors."""
-    tensors = {f"model.{k}": v for k, v in net.state_dict().items()} | optimizer.state_tensors()
-    tensors["rng.torch"] = torch.get_rng_state()
-    if torch.cuda.is_available():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = s
-    name = f"checkpoint-{state['step']:09d}.safetensors"
-    ck.save_tensors(out / name, tensors, {"step": str(state["step"])})
-    state["tensors"] = name
-    ck.write_json(out / ck.STATE, state)
-    for old in out.glob("checkpoint-*.safetensors"):
-        if old.name != name:
-            old.unlink(missing_ok=True)
-
-
-def restore_checkpoint(out: Path, net: NPLM, optimizer: PaperSGD | Adam) -> dict[str, Any]:
-    state = _read_state(out)
-    if not state.get("tensors"):
-        return _fresh_state()
-    source = out / state["tensors"]
-    tensors, _ = ck.load_tensors(source)
-    model = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-    ck.check_weights(net.config, model, source)
-    net.load_state_dict(model)
-    optimizer.load_state_tensors({k: v for k, v in tensors.items() if k.startswith("optim.")})
-    if "rng.torch" not in tensors:
-        raise NnlmError(f"{source} lacks the RNG state")
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda_states = [tensors[f"rng.cuda.{i}"] for i in range(torch.cuda.device_count()) if f"rng.cuda.{i}" in tensors]
-    if cuda_states:
-        torch.cuda.set_rng_state_all(cuda_states)
-    return state
 
 
 def write_metrics(out: Path, history: list[dict[str, Any]]) -> None:
@@ -268,7 +229,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     torch.manual_seed(run["seed"])
     net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     optimizer = build_optimizer(net, recipe, lr)
-    state = restore_checkpoint(out, net, optimizer) if resume else _fresh_state()
+    state = (ck.load_training_state(out, net, optimizer) if resume else None) or _fresh_state()
     if state["finished"]:
         log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
         return state
@@ -295,7 +256,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     def checkpoint() -> None:
         nonlocal last_save
         state["elapsed"] = elapsed()
-        save_checkpoint(out, net, optimizer, state)
+        ck.save_training_state(out, net, optimizer, state)
         last_save = time.monotonic()
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "

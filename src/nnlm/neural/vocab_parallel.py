@@ -1,0 +1,184 @@
+"""The paper's parameter-parallel output layer (today: a vocabulary-parallel softmax).
+
+Rank r of R owns the rows of b, W, U for its slice [lo_r, hi_r) of the vocabulary; C, H, d are
+replicated. Every rank computes x and the hidden layer a = tanh(d + H x) itself, then only its
+slice of the scores, y_r = b_r + W_r x + U_r a. The softmax needs two all-reduces per batch (the
+max of y over V, then the sum of exp(y - max)), and the target's score is taken from the rank
+owning it by a third (a sum where every other rank contributes 0). The loss is then the same
+number on every rank.
+
+Gradients follow from two conjugate operations (the "f" and "g" of tensor-parallel training):
+- `_shared_input`: x and a enter the rank-local layer as identities, and on the way back each
+  rank's partial gradient is all-reduced (summed), since x and a feed every rank's slice;
+- `_sum_over_ranks`: an all-reduce sum whose backward is the identity (the loss that consumes
+  it is replicated, not summed over ranks).
+So after backward() the gradients of C, H, d are the full ones (equal on every rank), and those
+of b_r, W_r, U_r are the slice of the full ones: each rank's optimizer steps its own tensors and
+the replicas stay identical without any parameter traffic.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from nnlm.errors import NnlmError
+from nnlm.neural.model import NPLM, ModelConfig
+
+SLICED = ("b", "W", "U")  # the output layer's parameters, split by rows (words)
+
+
+class CommTimer:
+    """Seconds spent inside collectives, for the benchmark's communication fraction."""
+
+    seconds = 0.0
+
+    @classmethod
+    def all_reduce(cls, tensor: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        start = time.perf_counter()
+        dist.all_reduce(tensor, op=op)
+        cls.seconds += time.perf_counter() - start
+        return tensor
+
+
+def vocab_slices(vocab_size: int, world: int) -> list[tuple[int, int]]:
+    """Contiguous [lo, hi) per rank, sizes differing by at most one (uneven |V| / R is fine)."""
+    if world > vocab_size:
+        raise NnlmError(f"--parallel vocab: {world} processes for {vocab_size} words leaves rank {vocab_size} "
+                        "no words; use fewer processes")
+    base, extra = divmod(vocab_size, world)
+    bounds = [0]
+    for r in range(world):
+        bounds.append(bounds[-1] + base + (1 if r < extra else 0))
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+class _SharedInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return CommTimer.all_reduce(grad.contiguous())
+
+
+class _SumOverRanks(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        return CommTimer.all_reduce(tensor.clone())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+class VocabParallelNPLM(nn.Module):
+    """One rank's share of an NPLM: full C, H, d; the rows [lo, hi) of b, W, U.
+
+    Parameter names are the NPLM's, so the optimizers (which ask for `decayed_parameters`,
+    `bias_parameters`, `named_parameters`) work on it unchanged."""
+
+    def __init__(self, config: ModelConfig, lo: int, hi: int, dropout_x: float = 0.0, dropout_h: float = 0.0) -> None:
+        super().__init__()
+        self.config, self.lo, self.hi = config, lo, hi
+        self.dropout_x, self.dropout_h = dropout_x, dropout_h
+        v, h, m, k = config.vocab_size, config.hidden, config.features, config.input_size
+        rows = hi - lo
+        self.C = nn.Parameter(torch.zeros(v, m))
+        self.b = nn.Parameter(torch.zeros(rows))
+        self.W = nn.Parameter(torch.zeros(rows, k)) if config.direct else None
+        if h > 0:
+            self.H = nn.Parameter(torch.zeros(h, k))
+            self.d = nn.Parameter(torch.zeros(h))
+            self.U = nn.Parameter(torch.zeros(rows, h))
+        else:
+            self.H = self.d = self.U = None
+
+    @classmethod
+    def from_full(cls, tensors: dict[str, torch.Tensor], config: ModelConfig, rank: int, world: int,
+                  dropout_x: float = 0.0, dropout_h: float = 0.0) -> "VocabParallelNPLM":
+        """This rank's share of a whole model's tensors (an NPLM state_dict or a checkpoint's)."""
+        lo, hi = vocab_slices(config.vocab_size, world)[rank]
+        net = cls(config, lo, hi, dropout_x, dropout_h)
+        net.load_slices(tensors)
+        return net
+
+    def load_slices(self, tensors: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                full = tensors[name]
+                p.copy_(full[self.lo:self.hi] if name in SLICED else full)
+
+    def decayed_parameters(self) -> list[nn.Parameter]:
+        return [p for p in (self.C, self.W, self.H, self.U) if p is not None]
+
+    def bias_parameters(self) -> list[nn.Parameter]:
+        return [p for p in (self.b, self.d) if p is not None]
+
+    def local_logits(self, contexts: torch.Tensor) -> torch.Tensor:
+        """y restricted to this rank's words, [N, hi - lo]; the same computation as NPLM's."""
+        x = F.embedding(contexts, self.C).flatten(1)
+        if self.training and self.dropout_x > 0:  # same RNG state on every rank: the same mask
+            x = F.dropout(x, self.dropout_x, training=True)
+        x_shared = _SharedInput.apply(x)
+        y = torch.addmm(self.b, x_shared, self.W.t()) if self.W is not None else self.b.expand(len(x), -1)
+        if self.H is not None:
+            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
+            if self.training and self.dropout_h > 0:
+                a = F.dropout(a, self.dropout_h, training=True)
+            y = torch.addmm(y, _SharedInput.apply(a), self.U.t())
+        return y
+
+    def log_prob(self, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log P(target | context), [N], identical on every rank; differentiable."""
+        y = self.local_logits(contexts)
+        if y.dtype in (torch.bfloat16, torch.float16):  # bf16 autocast: the softmax in fp32, as single-process
+            y = y.float()
+        with torch.no_grad():  # the max only stabilizes exp(); its gradient contribution cancels
+            peak = CommTimer.all_reduce(y.max(dim=1).values, dist.ReduceOp.MAX)
+        total = _SumOverRanks.apply(torch.exp(y - peak[:, None]).sum(dim=1))
+        mine = (targets >= self.lo) & (targets < self.hi)
+        local_index = torch.where(mine, targets - self.lo, torch.zeros_like(targets))
+        picked_here = torch.where(mine, y.gather(1, local_index[:, None])[:, 0], torch.zeros_like(peak))
+        picked = _SumOverRanks.apply(picked_here)
+        return picked - peak - torch.log(total)
+
+    def loss(self, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean negative log-likelihood of the batch (replicated on every rank)."""
+        return -self.log_prob(contexts, targets).mean()
+
+
+def gather_rows(local: torch.Tensor, vocab_size: int, world: int) -> torch.Tensor:
+    """Reassemble a tensor split by rows with `vocab_slices` (uneven slices padded for the collective)."""
+    slices = vocab_slices(vocab_size, world)
+    widest = max(hi - lo for lo, hi in slices)
+    padded = local.new_zeros((widest,) + tuple(local.shape[1:]))
+    padded[: len(local)] = local
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded.contiguous())
+    return torch.cat([part[: hi - lo] for part, (lo, hi) in zip(parts, slices)])
+
+
+def full_tensors(net: VocabParallelNPLM, extra: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The whole model's parameters (NPLM names) plus any per-parameter tensors in `extra`
+    (keys ending in '.b', '.W', '.U' are gathered like those parameters). A collective: every rank calls it."""
+    world, v = dist.get_world_size(), net.config.vocab_size
+    out = {}
+    for name, p in list(net.named_parameters()) + list((extra or {}).items()):
+        is_sliced = name.rsplit(".", 1)[-1] in SLICED
+        out[name] = gather_rows(p.detach(), v, world) if is_sliced else p.detach().clone()
+    return out
+
+
+def assemble_nplm(tensors: dict[str, torch.Tensor], config: ModelConfig) -> NPLM:
+    """An NPLM holding `tensors`; the global RNG is left as it was (all ranks share its state)."""
+    with torch.random.fork_rng(devices=[]):
+        net = NPLM(config)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            p.copy_(tensors[name])
+    return net
