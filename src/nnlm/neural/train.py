@@ -249,6 +249,10 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=device)
 
     budget = None if session["time_budget"] is None else 60.0 * session["time_budget"]
+    if resume and budget is not None and state["elapsed"] >= budget:
+        log(f"{out}: the time budget of {session['time_budget']} minutes is used already "
+            f"({state['elapsed'] / 60:.1f} min); give a larger --time-budget to continue")
+        return state
     start, last_save = time.monotonic(), time.monotonic()
     elapsed_before = state["elapsed"]
 
