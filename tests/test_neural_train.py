@@ -235,5 +235,7 @@ def test_time_budget_scores_the_last_weights_and_resume_continues(rand_dir, tmp_
     assert not state["finished"] and "time budget" in state["stop_reason"]
     assert state["epoch"] == 0 and state["batch"] == 1  # stopped after the first update
     assert state["history"][-1]["partial"] and (out / "model.safetensors").exists()
+    same = run_train(out, rand_dir, resume=True, epochs=3, time_budget=1e-6)  # used up: nothing to do
+    assert same["step"] == state["step"] and same["history"] == state["history"]
     again = run_train(out, rand_dir, resume=True, epochs=3, time_budget=60)
     assert again["epoch"] == 3 and [h["epoch"] for h in again["history"]][-3:] == [1, 2, 3]
