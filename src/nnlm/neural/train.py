@@ -23,7 +23,6 @@ the best weights are in model.safetensors all along.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import time
