@@ -103,11 +103,7 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
     net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
     optimizer = tr.build_optimizer(net, recipe, lr)
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or tr._fresh_state()
-    if state["finished"]:
-        log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
-        return state
-    if resume and state["epoch"] >= session["epochs"]:
-        log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+    if tr.nothing_left_to_do(out, state, session, resume, log):
         return state
     state["parallel"] = {"mode": "hogwild", "world_size": workers}
 

@@ -152,11 +152,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
     whole = {k: v.cpu() for k, v in dd.broadcast_tensors(whole, device).items()}
     torch.set_rng_state(whole.pop("rng.torch").to(torch.uint8))
 
-    if state["finished"]:
-        log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
-        return state if rank == 0 else None
-    if resume and state["epoch"] >= session["epochs"]:
-        log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+    if tr.nothing_left_to_do(out, state, session, resume, log):
         return state if rank == 0 else None
     before = state.get("parallel")
     if resume and before and (before["mode"], before["world_size"]) != (mode, world):

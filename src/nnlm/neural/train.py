@@ -184,6 +184,18 @@ def _fresh_state() -> dict[str, Any]:
             "finished": False, "stop_reason": None, "tensors": None}
 
 
+def nothing_left_to_do(out: Path, state: dict[str, Any], session: dict[str, Any], resume: bool,
+                       log: Callable[[str], None]) -> bool:
+    """A finished run, or a resumed one that already has its --epochs: say so (every trainer asks this)."""
+    if state["finished"]:
+        log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
+        return True
+    if resume and state["epoch"] >= session["epochs"]:
+        log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+        return True
+    return False
+
+
 def write_metrics(out: Path, history: list[dict[str, Any]]) -> None:
     """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png."""
     from nnlm.io import atomic_path, atomic_write_text
@@ -231,11 +243,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     optimizer = build_optimizer(net, recipe, lr)
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or _fresh_state()
-    if state["finished"]:
-        log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
-        return state
-    if resume and state["epoch"] >= session["epochs"]:
-        log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+    if nothing_left_to_do(out, state, session, resume, log):
         return state
 
     train_ids = torch.as_tensor(corpus.train.astype(np.int64))
