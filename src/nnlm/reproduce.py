@@ -19,8 +19,14 @@ import numpy as np
 from nnlm.data.corpus import Corpus, load_corpus
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_path, atomic_write_text
-from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
+from nnlm.lm import LanguageModel, contexts, perplexity_from_log_probs, split_log_probs
 from nnlm.neural import checkpoint as ck
+from nnlm.ngram.clusters import (
+    WordClasses,
+    exchange_clusters,
+    load_word_classes,
+    save_word_classes,
+)
 
 FORMAT = "nnlm-reproduce/1"
 SPLITS = ("train", "valid", "test")
@@ -29,7 +35,10 @@ DEFAULT_MODELS = ("mlp1", "mlp3")
 ALL_MODELS = ("mlp1", "mlp3", "mlp5", "mlp7", "mlp9")
 DEFAULT_BUDGET_MINUTES = 30.0
 MAX_EPOCHS = 100  # early stopping ends a run long before this
-EVAL_RESERVE_MINUTES = 1.5  # per MLP: scoring three splits with the exact softmax, and mixing
+NGRAM_SHARE = 0.35  # of a budget: the most the n-gram rows may take (4-5 min on an idle 2-core machine)
+MIN_TRAIN_MINUTES = 0.02  # a net given less than this is skipped
+TIMING_TOKENS = 2048  # validation tokens scored to time a net's final scoring
+SCORING_SAFETY = 1.2  # the scoring time reserved per net, relative to the measured estimate
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,11 @@ NGRAM_ROWS: tuple[NgramRow, ...] = (
     NgramRow("class500-4", "class-based back-off, c = 500", 4, (None, 327, 312), kind="class", classes=500),
     NgramRow("class500-5", "class-based back-off, c = 500", 5, (None, 327, 312), kind="class", classes=500),
 )
+
+# Cheap rows and the ones others need first: the mixing partner, Kneser-Ney, then the class-based
+# rows with the paper's best c = 500 (one clustering for its three orders), then the other c by cost.
+NGRAM_BUILD_ORDER = ("interpolated", "kn3", "kn4", "kn5", "class500-3", "class500-4", "class500-5",
+                     "class150-3", "class200-3", "class1000-3", "class2000-3")
 
 # Table 1's nets: (n, h, m, direct), paper (train, valid, test) alone, paper (valid, test) mixed 0.5.
 MLP_TABLE: dict[str, tuple[tuple[int, int, int, bool], tuple[float, float, float], tuple[float, float]]] = {
@@ -133,7 +147,14 @@ class Results:
 
 
 class Reproduction:
-    """Runs the rows in order, against one wall-clock budget."""
+    """Runs the rows in order, against one wall-clock budget.
+
+    Budget: the n-gram rows come first and are timed; they may take at most NGRAM_SHARE of the
+    budget (a clustering still running then is cut short, later rows are skipped), and whatever is
+    left goes to the nets, shared equally among those still to train, each net's share minus the
+    time its final scoring is measured to need. Rows cut or skipped for lack of budget are marked
+    in results.json and the report, and a later call redoes them (continuing cut clusterings and
+    training runs where they stopped)."""
 
     def __init__(self, corpus_source: str, out: Path, budget_minutes: float | None, nets: list[str],
                  command: str, log: Callable[[str], None] = print, progress: bool = True,
@@ -148,16 +169,25 @@ class Reproduction:
         self.total_rows = len(NGRAM_ROWS) + 3 * len(nets)
         self.done_rows = 0
         self._scored: dict[tuple[str, str], np.ndarray] = {}
+        self._classes: dict[int, WordClasses] = {}
 
     # ---- bookkeeping ------------------------------------------------------------------------
     def left(self) -> float | None:
+        """Seconds left in the budget (None: no budget)."""
         return None if self.budget is None else self.budget - (time.monotonic() - self.start)
 
-    def announce(self, row: Row) -> None:
-        self.done_rows += 1
+    def budget_text(self) -> str:
         left = self.left()
-        self.log(f"[{self.done_rows}/{self.total_rows}] {row.label} (n={row.n})"
-                 + ("" if left is None else f" - budget left {max(left, 0) / 60:.1f} min"))
+        return "" if left is None else f"budget left {max(left, 0) / 60:.1f} min"
+
+    def announce(self, row: Row, extra: str = "") -> None:
+        self.done_rows += 1
+        tail = ", ".join(t for t in (self.budget_text(), extra) if t)
+        self.log(f"[{self.done_rows}/{self.total_rows}] {row.label} (n={row.n})" + (f" - {tail}" if tail else ""))
+
+    def row_log(self, row_id: str) -> Callable[[str], None]:
+        """Log lines of a row's work, each saying which row it is and the budget left."""
+        return lambda line: self.log(f"    {line}  [{row_id}{'; ' + self.budget_text() if self.budget else ''}]")
 
     def scored(self, key: str, model: LanguageModel, split: str) -> np.ndarray:
         """log P of every token of a split, computed once per model and split."""
@@ -168,91 +198,186 @@ class Reproduction:
     def evaluate(self, key: str, model: LanguageModel, splits=SPLITS) -> dict[str, float]:
         return {s: perplexity_from_log_probs(self.scored(key, model, s)) for s in splits}
 
+    def pending(self, row_id: str) -> bool:
+        """Not done yet, or done only in part for lack of budget (then a new call redoes it)."""
+        entry = self.results.rows.get(row_id)
+        return entry is None or bool(entry.get("cut"))
+
     # ---- n-gram rows ------------------------------------------------------------------------
+    def word_classes(self, c: int, deadline: float | None) -> tuple[WordClasses, float]:
+        """Exchange-algorithm classes for c (they do not depend on the order): found once per call,
+        kept in OUT/clusters/c{c}.npz; a clustering a budget cut short is continued. Returns the
+        classes and the seconds spent clustering in this call."""
+        path = self.out / "clusters" / f"c{c}.npz"
+        found = self._classes.get(c)
+        saved_seconds = 0.0
+        if found is None and (saved := load_word_classes(path)) is not None:
+            found, saved_seconds = saved
+            if len(found.classes) != len(self.corpus.vocab):
+                found = None
+        if found is not None and found.complete:
+            self._classes[c] = found
+            return found, 0.0
+        t0 = time.perf_counter()
+        found = exchange_clusters(self.corpus.train, len(self.corpus.vocab), c, progress=self.progress,
+                                  deadline=deadline, resume_from=found)
+        seconds = time.perf_counter() - t0
+        save_word_classes(path, found, saved_seconds + seconds)
+        self._classes[c] = found
+        return found, seconds
+
     def ngram_rows(self) -> LanguageModel:
         """Build every n-gram row not done yet; returns the interpolated trigram (the mixing partner)."""
         from nnlm.ngram.build import build_ngram
 
+        deadline = None if self.budget is None else self.start + NGRAM_SHARE * self.budget
+        by_id = {row.id: row for row in NGRAM_ROWS}
         trigram = None
-        for row in NGRAM_ROWS:
+        for row in (by_id[i] for i in NGRAM_BUILD_ORDER):
             self.announce(row)
-            if row.id in self.results.rows and row.id != "interpolated":
+            if row.id != "interpolated" and not self.pending(row.id):
                 continue
             if row.classes is not None and row.classes > len(self.corpus.vocab):
                 self.results.put(row.id, {"perplexity": {}, "parameters": 0, "seconds": 0.0,
                                           "note": f"skipped: c > |V| = {len(self.corpus.vocab)}"})
                 continue
+            if row.id != "interpolated" and deadline is not None and time.monotonic() >= deadline:
+                note = (f"skipped for lack of budget: the n-gram rows may take {NGRAM_SHARE:.0%} of it "
+                        f"({NGRAM_SHARE * self.budget / 60:.1f} min)")
+                self.results.put(row.id, {"perplexity": {}, "parameters": 0, "seconds": 0.0, "note": note, "cut": True})
+                self.log(f"    {note}")
+                continue
             t0 = time.perf_counter()
-            model = build_ngram(row.kind, self.corpus, row.n, classes=row.classes)
-            seconds = time.perf_counter() - t0
+            note, options = "", {}
+            if row.classes is not None:
+                classes, _ = self.word_classes(row.classes, deadline)
+                options = {"clusters": classes}
+                if not classes.complete:
+                    note = (f"shortened: the budget stopped the clustering after {classes.passes} passes; "
+                            "a new call continues it")
+                elif row.n != 3:
+                    note = f"the classes of class{row.classes}-3, reused"
+            model = build_ngram(row.kind, self.corpus, row.n, classes=row.classes, progress=self.progress, **options)
             if row.id == "interpolated":
                 trigram = model
-                if row.id in self.results.rows:
+                if not self.pending(row.id):
                     continue
             ppl = self.evaluate(row.id, model)
+            seconds = time.perf_counter() - t0
             self.results.put(row.id, {"perplexity": ppl, "parameters": model.parameter_count(),
-                                      "seconds": seconds, "note": ""})
-            self.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}  ({seconds:.1f} s)")
+                                      "seconds": seconds, "note": note, "cut": note.startswith("shortened")})
+            self.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}  ({seconds:.1f} s)"
+                     + (f"  ({note})" if note else ""))
         assert trigram is not None
         return trigram
 
     # ---- neural rows ------------------------------------------------------------------------
-    def minutes_for(self, remaining_nets: int) -> float | None:
+    def scoring_seconds(self, net: str) -> float:
+        """What scoring a trained `net` takes after training: every split with the exact softmax, plus
+        the validation pass that ends a run whose budget ran out. Measured by timing an untrained net
+        of the same shape on a slice of the validation split (the cost does not depend on the weights)."""
+        import torch
+
+        from nnlm.neural.model import NPLM, NeuralLM
+        from nnlm.neural.train import model_config
+
+        config = model_config({"preset": net}, len(self.corpus.vocab))
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        with torch.random.fork_rng(devices=[]):
+            lm = NeuralLM(NPLM(config), self.corpus.vocab, self.corpus.pad_token, device=self.device_name())
+        valid = self.corpus.split("valid")
+        n = min(len(valid), TIMING_TOKENS)
+        stream, start = self.corpus.stream(), self.corpus.split_offset("valid")
+        ctx = contexts(stream, np.arange(start, start + n), config.order - 1, self.corpus.pad_id)
+        t0 = time.perf_counter()
+        lm.log_prob(ctx, valid[:n].astype(np.int64))
+        per_token = (time.perf_counter() - t0) / n
+        tokens = sum(len(self.corpus.split(s)) for s in SPLITS) + len(valid)
+        return per_token * tokens
+
+    def minutes_for(self, net: str, remaining_nets: int) -> float | None:
+        """Training minutes for `net`: an equal share of what is left, minus its scoring time;
+        None without a budget, 0 if nothing is left for it."""
         left = self.left()
         if left is None:
             return None
-        share = left / 60.0 / remaining_nets
-        return max(share - min(EVAL_RESERVE_MINUTES, 0.2 * share), 0.05)
+        share = left / remaining_nets - SCORING_SAFETY * self.scoring_seconds(net)
+        return max(share, 0.0) / 60.0
 
     def neural_rows(self, trigram: LanguageModel) -> None:
-        from nnlm.mixture import mix_scored
-        from nnlm.neural.checkpoint import load_neural
-        from nnlm.neural.train import train
-
         for i, net in enumerate(self.nets):
             alone, mixed, em = mlp_rows(net)
-            self.announce(alone)
-            run_dir = self.out / "runs" / net
-            minutes = self.minutes_for(len(self.nets) - i)
-            previous = self.results.rows.get(net)
-            if previous is None or not previous.get("finished"):
-                resume = (run_dir / ck.RUN).exists()
-                requested: dict[str, Any] = {"corpus": self.corpus_source, "preset": net, "device": self.device,
-                                             "epochs": MAX_EPOCHS, "threads": self.threads}
-                if minutes is not None:  # the run's budget counts all its sessions: give it `minutes` more
-                    before = ck.read_json(run_dir / ck.STATE, "training state").get("elapsed", 0.0) \
-                        if (run_dir / ck.STATE).exists() else 0.0
-                    requested["time_budget"] = before / 60.0 + minutes
-                state = train(run_dir, requested, resume=resume, progress=self.progress,
-                              log=lambda line: self.log("    " + line))
-                model = load_neural(run_dir, device=self.device_name())
-                ppl = self.evaluate(net, model)
-                note = "" if state["finished"] else f"shortened: {state['stop_reason']}"
-                self.results.put(net, {"perplexity": ppl, "parameters": model.parameter_count(),
-                                       "seconds": state["elapsed"], "note": note, "finished": state["finished"],
-                                       "epochs": round(state["examples"] / len(self.corpus.train), 2),
-                                       "best": state["best"]})
-                self.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
+            model = None
+            if not self.results.rows.get(net, {}).get("finished"):
+                minutes = self.minutes_for(net, len(self.nets) - i)
+                self.announce(alone, "" if minutes is None else f"{minutes:.1f} min of training")
+                model = self.train_net(net, minutes)
                 self.results.rows.pop(mixed.id, None)
                 self.results.rows.pop(em.id, None)
             else:
-                model = load_neural(run_dir, device=self.device_name())
+                self.announce(alone, "done already")
             for row, mode in ((mixed, "fixed"), (em, "em")):
                 self.announce(row)
                 if row.id in self.results.rows:
                     continue
-                splits = ("valid", "test")
-                scored = {s: [self.scored(net, model, s), self.scored("interpolated", trigram, s)] for s in splits}
-                t0 = time.perf_counter()
-                fitted = mix_scored([model, trigram], self.corpus, scored, mode, [0.5, 0.5] if mode == "fixed" else None)
-                ppl = {s: perplexity_from_log_probs(lp) for s, lp in fitted.split_log_probs.items()}
-                weight = float(fitted.model.weights[0, 0])
-                self.results.put(row.id, {"perplexity": {"train": None, **ppl},
-                                          "parameters": fitted.model.parameter_count(),
-                                          "seconds": time.perf_counter() - t0,
-                                          "note": self.results.rows[net]["note"],
-                                          "weight": weight})
-                self.log(f"    weight on the net {weight:.3f}: valid {ppl['valid']:.1f}  test {ppl['test']:.1f}")
+                if model is None:
+                    model = self.trained(net)
+                self.mix_row(row, mode, net, model, trigram)
+
+    def train_net(self, net: str, minutes: float | None) -> LanguageModel | None:
+        """Train (or continue) `net` for `minutes` more and score it; None if it has no budget and no model."""
+        from nnlm.neural.train import train
+
+        run_dir = self.out / "runs" / net
+        if minutes is not None and minutes < MIN_TRAIN_MINUTES:
+            if (run_dir / ck.WEIGHTS).exists() and net in self.results.rows:
+                self.log("    no budget left to continue it: keeping what it had")
+                return self.trained(net)
+            self.results.put(net, {"perplexity": {}, "parameters": 0, "seconds": 0.0, "finished": False,
+                                   "note": "skipped for lack of budget: nothing left for this net", "cut": True})
+            self.log("    skipped for lack of budget")
+            return None
+        requested: dict[str, Any] = {"corpus": self.corpus_source, "preset": net, "device": self.device,
+                                     "epochs": MAX_EPOCHS, "threads": self.threads}
+        if minutes is not None:  # the run's budget counts all its sessions: give it `minutes` more
+            before = ck.read_json(run_dir / ck.STATE, "training state").get("elapsed", 0.0) \
+                if (run_dir / ck.STATE).exists() else 0.0
+            requested["time_budget"] = before / 60.0 + minutes
+        state = train(run_dir, requested, resume=(run_dir / ck.RUN).exists(), progress=self.progress,
+                      log=self.row_log(net))
+        model = self.trained(net)
+        ppl = self.evaluate(net, model)
+        note = "" if state["finished"] else f"shortened: {state['stop_reason']}"
+        self.results.put(net, {"perplexity": ppl, "parameters": model.parameter_count(),
+                               "seconds": state["elapsed"], "note": note, "finished": state["finished"],
+                               "cut": not state["finished"],
+                               "epochs": round(state["examples"] / len(self.corpus.train), 2), "best": state["best"]})
+        self.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
+        return model
+
+    def trained(self, net: str) -> LanguageModel:
+        from nnlm.neural.checkpoint import load_neural
+
+        return load_neural(self.out / "runs" / net, device=self.device_name())
+
+    def mix_row(self, row: Row, mode: str, net: str, model: LanguageModel | None, trigram: LanguageModel) -> None:
+        from nnlm.mixture import mix_scored
+
+        if model is None:  # the net was skipped
+            self.results.put(row.id, {"perplexity": {}, "parameters": 0, "seconds": 0.0,
+                                      "note": self.results.rows[net]["note"], "cut": True})
+            return
+        splits = ("valid", "test")
+        scored = {s: [self.scored(net, model, s), self.scored("interpolated", trigram, s)] for s in splits}
+        t0 = time.perf_counter()
+        fitted = mix_scored([model, trigram], self.corpus, scored, mode, [0.5, 0.5] if mode == "fixed" else None)
+        ppl = {s: perplexity_from_log_probs(lp) for s, lp in fitted.split_log_probs.items()}
+        weight = float(fitted.model.weights[0, 0])
+        self.results.put(row.id, {"perplexity": {"train": None, **ppl}, "parameters": fitted.model.parameter_count(),
+                                  "seconds": time.perf_counter() - t0, "note": self.results.rows[net]["note"],
+                                  "weight": weight})
+        self.log(f"    weight on the net {weight:.3f}: valid {ppl['valid']:.1f}  test {ppl['test']:.1f}")
 
     def device_name(self) -> str:
         from nnlm.neural.train import pick_device
@@ -262,7 +387,11 @@ class Reproduction:
     def run(self) -> None:
         trigram = self.ngram_rows()
         self.neural_rows(trigram)
-        write_report(self.out, self.corpus, self.results.rows, self.nets, self.command)
+        write_report(self.out, self.corpus, self.results.rows, self.nets, self.command,
+                     None if self.budget is None else self.budget / 60.0)
+        left = self.left()
+        self.log(f"done in {(time.monotonic() - self.start) / 60:.1f} min"
+                 + ("" if left is None else f" of a {self.budget / 60:.1f}-minute budget"))
 
 
 # ---- the report -----------------------------------------------------------------------------
@@ -281,10 +410,37 @@ def table_rows(rows: dict[str, dict[str, Any]], nets: list[str]) -> list[tuple[R
     return ordered
 
 
-def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], nets: list[str], command: str) -> None:
-    ngram_tests = {r.id: rows[r.id]["perplexity"]["test"] for r in NGRAM_ROWS if rows.get(r.id, {}).get("perplexity")}
-    best_id = min(ngram_tests, key=ngram_tests.get) if ngram_tests else ""
-    best_ngram = ngram_tests.get(best_id)
+def best_ngram(rows: dict[str, dict[str, Any]]) -> tuple[str, float | None]:
+    """The n-gram row of lowest test perplexity: what our ratios divide by."""
+    tests = {r.id: rows[r.id]["perplexity"]["test"] for r in NGRAM_ROWS if rows.get(r.id, {}).get("perplexity")}
+    best_id = min(tests, key=tests.get) if tests else ""
+    return best_id, tests.get(best_id)
+
+
+def budget_lines(rows: dict[str, dict[str, Any]], nets: list[str], budget_minutes: float | None) -> list[str]:
+    """Which rows the budget shortened or skipped, said before the table."""
+    def names(prefix: str) -> str:
+        return ", ".join(f"{row.label} (n = {row.n})" for row, res in table_rows(rows, nets)
+                         if res and res.get("cut") and res.get("note", "").startswith(prefix))
+
+    lines = ["Budget: " + (f"{budget_minutes:g} minutes for the whole call." if budget_minutes is not None
+                           else "none (`--full`): every net trains until early stopping.")]
+    shortened, skipped = names("shortened"), names("skipped")
+    if shortened:
+        lines.append(f"**Shortened for lack of budget**: {shortened}.")
+    if skipped:
+        lines.append(f"**Skipped for lack of budget**: {skipped}.")
+    if shortened or skipped:
+        lines.append("The note column says why. The same command with a larger `--budget-minutes` (or `--full`) "
+                     "continues them: finished rows are kept, cut clusterings and training runs resume.")
+    else:
+        lines.append("No row was shortened or skipped for lack of budget.")
+    return [" ".join(lines), ""]
+
+
+def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], nets: list[str], command: str,
+                 budget_minutes: float | None = None) -> None:
+    best_id, best = best_ngram(rows)
     protocol = ", `bengio2003` protocol (docs/protocol.md)" if corpus.name == "brown" else ""
     lines = [
         f"# Table 1 of Bengio et al. (2003), reproduced on {corpus.name}",
@@ -298,8 +454,9 @@ def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], net
         "Perplexity = exp(-mean ln P) over every token of a split (markers and `<unk>` included). "
         "Mixes are with the deleted-interpolation trigram: 0.5/0.5 as the paper, or one weight fitted by EM on "
         "validation. Ratio = test perplexity / the best n-gram's test perplexity of the same table "
-        f"(paper: class-based c = 500, {PAPER_BEST_NGRAM_TEST:.0f}; ours: {best_id}, {_fmt(best_ngram, 1)}).",
+        f"(paper: class-based c = 500, {PAPER_BEST_NGRAM_TEST:.0f}; ours: {best_id}, {_fmt(best, 1)}).",
         "",
+        *budget_lines(rows, nets, budget_minutes),
         "| model | n | h | m | direct | mix | paper train | paper valid | paper test | ours train | ours valid "
         "| ours test | ratio paper | ratio ours | parameters | time | note |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -308,7 +465,7 @@ def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], net
         p = res["perplexity"] if res else {}
         ours_test = p.get("test")
         paper_ratio = row.paper[2] / PAPER_BEST_NGRAM_TEST if row.paper[2] else None
-        our_ratio = ours_test / best_ngram if (ours_test and best_ngram) else None
+        our_ratio = ours_test / best if (ours_test and best) else None
         direct = "" if row.direct is None else ("yes" if row.direct else "no")
         lines.append(
             f"| {row.label} | {row.n} | {_fmt(row.h) if row.h is not None else ''} | {_fmt(row.m) if row.m else ''} "
@@ -317,11 +474,6 @@ def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], net
             f"| {_fmt(paper_ratio, 3)} | {_fmt(our_ratio, 3)} | {_fmt(res['parameters']) if res else ''} "
             f"| {_duration(res['seconds']) if res else 'not run'} | {_cell(res.get('note', '')) if res else ''} |")
     lines += ["", "![learning curves](curves.png)", "", "![test perplexities](perplexities.png)", ""]
-    shortened = [row.label for row, res in table_rows(rows, nets) if res and res.get("note", "").startswith("shortened")]
-    if shortened:
-        lines += ["Shortened rows (a time budget stopped training before early stopping did): "
-                  + ", ".join(shortened) + ". Run again with a larger `--budget-minutes`, or `--full`, to continue "
-                  "them.", ""]
     atomic_write_text(out / "README.md", "\n".join(lines) + "\n")
     _plot_curves(out, nets)
     _plot_bars(out, rows, nets)
@@ -378,16 +530,27 @@ def _plot_curves(out: Path, nets: list[str]) -> None:
 
 
 def _plot_bars(out: Path, rows: dict[str, dict[str, Any]], nets: list[str]) -> None:
+    """Test perplexity / the best n-gram's, paper vs ours: the tokenizations differ, the ratios compare;
+    the axis spans just the ratios, so a few percent show."""
     plt = _pyplot()
-    shown = [(row, res) for row, res in table_rows(rows, nets) if res and res["perplexity"] and row.paper[2]]
+    best_id, best = best_ngram(rows)
+    shown = [(row, row.paper[2] / PAPER_BEST_NGRAM_TEST, res["perplexity"]["test"] / best)
+             for row, res in table_rows(rows, nets) if res and res["perplexity"] and row.paper[2] and best]
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(shown)), 4.5))
     x = np.arange(len(shown))
-    ax.bar(x - 0.2, [row.paper[2] for row, _ in shown], 0.4, label="paper")
-    ax.bar(x + 0.2, [res["perplexity"]["test"] for _, res in shown], 0.4, label="nnlm")
-    ax.set_xticks(x, [row.id for row, _ in shown], rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("test perplexity")
-    ax.legend()
-    ax.set_title("Test perplexity, paper vs nnlm (Brown)")
+    for offset, values, label in ((-0.2, [p for _, p, _ in shown], f"paper (best n-gram {PAPER_BEST_NGRAM_TEST:.0f})"),
+                                  (0.2, [o for _, _, o in shown], f"nnlm (best n-gram {best_id}, {_fmt(best, 1)})")):
+        bars = ax.bar(x + offset, values, 0.4, label=label)
+        ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=6, rotation=90, padding=2)
+    if shown:
+        ratios = [v for _, p, o in shown for v in (p, o)]
+        ax.set_ylim(min(min(ratios), 1.0) - 0.05, max(ratios) + 0.06)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(x, [row.id for row, _, _ in shown], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("test perplexity / best n-gram's")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title("Test perplexity relative to the best n-gram of each table (lower is better)")
     fig.tight_layout()
     with atomic_path(out / "perplexities.png") as tmp:
         fig.savefig(tmp, format="png", dpi=100)

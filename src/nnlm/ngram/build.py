@@ -44,7 +44,8 @@ def _kn(corpus: Corpus, order: int, options: dict) -> LanguageModel:
 
 
 def _class(corpus: Corpus, order: int, options: dict) -> LanguageModel:
-    return ClassNgram.fit_corpus(corpus, order, options.get("classes") or DEFAULT_CLASSES)
+    return ClassNgram.fit(corpus.vocab, corpus.train, order, options.get("classes") or DEFAULT_CLASSES,
+                          progress=options.get("progress", True), clusters=options.get("clusters"))
 
 
 # kind -> (builder, default order)

@@ -26,7 +26,7 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
 from nnlm.ngram.backoff import BackoffTables
-from nnlm.ngram.clusters import exchange_clusters
+from nnlm.ngram.clusters import WordClasses, exchange_clusters
 from nnlm.ngram.kneser_ney import fit_kneser_ney
 from nnlm.ngram.store import load_arrays, save_arrays
 
@@ -71,19 +71,25 @@ class ClassNgram(LanguageModel):
 
     @classmethod
     def fit(cls, vocab: Vocabulary, train: np.ndarray, order: int, n_classes: int = DEFAULT_CLASSES,
-            progress: bool = True) -> "ClassNgram":
+            progress: bool = True, clusters: WordClasses | None = None) -> "ClassNgram":
+        """`clusters`: word classes already found for this train and c (the clustering does not
+        depend on the order, so the orders of one c can share it); otherwise clustered here."""
         v = len(vocab)
         if not 1 <= n_classes <= v:
             raise NnlmError(f"--classes must be between 1 and |V| = {v:,}, got {n_classes:,}")
         train = np.asarray(train, dtype=np.int64)
-        t0 = time.perf_counter()
-        clusters = exchange_clusters(train, v, n_classes, progress=progress)
-        cluster_seconds = time.perf_counter() - t0
+        timing = {}
+        if clusters is None:
+            t0 = time.perf_counter()
+            clusters = exchange_clusters(train, v, n_classes, progress=progress)
+            timing = {"cluster_seconds": time.perf_counter() - t0}
+        elif len(clusters.classes) != v:
+            raise NnlmError(f"word classes for {len(clusters.classes):,} words given for a vocabulary of {v:,}")
         tables = fit_kneser_ney(clusters.classes[train], order, clusters.n_classes)
         word_prob = word_given_class(clusters.classes, np.bincount(train, minlength=v).astype(np.float64))
-        params = {"requested_classes": n_classes, "classes": clusters.n_classes,
-                  "cluster_seconds": cluster_seconds, "cluster_passes": len(clusters.moved),
-                  "cluster_moved": clusters.moved, "cluster_log_likelihood": clusters.log_likelihood}
+        params = {"requested_classes": n_classes, "classes": clusters.n_classes, **timing,
+                  "cluster_passes": len(clusters.moved), "cluster_moved": clusters.moved,
+                  "cluster_log_likelihood": clusters.log_likelihood, "cluster_complete": clusters.complete}
         return cls(vocab, clusters.classes, word_prob, tables, params)
 
     @classmethod
@@ -100,6 +106,8 @@ class ClassNgram(LanguageModel):
         text = f"{self.n_classes} classes"
         if "cluster_seconds" in p:
             text += f", clustered in {p['cluster_seconds']:.1f} s ({p['cluster_passes']} passes)"
+        elif "cluster_passes" in p:
+            text += f", clustered beforehand ({p['cluster_passes']} passes)"
         return {"classes": self.n_classes, **{k: p[k] for k in ("cluster_seconds", "cluster_passes") if k in p}}, text
 
     def parameter_count(self) -> int:

@@ -19,10 +19,16 @@ Words of the vocabulary never seen in train have no counts to place them by. A p
 word is like any vocabulary word, so they are dealt out to the classes in proportion to the
 number of train words each class holds (largest remainders, in id order); the class model then
 keeps some probability back for them inside their class.
+
+A `deadline` (time.monotonic() seconds) cuts the passes short: the classes are then those of the
+last word visited (every move so far raised the likelihood), `complete` is False, and handing the
+result back as `resume_from` continues the passes where they stopped (`nnlm reproduce` does so).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -31,6 +37,7 @@ from nnlm.errors import NnlmError
 
 MAX_PASSES = 15
 STOP_MOVED_FRACTION = 0.005  # stop once a pass moves fewer than this share of the words
+CLOCK_EVERY = 64  # words between two looks at the deadline
 
 
 def _xlogx(x: np.ndarray) -> np.ndarray:
@@ -46,6 +53,11 @@ class WordClasses:
     n_classes: int
     log_likelihood: list[float] = field(default_factory=list)  # mean per train bigram: start, then each pass
     moved: list[int] = field(default_factory=list)  # words that changed class in each pass
+    complete: bool = True  # False: a deadline stopped the passes before the algorithm's own rule did
+
+    @property
+    def passes(self) -> int:
+        return len(self.moved)
 
 
 class _ClassBigramCounts:
@@ -104,8 +116,10 @@ def deal_out(words: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 
 def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_passes: int = MAX_PASSES,
-                      progress: bool = True) -> WordClasses:
-    """Cluster the words of train into `n_classes` classes (fewer if train has fewer distinct words)."""
+                      progress: bool = True, deadline: float | None = None,
+                      resume_from: WordClasses | None = None) -> WordClasses:
+    """Cluster the words of train into `n_classes` classes (fewer if train has fewer distinct words);
+    `resume_from`: an incomplete result for the same train and c, whose passes are continued."""
     if not 1 <= n_classes <= vocab_size:
         raise NnlmError(f"the number of classes must be between 1 and |V| = {vocab_size:,}, got {n_classes:,}")
     train = np.asarray(train, dtype=np.int64)
@@ -115,7 +129,17 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
     freq = np.bincount(train, minlength=vocab_size)
     seen = np.flatnonzero(freq)
     k = min(n_classes, len(seen))
-    classes = _initial_classes(freq, seen, k)
+    if resume_from is None:
+        classes = _initial_classes(freq, seen, k)
+        history: list[float] = []
+        moved_per_pass: list[int] = []
+    else:
+        if resume_from.n_classes != k or len(resume_from.classes) != vocab_size:
+            raise NnlmError(f"cannot continue a clustering into {resume_from.n_classes} classes of "
+                            f"{len(resume_from.classes):,} words as one into {k} classes of {vocab_size:,}")
+        classes = np.full(vocab_size, -1, dtype=np.int64)
+        classes[seen] = resume_from.classes[seen]
+        history, moved_per_pass = list(resume_from.log_likelihood[:-1]), list(resume_from.moved)
     m = counts.class_matrix(classes, k)
     left = m.sum(axis=1)  # N(g, .)
     right = m.sum(axis=0)  # N(., h)
@@ -125,13 +149,18 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
     def mean_log_likelihood() -> float:
         return float((_xlogx(m).sum() - _xlogx(left).sum() - _xlogx(right).sum() + constant) / counts.bigrams)
 
-    history, moved_per_pass = [mean_log_likelihood()], []
+    history.append(mean_log_likelihood())
     order = seen[np.argsort(-freq[seen], kind="stable")]
-    bar = tqdm(total=max_passes * len(order), desc=f"clustering into {k} classes", unit="word",
+    passes_left = max_passes - len(moved_per_pass)
+    bar = tqdm(total=passes_left * len(order), desc=f"clustering into {k} classes", unit="word",
                disable=not progress, leave=False)
-    for _ in range(max_passes):
+    complete = True
+    for _ in range(passes_left):
         moved = 0
-        for w in order:
+        for i, w in enumerate(order):
+            if deadline is not None and i % CLOCK_EVERY == 0 and time.monotonic() >= deadline:
+                complete = False
+                break
             a = classes[w]
             bar.update(1)
             if size[a] == 1:  # keep every class non-empty
@@ -168,13 +197,37 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
                 size[a] -= 1
                 size[b] += 1
                 moved += 1
-        history.append(mean_log_likelihood())
-        moved_per_pass.append(moved)
+        if complete or i > 0:  # a pass the deadline cut counts as one if it visited any word
+            history.append(mean_log_likelihood())
+            moved_per_pass.append(moved)
         bar.set_postfix(moved=moved, log_likelihood=f"{history[-1]:.4f}")
-        if moved < STOP_MOVED_FRACTION * len(order):
+        if not complete or moved < STOP_MOVED_FRACTION * len(order):
             break
     bar.close()
 
     unseen = np.flatnonzero(classes < 0)
     classes[unseen] = deal_out(unseen, size.astype(np.float64))
-    return WordClasses(classes, k, history, moved_per_pass)
+    return WordClasses(classes, k, history, moved_per_pass, complete)
+
+
+def save_word_classes(path: Path | str, found: WordClasses, seconds: float) -> None:
+    """Plain arrays in one .npz (written atomically): classes, per-pass history, completeness, and
+    the seconds the clustering took so far, so that a later call reuses it or continues it."""
+    from nnlm.io import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, classes=found.classes, n_classes=np.int64(found.n_classes),
+                 log_likelihood=np.asarray(found.log_likelihood, dtype=np.float64),
+                 moved=np.asarray(found.moved, dtype=np.int64), complete=np.bool_(found.complete),
+                 seconds=np.float64(seconds))
+
+
+def load_word_classes(path: Path | str) -> tuple[WordClasses, float] | None:
+    """What `save_word_classes` wrote and its seconds; None if the file is missing or unreadable."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            found = WordClasses(npz["classes"].astype(np.int64), int(npz["n_classes"]),
+                                npz["log_likelihood"].tolist(), npz["moved"].tolist(), bool(npz["complete"]))
+            return found, float(npz["seconds"])
+    except (OSError, ValueError, KeyError):
+        return None
