@@ -89,3 +89,33 @@ def test_deterministic(random_corpus):
 def test_class_count_out_of_range(c):
     with pytest.raises(NnlmError, match="between 1 and"):
         exchange_clusters(np.array([1, 2, 3]), 7, c)
+
+
+def test_a_deadline_cuts_the_passes_and_resuming_finishes_them(random_corpus, tmp_path, monkeypatch):
+    """Cut before any word: nothing done, incomplete; continued, it is exactly the uncut run. Cut mid-pass:
+    continued, the likelihood still never decreases and the result is complete."""
+    from nnlm.ngram import clusters
+
+    train, v = random_corpus.train.astype(np.int64), len(random_corpus.vocab)
+    whole = exchange_clusters(train, v, 8, progress=False)
+    cut = exchange_clusters(train, v, 8, progress=False, deadline=0.0)
+    assert not cut.complete and cut.passes == 0
+    assert cut.log_likelihood == whole.log_likelihood[:1]
+    path = tmp_path / "c8.npz"
+    clusters.save_word_classes(path, cut, 1.5)
+    loaded, seconds = clusters.load_word_classes(path)
+    assert seconds == 1.5 and not loaded.complete and np.array_equal(loaded.classes, cut.classes)
+    resumed = exchange_clusters(train, v, 8, progress=False, resume_from=loaded)
+    assert resumed.complete
+    assert np.array_equal(resumed.classes, whole.classes) and resumed.log_likelihood == whole.log_likelihood
+
+    ticks = iter(range(10**6))  # a clock that moves one second per look: the deadline falls mid-pass
+    monkeypatch.setattr(clusters.time, "monotonic", lambda: float(next(ticks)))
+    monkeypatch.setattr(clusters, "CLOCK_EVERY", 8)  # looks at words 0, 8, 16: cut at the third
+    cut = exchange_clusters(train, v, 8, progress=False, deadline=2.0)
+    assert not cut.complete and cut.passes == 1 and cut.moved[0] > 0
+    resumed = exchange_clusters(train, v, 8, progress=False, resume_from=cut)
+    assert resumed.complete and resumed.passes > 1
+    assert all(b >= a - 1e-12 for a, b in zip(resumed.log_likelihood, resumed.log_likelihood[1:]))
+    assert resumed.log_likelihood[-1] == pytest.approx(class_bigram_log_likelihood(train, resumed.classes), rel=1e-9)
+    assert clusters.load_word_classes(tmp_path / "missing.npz") is None

@@ -55,3 +55,106 @@ def test_out_holding_other_files_is_refused(random_corpus, tmp_path):
 def test_bad_budget(random_corpus, tmp_path):
     with pytest.raises(NnlmError, match="budget"):
         reproduce(str(tmp_path / "rand"), tmp_path / "r", -1, None, False, "x", log=lambda s: None)
+
+
+def small_class_rows(monkeypatch):
+    """Table rows with class counts the 62-word synthetic corpus can hold: c = 8 at n = 3, 4, 5 (one
+    clustering for the three), and c = 4."""
+    import nnlm.reproduce as rp
+
+    rows = (NGRAM_ROWS[0], NGRAM_ROWS[1],
+            *(rp.NgramRow(f"class8-{n}", "class-based back-off, c = 8", n, (None, None, None), kind="class",
+                          classes=8) for n in (3, 4, 5)),
+            rp.NgramRow("class4-3", "class-based back-off, c = 4", 3, (None, None, None), kind="class", classes=4))
+    monkeypatch.setattr(rp, "NGRAM_ROWS", rows)
+    monkeypatch.setattr(rp, "NGRAM_BUILD_ORDER", tuple(r.id for r in rows))
+    return rp
+
+
+def test_ngram_rows_under_the_budget_one_clustering_per_c_and_resume(random_corpus, tmp_path, monkeypatch):
+    from nnlm.lm import perplexity
+    from nnlm.ngram.build import build_ngram
+
+    rp = small_class_rows(monkeypatch)
+    corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
+    calls: list[tuple[int, bool]] = []
+    cut_c: set[int] = set()
+    real = rp.exchange_clusters
+
+    def counting(train, v, c, **options):
+        calls.append((c, options.get("resume_from") is not None))
+        if c in cut_c:
+            options["deadline"] = 0.0  # the budget ran out as this clustering started
+        return real(train, v, c, **options)
+
+    monkeypatch.setattr(rp, "exchange_clusters", counting)
+
+    def call() -> dict:
+        reproduce(corpus_dir, out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+        return json.loads((out / "results.json").read_text())["rows"]
+
+    # 1. no share of the budget for n-grams: all but the mixing partner are skipped, and the report says so
+    monkeypatch.setattr(rp, "NGRAM_SHARE", 0.0)
+    rows = call()
+    assert rows["interpolated"]["perplexity"] and not calls
+    for row_id in ("kn3", "class8-3", "class8-4", "class8-5", "class4-3"):
+        assert rows[row_id]["cut"] and rows[row_id]["note"].startswith("skipped for lack of budget")
+    text = (out / "README.md").read_text()
+    assert "**Skipped for lack of budget**: Kneser-Ney back-off (n = 3), class-based back-off, c = 8 (n = 3)" in text
+
+    # 2. budget again; the c = 8 clustering is cut at its start: its three rows are shortened, clustered once
+    monkeypatch.setattr(rp, "NGRAM_SHARE", 0.35)
+    cut_c.add(8)
+    rows = call()
+    assert calls == [(8, False), (4, False)]
+    assert rows["kn3"]["perplexity"]["test"] > 1 and not rows["kn3"]["cut"]
+    for n in (3, 4, 5):
+        assert rows[f"class8-{n}"]["cut"] and rows[f"class8-{n}"]["note"].startswith("shortened")
+    assert not rows["class4-3"]["cut"]
+    assert (out / "clusters" / "c8.npz").exists() and (out / "clusters" / "c4.npz").exists()
+    assert "**Shortened for lack of budget**: " in (out / "README.md").read_text()
+
+    # 3. a third call continues the cut clustering only (c = 4 is complete and its row done), once for three rows
+    cut_c.clear()
+    calls.clear()
+    rows = call()
+    assert calls == [(8, True)]
+    assert not any(rows[f"class8-{n}"]["cut"] for n in (3, 4, 5))
+    assert rows["class8-4"]["note"] == "the classes of class8-3, reused"
+    # cut before its first pass, the continued clustering is the uncut one: the same model as a fresh build
+    fresh = build_ngram("class", random_corpus, 3, classes=8, progress=False)
+    assert rows["class8-3"]["perplexity"]["test"] == pytest.approx(perplexity(fresh, random_corpus, "test"), rel=1e-12)
+
+
+def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path):
+    """--full: a session that dies during training leaves a run that the next call continues (not restarts);
+    a call after it finished trains nothing."""
+    corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
+
+    class SessionEnded(Exception):
+        pass
+
+    def dies_in_epoch_2(line: str) -> None:
+        if "epoch 2:" in line:
+            raise SessionEnded
+
+    with pytest.raises(SessionEnded):
+        reproduce(corpus_dir, out, None, "mlp7", True, "x", log=dies_in_epoch_2, progress=False, threads=1)
+    assert "mlp7" not in json.loads((out / "results.json").read_text())["rows"]
+
+    logs: list[str] = []
+    reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1)
+    epochs = [line.split("epoch ")[1].split(":")[0] for line in logs if line.strip().startswith("epoch ")]
+    assert epochs[0] == "2"  # continued after the checkpoint of epoch 1
+    assert any("early stopping" in line for line in logs)
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert rows["mlp7"]["finished"] and {"mlp8", "mlp7-em"} <= set(rows)
+    history = [json.loads(line)["epoch"] for line in (out / "runs" / "mlp7" / "metrics.jsonl").read_text().splitlines()]
+    assert history == list(range(1, len(history) + 1))
+    assert "Budget: none (`--full`)" in (out / "README.md").read_text()
+
+    logs.clear()
+    reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1)
+    assert not any(line.strip().startswith("epoch ") for line in logs)
+    assert any("done already" in line for line in logs)
+    assert json.loads((out / "results.json").read_text())["rows"] == rows

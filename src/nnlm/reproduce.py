@@ -204,27 +204,25 @@ class Reproduction:
         return entry is None or bool(entry.get("cut"))
 
     # ---- n-gram rows ------------------------------------------------------------------------
-    def word_classes(self, c: int, deadline: float | None) -> tuple[WordClasses, float]:
+    def word_classes(self, c: int, deadline: float | None) -> WordClasses:
         """Exchange-algorithm classes for c (they do not depend on the order): found once per call,
-        kept in OUT/clusters/c{c}.npz; a clustering a budget cut short is continued. Returns the
-        classes and the seconds spent clustering in this call."""
+        kept in OUT/clusters/c{c}.npz (with the seconds they took); a clustering a budget cut short
+        is continued."""
+        if c in self._classes:  # complete, or cut by this call's deadline, which is past for every row
+            return self._classes[c]
         path = self.out / "clusters" / f"c{c}.npz"
-        found = self._classes.get(c)
-        saved_seconds = 0.0
-        if found is None and (saved := load_word_classes(path)) is not None:
-            found, saved_seconds = saved
-            if len(found.classes) != len(self.corpus.vocab):
-                found = None
+        found, saved_seconds = load_word_classes(path) or (None, 0.0)
+        if found is not None and len(found.classes) != len(self.corpus.vocab):
+            found = None
         if found is not None and found.complete:
             self._classes[c] = found
-            return found, 0.0
+            return found
         t0 = time.perf_counter()
         found = exchange_clusters(self.corpus.train, len(self.corpus.vocab), c, progress=self.progress,
                                   deadline=deadline, resume_from=found)
-        seconds = time.perf_counter() - t0
-        save_word_classes(path, found, saved_seconds + seconds)
+        save_word_classes(path, found, saved_seconds + time.perf_counter() - t0)
         self._classes[c] = found
-        return found, seconds
+        return found
 
     def ngram_rows(self) -> LanguageModel:
         """Build every n-gram row not done yet; returns the interpolated trigram (the mixing partner)."""
@@ -250,7 +248,7 @@ class Reproduction:
             t0 = time.perf_counter()
             note, options = "", {}
             if row.classes is not None:
-                classes, _ = self.word_classes(row.classes, deadline)
+                classes = self.word_classes(row.classes, deadline)
                 options = {"clusters": classes}
                 if not classes.complete:
                     note = (f"shortened: the budget stopped the clustering after {classes.passes} passes; "
@@ -544,11 +542,12 @@ def _plot_bars(out: Path, rows: dict[str, dict[str, Any]], nets: list[str]) -> N
         ax.bar_label(bars, [f"{v:.2f}" for v in values], fontsize=6, rotation=90, padding=2)
     if shown:
         ratios = [v for _, p, o in shown for v in (p, o)]
-        ax.set_ylim(min(min(ratios), 1.0) - 0.05, max(ratios) + 0.06)
+        low = min(min(ratios), 1.0) - 0.05
+        ax.set_ylim(low, max(ratios) + 0.15 * (max(ratios) - low) + 0.02)  # room for the value labels
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(x, [row.id for row, _, _ in shown], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("test perplexity / best n-gram's")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title("Test perplexity relative to the best n-gram of each table (lower is better)")
     fig.tight_layout()
