@@ -27,8 +27,8 @@ import torch.multiprocessing as mp
 
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
-from nnlm.neural.distributed import START_METHOD
 from nnlm.neural import train as tr
+from nnlm.neural.distributed import START_METHOD
 from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.optim import Adam
 
@@ -69,13 +69,10 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
             rows = padded[order[b * batch:(b + 1) * batch, None] + window]
             loss = tr.batch_loss(net, rows[:, :k], rows[:, k], bf16)
             value = float(loss.detach())
-            if not math.isfinite(value) or value > explode_at:
-                failure = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"exploding ({value:.1f})"
+            if (failure := tr.diverged(value, explode_at)) is not None:
                 stop.value = 1
                 break
-            net.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step(seen, len(rows))
+            tr.update(net, optimizer, loss, seen, len(rows))
             loss_sum += value * len(rows)
             count += len(rows)
             if isinstance(optimizer, Adam):
@@ -88,112 +85,92 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
 def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bool = False, progress: bool = True,
                   log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train (or continue) the run in `out` with `workers` Hogwild processes on this machine."""
-    from nnlm.neural.parallel import end_epoch
-
-    session = tr.SESSION_DEFAULTS | {k: v for k, v in requested.items() if k in tr.SESSION_DEFAULTS}
+    session = tr.session_options(requested)
     if session["device"] == "cuda":
         raise NnlmError("--parallel hogwild runs on the CPU (shared memory); use --parallel ddp for GPUs")
     run, corpus = tr.prepare_run(out, {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}, resume)
-    if session["threads"] is not None and session["threads"] < 1:
-        raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
     recipe = tr.RECIPES[run["recipe"]]
-    lr = run["lr"] if run["lr"] is not None else recipe.lr
-    config = ModelConfig.from_dict(run["model"])
     torch.manual_seed(run["seed"])
-    net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
-    optimizer = tr.build_optimizer(net, recipe, lr)
+    net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
+    optimizer = tr.build_optimizer(net, recipe, tr.learning_rate(run))
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or tr._fresh_state()
     if tr.nothing_left_to_do(out, state, session, resume, log):
         return state
     state["parallel"] = {"mode": "hogwild", "world_size": workers}
-
-    net.share_memory()
-    # Adam: each worker keeps its own moments. Shared ones would let a worker divide another's
-    # fresh first moment by a second moment not yet updated (~0 early on): a step of ~1e5 x lr.
-    # The checkpoint holds their mean; resuming starts every worker from it.
-    moments = [({n: t.clone().share_memory_() for n, t in optimizer.m.items()},
-                {n: t.clone().share_memory_() for n, t in optimizer.v.items()}) if isinstance(optimizer, Adam) else None
-               for _ in range(workers)]
-    k = config.order - 1
-    train_ids = torch.as_tensor(corpus.train.astype(np.int64))
-    padded = torch.cat([torch.full((k,), corpus.pad_id, dtype=torch.int64), train_ids]).share_memory_()
-    n_batches = math.ceil(len(train_ids) / run["batch_size"])
-
-    ctx = mp.get_context(START_METHOD)
-    counters = (ctx.Value("q", 0), ctx.Value("q", state["examples"]), ctx.Value("q", state["step"]), ctx.Value("b", 0))
-    adam_steps = ctx.Array("q", [getattr(optimizer, "t", 0)] * workers, lock=False)
-    commands, results = ctx.SimpleQueue(), ctx.SimpleQueue()
-    procs = [ctx.Process(target=_worker, daemon=True,
-                         args=(i, net, moments[i], adam_steps, recipe, padded, k, run["batch_size"], run["seed"], run["bf16"],
-                               counters, commands, results)) for i in range(workers)]
-    for p in procs:
-        p.start()
-    budget = None if session["time_budget"] is None else 60.0 * session["time_budget"]
-    start = time.monotonic()
-    elapsed_before = state["elapsed"]
-
-    def elapsed() -> float:
-        return elapsed_before + time.monotonic() - start
-
-    def checkpoint() -> None:
-        state["elapsed"] = elapsed()
-        if isinstance(optimizer, Adam):  # workers are idle here
-            for store, kind in ((optimizer.m, 0), (optimizer.v, 1)):
-                for name, t in store.items():
-                    t.copy_(torch.stack([own[kind][name] for own in moments]).mean(dim=0))
-            optimizer.t = max(adam_steps)
-        ck.save_training_state(out, net, optimizer, state)
-
-    log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, direct={config.direct}; "
-        f"{config.parameter_count():,} parameters) on {corpus.name}, recipe {recipe.name}, batch {run['batch_size']}, "
-        f"--parallel hogwild with {workers} worker processes (1 thread each)")
-    stop = None
+    trainer = HogwildTrainer(out, net, optimizer, run, corpus, torch.device("cpu"), workers)
     try:
-        while stop is None:
-            epoch = state["epoch"]
-            if epoch >= session["epochs"]:
-                break
-            counters[0].value = state["batch"]
-            deadline = None if budget is None else time.time() + max(budget - elapsed(), 0.0)
-            for _ in procs:
-                commands.put((epoch, lr * recipe.lr_gamma ** epoch, deadline))
-            failures = []
-            for _ in procs:
-                _, loss_sum, count, failure = _collect(results, procs)
-                state["loss_sum"] += loss_sum
-                state["loss_count"] += count
-                failures += [failure] if failure else []
-            state.update(batch=counters[0].value, examples=counters[1].value, step=counters[2].value)
-            if failures:
-                raise tr.TrainingDiverged(f"training stopped at epoch {epoch + 1}, step {state['step']}: the loss became "
-                                          f"{failures[0]}; the best model so far is intact in {out / ck.WEIGHTS}. "
-                                          "Try a smaller --lr or --batch-size.")
-            if state["batch"] < n_batches:
-                stop = f"time budget of {session['time_budget']} minutes used"
-            partial, early = end_epoch(out, net, corpus, run, state, epoch, n_batches, lr * recipe.lr_gamma ** epoch,
-                                       elapsed(), log)
-            stop = stop or early
-            if partial or stop is not None or state["epoch"] >= session["epochs"]:
-                break
-            checkpoint()
-            tr.write_metrics(out, state["history"])
+        return tr.run_epochs(out, run, session, corpus, state, trainer, log, progress=False)
     finally:
-        for _ in procs:
-            commands.put(None)
-        for p in procs:
+        trainer.stop_workers()
+
+
+class HogwildTrainer(tr.Trainer):
+    """The parent process: hands each epoch to the workers, which share the parameters (and the
+    batch counter) and update them without locks; it scores, logs and saves between epochs."""
+
+    def __init__(self, out: Path, net: NPLM, optimizer: Any, run: dict[str, Any], corpus: Any,
+                 device: torch.device, workers: int) -> None:
+        super().__init__(out, net, optimizer, run, corpus, device)
+        net.share_memory()
+        self.padded.share_memory_()
+        # Adam: each worker keeps its own moments. Shared ones would let a worker divide another's
+        # fresh first moment by a second moment not yet updated (~0 early on): a step of ~1e5 x lr.
+        # The checkpoint holds their mean; resuming starts every worker from it.
+        adam = isinstance(optimizer, Adam)
+        self.moments = [({n: t.clone().share_memory_() for n, t in optimizer.m.items()},
+                         {n: t.clone().share_memory_() for n, t in optimizer.v.items()}) if adam else None
+                        for _ in range(workers)]
+        ctx = mp.get_context(START_METHOD)
+        self.counters = (ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("b", 0))
+        self.adam_steps = ctx.Array("q", [getattr(optimizer, "t", 0)] * workers, lock=False)
+        self.commands, self.results = ctx.SimpleQueue(), ctx.SimpleQueue()
+        self.procs = [ctx.Process(target=_worker, daemon=True,
+                                  args=(i, net, self.moments[i], self.adam_steps, tr.RECIPES[run["recipe"]],
+                                        self.padded, self.k, self.batch, run["seed"], run["bf16"], self.counters,
+                                        self.commands, self.results)) for i in range(workers)]
+        for p in self.procs:
+            p.start()
+
+    def describe(self) -> str:
+        return f"batch {self.batch}, --parallel hogwild with {len(self.procs)} worker processes (1 thread each)"
+
+    def run_batches(self, state: dict[str, Any], order: torch.Tensor, clock: tr.Clock,
+                    save: Callable[[], None], bar: Any) -> bool:
+        """The workers do the epoch's remaining batches (in the epoch's order, which they draw
+        themselves); checkpoints wait for the epoch's end."""
+        next_batch, examples, steps, stop = self.counters
+        next_batch.value, examples.value, steps.value, stop.value = state["batch"], state["examples"], state["step"], 0
+        deadline = None if clock.budget is None else time.time() + max(clock.budget - clock.elapsed(), 0.0)
+        for _ in self.procs:
+            self.commands.put((state["epoch"], self.optimizer.lr, deadline))
+        failures = []
+        for _ in self.procs:
+            _, loss_sum, count, failure = _collect(self.results, self.procs)
+            state["loss_sum"] += loss_sum
+            state["loss_count"] += count
+            failures += [failure] if failure else []
+        state.update(batch=next_batch.value, examples=examples.value, step=steps.value)
+        if failures:
+            raise tr.TrainingDiverged(tr.divergence_message(self.out, state, failures[0]))
+        return state["batch"] < self.n_batches
+
+    def whole(self) -> tuple[NPLM, Any]:
+        """The shared parameters, and the optimizer holding the mean of the workers' Adam moments
+        (the workers are idle between epochs)."""
+        if isinstance(self.optimizer, Adam):
+            for store, kind in ((self.optimizer.m, 0), (self.optimizer.v, 1)):
+                for name, t in store.items():
+                    t.copy_(torch.stack([own[kind][name] for own in self.moments]).mean(dim=0))
+            self.optimizer.t = max(self.adam_steps)
+        return self.net, self.optimizer
+
+    def stop_workers(self) -> None:
+        for _ in self.procs:
+            self.commands.put(None)
+        for p in self.procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
-    if stop is None:
-        stop = f"reached {session['epochs']} epochs"
-    state["finished"] = stop.startswith("early stopping")
-    state["stop_reason"] = stop
-    checkpoint()
-    if state["history"]:
-        tr.write_metrics(out, state["history"])
-    log(f"stopped: {stop}; best valid ppl "
-        + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
-    return state
 
 
 def _collect(results, procs: list) -> tuple:

@@ -12,8 +12,8 @@ first; the order of the blocks of x does not change the model family.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -77,24 +77,61 @@ class ModelConfig:
             raise NnlmError(f"incomplete model config ({exc})") from None
 
 
-class NPLM(nn.Module):
-    """y = b + W x + U tanh(d + H x) over x = concatenated C rows of the context words."""
+class NPLMParameters(nn.Module):
+    """The NPLM's parameters and its one formula, with the output layer (b, W, U) holding `rows`
+    words: all of V in an NPLM, one rank's slice of V in nnlm.neural.vocab_parallel."""
 
-    def __init__(self, config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.0) -> None:
+    def __init__(self, config: ModelConfig, rows: int, dropout_x: float = 0.0, dropout_h: float = 0.0) -> None:
         super().__init__()
         self.config = config
         self.dropout_x = dropout_x  # modern recipe only: dropout on x and on the hidden layer
         self.dropout_h = dropout_h
         v, h, m, k = config.vocab_size, config.hidden, config.features, config.input_size
         self.C = nn.Parameter(torch.empty(v, m))
-        self.b = nn.Parameter(torch.empty(v))
-        self.W = nn.Parameter(torch.empty(v, k)) if config.direct else None
+        self.b = nn.Parameter(torch.empty(rows))
+        self.W = nn.Parameter(torch.empty(rows, k)) if config.direct else None
         if h > 0:
             self.H = nn.Parameter(torch.empty(h, k))
             self.d = nn.Parameter(torch.empty(h))
-            self.U = nn.Parameter(torch.empty(v, h))
+            self.U = nn.Parameter(torch.empty(rows, h))
         else:
             self.H = self.d = self.U = None
+
+    def decayed_parameters(self) -> list[nn.Parameter]:
+        """Weights and C: what the paper's weight decay applies to (not the biases b, d)."""
+        return [p for p in (self.C, self.W, self.H, self.U) if p is not None]
+
+    def bias_parameters(self) -> list[nn.Parameter]:
+        return [p for p in (self.b, self.d) if p is not None]
+
+    def features(self, contexts: torch.Tensor) -> torch.Tensor:
+        """x: [N, n-1] word ids -> [N, (n-1) m] concatenated feature vectors."""
+        return F.embedding(contexts, self.C).flatten(1)
+
+    def logits_from_features(self, x: torch.Tensor,
+                             shared: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """y = b + W x + U tanh(d + H x), [N, rows]; dropout on x and tanh(.) when training.
+        `shared` (vocab-parallel) wraps x and tanh(.) where they meet this module's output rows, so
+        that backward sums their gradients over the ranks that hold the other rows."""
+        if self.training and self.dropout_x > 0:
+            x = F.dropout(x, self.dropout_x, training=True)
+        if self.W is not None:
+            y = torch.addmm(self.b, shared(x) if shared else x, self.W.t())
+        else:
+            y = self.b.expand(x.shape[0], -1)
+        if self.H is not None:
+            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
+            if self.training and self.dropout_h > 0:
+                a = F.dropout(a, self.dropout_h, training=True)
+            y = torch.addmm(y, shared(a) if shared else a, self.U.t())
+        return y
+
+
+class NPLM(NPLMParameters):
+    """y = b + W x + U tanh(d + H x) over x = concatenated C rows of the context words."""
+
+    def __init__(self, config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.0) -> None:
+        super().__init__(config, config.vocab_size, dropout_x, dropout_h)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -109,32 +146,6 @@ class NPLM(nn.Module):
                     weight.uniform_(-bound, bound)
             if self.d is not None:
                 self.d.zero_()
-
-    def decayed_parameters(self) -> list[nn.Parameter]:
-        """Weights and C: what the paper's weight decay applies to (not the biases b, d)."""
-        return [p for p in (self.C, self.W, self.H, self.U) if p is not None]
-
-    def bias_parameters(self) -> list[nn.Parameter]:
-        return [p for p in (self.b, self.d) if p is not None]
-
-    def features(self, contexts: torch.Tensor) -> torch.Tensor:
-        """x: [N, n-1] word ids -> [N, (n-1) m] concatenated feature vectors."""
-        return F.embedding(contexts, self.C).flatten(1)
-
-    def logits_from_features(self, x: torch.Tensor) -> torch.Tensor:
-        """y = b + W x + U tanh(d + H x), [N, |V|]; dropout on x and tanh(.) when training."""
-        if self.training and self.dropout_x > 0:
-            x = F.dropout(x, self.dropout_x, training=True)
-        if self.W is not None:
-            y = torch.addmm(self.b, x, self.W.t())
-        else:
-            y = self.b.expand(x.shape[0], -1)
-        if self.H is not None:
-            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
-            if self.training and self.dropout_h > 0:
-                a = F.dropout(a, self.dropout_h, training=True)
-            y = torch.addmm(y, a, self.U.t())
-        return y
 
     def forward(self, contexts: torch.Tensor) -> torch.Tensor:
         """Unnormalized log-probabilities y [N, |V|] of the next word for contexts [N, n-1]."""

@@ -20,9 +20,7 @@ readable by every rank (`brown` from its cache, or the same directory path on ev
 """
 from __future__ import annotations
 
-import math
 import os
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -32,13 +30,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
-from nnlm.lm import perplexity
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
 from nnlm.neural import train as tr
-from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.vocab_parallel import VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
 MODES = ("none", "hogwild", "ddp", "vocab")
@@ -119,11 +115,9 @@ def _sliced_view(tensors: dict[str, torch.Tensor], lo: int, hi: int) -> dict[str
 def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, progress: bool,
               log: Callable[[str], None]) -> dict[str, Any] | None:
     rank, world = dist.get_rank(), dist.get_world_size()
-    session = tr.SESSION_DEFAULTS | {k: v for k, v in requested.items() if k in tr.SESSION_DEFAULTS}
+    session = tr.session_options(requested)
     device = dd.rank_device(tr.pick_device(session["device"]))
     if session["threads"] is not None:
-        if session["threads"] < 1:
-            raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
         torch.set_num_threads(session["threads"])
 
     # Rank 0 prepares (or checks) the run directory and reads the checkpoint; the others receive it.
@@ -161,7 +155,6 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
     state["parallel"] = {"mode": mode, "world_size": world}
 
     recipe = tr.RECIPES[run["recipe"]]
-    lr = run["lr"] if run["lr"] is not None else recipe.lr
     config = ModelConfig.from_dict(run["model"])
     model_part = {k[len("model."):]: v for k, v in whole.items() if k.startswith("model.")}
     optim_part = {k: v for k, v in whole.items() if k.startswith("optim.")}
@@ -169,169 +162,77 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
         net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
         net.load_state_dict(model_part)
         net.to(device)
-        optimizer = tr.build_optimizer(net, recipe, lr)
-        optimizer.load_state_tensors({k: v.to(device) for k, v in optim_part.items()})
-        from torch.nn.parallel import DistributedDataParallel
-
-        engine = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     else:
         lo, hi = vocab_slices(config.vocab_size, world)[rank]
         net = VocabParallelNPLM.from_full(model_part, config, rank, world, recipe.dropout_x, recipe.dropout_h).to(device)
-        optimizer = tr.build_optimizer(net, recipe, lr)
-        optimizer.load_state_tensors({k: v.to(device) for k, v in _sliced_view(optim_part, lo, hi).items()})
-        engine = net
+        optim_part = _sliced_view(optim_part, lo, hi)
+    optimizer = tr.build_optimizer(net, recipe, tr.learning_rate(run))
+    optimizer.load_state_tensors({k: v.to(device) for k, v in optim_part.items()})
     del whole, model_part, optim_part
-
-    def whole_model() -> tuple[NPLM, dict[str, torch.Tensor]]:
-        """The whole model and optimizer state (a collective in vocab mode; meaningful on rank 0)."""
-        if mode == "ddp":
-            return net, optimizer.state_tensors()
-        gathered = full_tensors(net, optimizer.state_tensors())
-        params = {k: v for k, v in gathered.items() if not k.startswith("optim.")}
-        return assemble_nplm({k: v.cpu() for k, v in params.items()}, config).to(device), \
-            {k: v for k, v in gathered.items() if k.startswith("optim.")}
-
-    k = config.order - 1
-    train_ids = torch.as_tensor(corpus.train.astype(np.int64))
-    padded = torch.cat([torch.full((k,), corpus.pad_id, dtype=torch.int64), train_ids]).to(device)
-    window = torch.arange(k + 1, device=device)
-    n_examples, batch = len(train_ids), run["batch_size"]
-    n_batches = math.ceil(n_examples / batch)
-    explode_at = tr.EXPLODED * math.log(config.vocab_size)
-    budget = None if session["time_budget"] is None else 60.0 * session["time_budget"]
-    start = last_save = time.monotonic()
-    elapsed_before = state["elapsed"]
-    dropout = recipe.dropout_x > 0 or recipe.dropout_h > 0
-
-    def elapsed() -> float:
-        return elapsed_before + time.monotonic() - start
-
-    def checkpoint() -> None:
-        nonlocal last_save
-        whole_net, optim_state = whole_model()
-        if rank == 0:
-            state["elapsed"] = elapsed()
-            ck.save_training_state(out, whole_net, SimpleNamespace(state_tensors=lambda: optim_state), state)
-        last_save = time.monotonic()
-
-    log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, direct={config.direct}; "
-        f"{config.parameter_count():,} parameters) on {corpus.name}, recipe {recipe.name}"
-        f"{' (bf16 autocast)' if run['bf16'] else ''}, global batch {batch}, --parallel {mode} on {world} processes "
-        f"({dist.get_backend()}), {torch.get_num_threads()} threads each, {device}")
-    stop = None
-    while stop is None:
-        epoch = state["epoch"]
-        if epoch >= session["epochs"]:
-            stop = f"reached {session['epochs']} epochs"
-            break
-        optimizer.lr = lr * recipe.lr_gamma ** epoch
-        order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(n_examples)).to(device)
-        net.train()
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=n_examples, initial=min(state["batch"] * batch, n_examples), unit="tok",
-                       unit_scale=True, desc=f"epoch {epoch + 1}", leave=False, dynamic_ncols=True)
-        while state["batch"] < n_batches:
-            rows = padded[order[state["batch"] * batch:(state["batch"] + 1) * batch, None] + window]
-            if mode == "ddp":
-                if dropout:
-                    torch.manual_seed(_step_seed(run["seed"], state["step"], rank))
-                mine = rows.tensor_split(world)[rank]
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run["bf16"]):
-                    logits = engine(mine[:, :k])
-                loss_sum = F.cross_entropy(logits.float(), mine[:, k], reduction="sum")
-                loss = loss_sum * (world / len(rows))  # DDP averages over ranks: this makes it the global mean
-                contribution = float(loss_sum.detach())
-            else:
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run["bf16"]):
-                    loss = net.loss(rows[:, :k], rows[:, k])
-                contribution = float(loss.detach()) * len(rows) if rank == 0 else 0.0
-            # One small all-reduce per step: the global loss, and rank 0's clock (budget, checkpoint).
-            flags = [contribution, 0.0, 0.0]
-            if rank == 0:
-                flags[1] = float(budget is not None and elapsed() >= budget)
-                flags[2] = float(time.monotonic() - last_save >= 60.0 * session["checkpoint_minutes"])
-            total = torch.tensor(flags, dtype=torch.float64, device=device)
-            dist.all_reduce(total)
-            value = float(total[0]) / len(rows)
-            if not math.isfinite(value) or value > explode_at:
-                what = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"exploding ({value:.1f})"
-                raise tr.TrainingDiverged(f"training stopped at epoch {epoch + 1}, step {state['step']}: the loss became "
-                                          f"{what}; the best model so far is intact in {out / ck.WEIGHTS}. "
-                                          "Try a smaller --lr or --batch-size.")
-            net.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step(state["examples"], len(rows))
-            state["step"] += 1
-            state["batch"] += 1
-            state["examples"] += len(rows)
-            state["loss_sum"] += value * len(rows)
-            state["loss_count"] += len(rows)
-            if bar is not None:
-                bar.update(len(rows))
-            if total[1] > 0:
-                stop = f"time budget of {session['time_budget']} minutes used"
-                break
-            if total[2] > 0:
-                checkpoint()
-        if bar is not None:
-            bar.close()
-        whole_net, _ = whole_model()
-        decision = None
-        if rank == 0:
-            decision = end_epoch(out, whole_net, corpus, run, state, epoch, n_batches, optimizer.lr, elapsed(), log)
-        state, decision = dd.broadcast_object((state, decision))
-        partial, stop_now = decision
-        if partial:
-            break
-        if stop_now is not None:
-            stop = stop_now
-        if stop is not None or state["epoch"] >= session["epochs"]:
-            break
-        checkpoint()
-        if rank == 0:
-            tr.write_metrics(out, state["history"])
-    if stop is None:
-        stop = f"reached {session['epochs']} epochs"
-    state["finished"] = stop.startswith("early stopping")
-    state["stop_reason"] = stop
-    checkpoint()
-    if rank != 0:
-        return None
-    if state["history"]:
-        tr.write_metrics(out, state["history"])
-    log(f"stopped: {stop}; best valid ppl "
-        + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
-    return state
+    trainer = (DDPTrainer if mode == "ddp" else VocabTrainer)(out, net, optimizer, run, corpus, device)
+    state = tr.run_epochs(out, run, session, corpus, state, trainer, log, progress)
+    return state if rank == 0 else None
 
 
-def end_epoch(out: Path, net: NPLM, corpus: Corpus, run: dict[str, Any], state: dict[str, Any], epoch: int,
-              n_batches: int, lr: float, elapsed: float, log: Callable[[str], None]) -> tuple[bool, str | None]:
-    """Score validation, keep the best weights, update the history and early-stopping counters
-    (the single-process trainer's rules). Returns (partial epoch, early-stopping reason or None)."""
-    partial = state["batch"] < n_batches
-    label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
-    device = next(net.parameters()).device
-    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=device)
-    scoring_started = time.monotonic()
-    valid_ppl = perplexity(lm, corpus, "valid")
-    train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
-    state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
-                             "examples": state["examples"], "elapsed_seconds": round(elapsed, 1),
-                             "valid_seconds": round(time.monotonic() - scoring_started, 1), "lr": lr}
-                            | ({"partial": True} if partial else {}))
-    improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
-    if improved:
-        state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
-        ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
-    log(f"epoch {label}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
-        f"{' (best)' if improved else ''}; {elapsed / 60:.1f} min")
-    if partial:
-        return True, None
-    state["bad_epochs"] = 0 if improved else state["bad_epochs"] + 1
-    state.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_count=0)
-    if state["bad_epochs"] >= run["patience"]:
-        return False, f"early stopping: no better validation perplexity for {run['patience']} epochs"
-    return False, None
+class _RankTrainer(tr.Trainer):
+    """What every rank of a torch.distributed run shares: rank 0 alone logs and writes, the
+    loss parts and rank 0's clock flags travel in one small all-reduce per step."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.writer = self.rank == 0
+
+    def agree(self, numbers: list[float]) -> list[float]:
+        total = torch.tensor(numbers, dtype=torch.float64, device=self.device)
+        dist.all_reduce(total)
+        return total.tolist()
+
+    def share(self, value: Any) -> Any:
+        return dd.broadcast_object(value)
+
+
+class DDPTrainer(_RankTrainer):
+    """Rank r computes shard r of every global batch; DistributedDataParallel sums the gradients."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.engine = DistributedDataParallel(self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        recipe = tr.RECIPES[self.run["recipe"]]
+        self.dropout = recipe.dropout_x > 0 or recipe.dropout_h > 0
+
+    def describe(self) -> str:
+        return (f"global batch {self.batch}, --parallel ddp on {self.world} processes ({dist.get_backend()}), "
+                f"{torch.get_num_threads()} threads each, {self.device}")
+
+    def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
+        if self.dropout:
+            torch.manual_seed(_step_seed(self.run["seed"], step, self.rank))
+        mine = rows.tensor_split(self.world)[self.rank]
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.run["bf16"]):
+            logits = self.engine(mine[:, :self.k])
+        loss_sum = F.cross_entropy(logits.float(), mine[:, self.k], reduction="sum")
+        # DDP averages the gradients over the ranks: this scale makes them the global batch mean's
+        return loss_sum * (self.world / len(rows)), float(loss_sum.detach())
+
+
+class VocabTrainer(_RankTrainer):
+    """Every rank reads the whole batch and owns a slice of the output layer (vocab_parallel)."""
+
+    def describe(self) -> str:
+        return (f"global batch {self.batch}, --parallel vocab on {self.world} processes ({dist.get_backend()}), "
+                f"{torch.get_num_threads()} threads each, {self.device}")
+
+    def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.run["bf16"]):
+            loss = self.net.loss(rows[:, :self.k], rows[:, self.k])
+        return loss, float(loss.detach()) * len(rows) if self.writer else 0.0  # the same loss on every rank
+
+    def whole(self) -> tuple[NPLM, Any]:
+        """The slices gathered (a collective: every rank calls it); meaningful on rank 0."""
+        gathered = full_tensors(self.net, self.optimizer.state_tensors())
+        params = {k: v.cpu() for k, v in gathered.items() if not k.startswith("optim.")}
+        optim_state = {k: v for k, v in gathered.items() if k.startswith("optim.")}
+        return assemble_nplm(params, self.config).to(self.device), SimpleNamespace(state_tensors=lambda: optim_state)

@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from nnlm.data.corpus import Corpus, load_corpus
 from nnlm.errors import NnlmError
@@ -186,12 +187,17 @@ def _fresh_state() -> dict[str, Any]:
 
 def nothing_left_to_do(out: Path, state: dict[str, Any], session: dict[str, Any], resume: bool,
                        log: Callable[[str], None]) -> bool:
-    """A finished run, or a resumed one that already has its --epochs: say so (every trainer asks this)."""
+    """A finished run, or a resumed one that already has its --epochs or used its --time-budget:
+    say so (every trainer asks this before training)."""
     if state["finished"]:
         log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
         return True
     if resume and state["epoch"] >= session["epochs"]:
         log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+        return True
+    if resume and session["time_budget"] is not None and state["elapsed"] >= 60.0 * session["time_budget"]:
+        log(f"{out}: the time budget of {session['time_budget']} minutes is used already "
+            f"({state['elapsed'] / 60:.1f} min); give a larger --time-budget to continue")
         return True
     return False
 
@@ -226,136 +232,231 @@ def write_metrics(out: Path, history: list[dict[str, Any]]) -> None:
 
 def train(out: Path | str, requested: dict[str, Any], resume: bool = False, progress: bool = True,
           log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train (or continue) the run in `out`; returns its final state."""
+    """Train (or continue) the run in `out` in this process; returns its final state."""
     out = Path(out)
-    session = SESSION_DEFAULTS | {k: v for k, v in requested.items() if k in SESSION_DEFAULTS}
+    session = session_options(requested)
     device = pick_device(session["device"])
     run, corpus = prepare_run(out, {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume, device)
     if session["threads"] is not None:
-        if session["threads"] < 1:
-            raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
         torch.set_num_threads(session["threads"])
     recipe = RECIPES[run["recipe"]]
-    lr = run["lr"] if run["lr"] is not None else recipe.lr
-    config = ModelConfig.from_dict(run["model"])
-
     torch.manual_seed(run["seed"])
-    net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
-    optimizer = build_optimizer(net, recipe, lr)
+    net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
+    optimizer = build_optimizer(net, recipe, learning_rate(run))
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or _fresh_state()
     if nothing_left_to_do(out, state, session, resume, log):
         return state
+    return run_epochs(out, run, session, corpus, state, Trainer(out, net, optimizer, run, corpus, device), log, progress)
 
-    train_ids = torch.as_tensor(corpus.train.astype(np.int64))
-    k = config.order - 1
-    padded = torch.cat([torch.full((k,), corpus.pad_id, dtype=torch.int64), train_ids]).to(device)
-    window = torch.arange(k + 1, device=device)
-    n_examples, batch = len(train_ids), run["batch_size"]
-    n_batches = math.ceil(n_examples / batch)
-    explode_at = EXPLODED * math.log(config.vocab_size)
-    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=device)
 
-    budget = None if session["time_budget"] is None else 60.0 * session["time_budget"]
-    if resume and budget is not None and state["elapsed"] >= budget:
-        log(f"{out}: the time budget of {session['time_budget']} minutes is used already "
-            f"({state['elapsed'] / 60:.1f} min); give a larger --time-budget to continue")
-        return state
-    start, last_save = time.monotonic(), time.monotonic()
-    elapsed_before = state["elapsed"]
+def session_options(requested: dict[str, Any]) -> dict[str, Any]:
+    session = SESSION_DEFAULTS | {k: v for k, v in requested.items() if k in SESSION_DEFAULTS}
+    if session["threads"] is not None and session["threads"] < 1:
+        raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
+    return session
 
-    def elapsed() -> float:
-        return elapsed_before + time.monotonic() - start
 
-    def checkpoint() -> None:
-        nonlocal last_save
-        state["elapsed"] = elapsed()
-        ck.save_training_state(out, net, optimizer, state)
-        last_save = time.monotonic()
+def learning_rate(run: dict[str, Any]) -> float:
+    return run["lr"] if run["lr"] is not None else RECIPES[run["recipe"]].lr
+
+
+class Clock:
+    """A run's wall time over all its sessions, against its time budget and checkpoint interval."""
+
+    def __init__(self, elapsed_before: float, budget_minutes: float | None, checkpoint_minutes: float) -> None:
+        self.start = self.last_save = time.monotonic()
+        self.before = elapsed_before
+        self.budget = None if budget_minutes is None else 60.0 * budget_minutes
+        self.interval = 60.0 * checkpoint_minutes
+
+    def elapsed(self) -> float:
+        return self.before + time.monotonic() - self.start
+
+    def out_of_time(self) -> bool:
+        return self.budget is not None and self.elapsed() >= self.budget
+
+    def save_due(self) -> bool:
+        return time.monotonic() - self.last_save >= self.interval
+
+
+class Trainer:
+    """One process's part in training a run: its model and optimizer, the training tokens, and
+    the few things the parallel trainers do differently (nnlm.neural.parallel, .hogwild override
+    them). This base class is the single process: it computes whole batches, and it alone logs
+    and writes the run directory."""
+
+    writer = True  # this process logs and writes the run directory
+
+    def __init__(self, out: Path, net: nn.Module, optimizer: Any, run: dict[str, Any], corpus: Corpus,
+                 device: torch.device) -> None:
+        self.out, self.net, self.optimizer, self.run, self.device = out, net, optimizer, run, device
+        self.config: ModelConfig = net.config
+        self.k = self.config.order - 1
+        train_ids = torch.as_tensor(corpus.train.astype(np.int64))
+        self.padded = torch.cat([torch.full((self.k,), corpus.pad_id, dtype=torch.int64), train_ids]).to(device)
+        self.window = torch.arange(self.k + 1, device=device)
+        self.n_examples, self.batch = len(train_ids), run["batch_size"]
+        self.n_batches = math.ceil(self.n_examples / self.batch)
+        self.explode_at = EXPLODED * math.log(self.config.vocab_size)
+
+    def describe(self) -> str:
+        return f"batch {self.batch}, {torch.get_num_threads()} threads, {self.device}"
+
+    def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
+        """The loss to differentiate here, and this process's part of the batch's summed -log P."""
+        loss = batch_loss(self.net, rows[:, :self.k], rows[:, self.k], self.run["bf16"])
+        return loss, float(loss.detach()) * len(rows)
+
+    def agree(self, numbers: list[float]) -> list[float]:
+        """Each number summed over the processes (loss parts; flags only the writer's clock raises)."""
+        return numbers
+
+    def share(self, value: Any) -> Any:
+        """The writer's value, on every process."""
+        return value
+
+    def whole(self) -> tuple[nn.Module, Any]:
+        """The whole model and what gives the optimizer's state_tensors(), to score and to save."""
+        return self.net, self.optimizer
+
+    def run_batches(self, state: dict[str, Any], order: torch.Tensor, clock: Clock,
+                    save: Callable[[], None], bar: Any) -> bool:
+        """The epoch's batches from state["batch"] on; True if the time budget stopped them."""
+        while state["batch"] < self.n_batches:
+            rows = self.padded[order[state["batch"] * self.batch:(state["batch"] + 1) * self.batch, None] + self.window]
+            loss, part = self.batch_loss(rows, state["step"])
+            total, out_of_time, save_due = self.agree(
+                [part, float(self.writer and clock.out_of_time()), float(self.writer and clock.save_due())])
+            value = total / len(rows)
+            if (what := diverged(value, self.explode_at)) is not None:
+                raise TrainingDiverged(divergence_message(self.out, state, what))
+            update(self.net, self.optimizer, loss, state["examples"], len(rows))
+            state["step"] += 1
+            state["batch"] += 1
+            state["examples"] += len(rows)
+            state["loss_sum"] += value * len(rows)
+            state["loss_count"] += len(rows)
+            if bar is not None:
+                bar.update(len(rows))
+                if state["batch"] % 20 == 0:
+                    left = "" if clock.budget is None else f", budget left {max(clock.budget - clock.elapsed(), 0) / 60:.1f} min"
+                    bar.set_postfix_str(f"train ppl {math.exp(state['loss_sum'] / state['loss_count']):.1f}{left}")
+            if out_of_time:
+                return True
+            if save_due:
+                save()
+        return False
+
+
+def diverged(value: float, explode_at: float) -> str | None:
+    """What is wrong with a batch's mean loss ("NaN", "infinite", "exploding (x)"), or None."""
+    if math.isfinite(value) and value <= explode_at:
+        return None
+    return "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"exploding ({value:.1f})"
+
+
+def divergence_message(out: Path, state: dict[str, Any], what: str) -> str:
+    best = state["best"]
+    kept = (f"the best model (epoch {best['epoch']}, valid perplexity {best['valid_ppl']:.2f}) is intact in "
+            f"{out / ck.WEIGHTS}" if best else "no epoch had finished, so no model was saved")
+    return (f"training stopped at epoch {state['epoch'] + 1}, step {state['step']}: the loss became {what}; "
+            f"{kept}. Try a smaller --lr or --batch-size.")
+
+
+def update(net: nn.Module, optimizer: Any, loss: torch.Tensor, examples_seen: int, batch: int) -> None:
+    """One step of the optimizer on the gradient of `loss`."""
+    net.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step(examples_seen, batch)
+
+
+def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: Corpus, state: dict[str, Any],
+               trainer: Trainer, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
+    """The training loop of every trainer: epochs of batches in the order of a permutation seeded
+    with (seed, epoch), validation after each, early stopping, the time budget, checkpoints.
+    Returns the final state (on every process of a parallel run)."""
+    recipe = RECIPES[run["recipe"]]
+    lr = learning_rate(run)
+    config = trainer.config
+    clock = Clock(state["elapsed"], session["time_budget"], session["checkpoint_minutes"])
+    out_of_time = f"time budget of {session['time_budget']} minutes used"
+
+    def save(whole: tuple[nn.Module, Any] | None = None) -> None:
+        net, optimizer = whole or trainer.whole()
+        state["elapsed"] = clock.elapsed()
+        if trainer.writer:
+            ck.save_training_state(out, net, optimizer, state)
+        clock.last_save = time.monotonic()
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
         f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
-        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] else ''}, batch {batch}, "
-        f"{torch.get_num_threads()} threads, {device}")
-    stop = None
-    while stop is None:
+        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] else ''}, {trainer.describe()}")
+    first_step, stop = state["step"], None
+    while stop is None and state["epoch"] < session["epochs"]:
         epoch = state["epoch"]
-        if epoch >= session["epochs"]:
-            stop = f"reached {session['epochs']} epochs"
+        if state["step"] > first_step and trainer.agree([float(trainer.writer and clock.out_of_time())])[0]:
+            stop = out_of_time  # spent scoring the last epoch: an epoch of one batch would only score again
             break
-        optimizer.lr = lr * recipe.lr_gamma ** epoch
-        order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(n_examples)).to(device)
-        net.train()
+        trainer.optimizer.lr = lr * recipe.lr_gamma ** epoch
+        order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(trainer.n_examples))
+        trainer.net.train()
         bar = None
-        if progress:
+        if progress and trainer.writer:
             from tqdm import tqdm
 
-            bar = tqdm(total=n_examples, initial=min(state["batch"] * batch, n_examples), unit="tok",
-                       unit_scale=True, desc=f"epoch {epoch + 1}", leave=False, dynamic_ncols=True)
-        while state["batch"] < n_batches:
-            rows = padded[order[state["batch"] * batch:(state["batch"] + 1) * batch, None] + window]
-            contexts, targets = rows[:, :k], rows[:, k]
-            loss = batch_loss(net, contexts, targets, run["bf16"])
-            value = float(loss.detach())
-            if not math.isfinite(value) or value > explode_at:
-                what = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"exploding ({value:.1f})"
-                best = state["best"]
-                kept = (f"the best model (epoch {best['epoch']}, valid perplexity {best['valid_ppl']:.2f}) is "
-                        f"intact in {out / ck.WEIGHTS}" if best else "no epoch had finished, so no model was saved")
-                raise TrainingDiverged(f"training stopped at epoch {epoch + 1}, step {state['step']}: the loss "
-                                       f"became {what}; {kept}. Try a smaller --lr or --batch-size.")
-            net.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step(state["examples"], len(targets))
-            state["step"] += 1
-            state["batch"] += 1
-            state["examples"] += len(targets)
-            state["loss_sum"] += value * len(targets)
-            state["loss_count"] += len(targets)
-            if bar is not None:
-                bar.update(len(targets))
-                if state["batch"] % 20 == 0:
-                    bar.set_postfix_str(f"train ppl {math.exp(state['loss_sum'] / state['loss_count']):.1f}"
-                                        + (f", budget left {max(budget - elapsed(), 0) / 60:.1f} min" if budget else ""))
-            if budget is not None and elapsed() >= budget:
-                stop = f"time budget of {session['time_budget']} minutes used"
-                break
-            if time.monotonic() - last_save >= 60.0 * session["checkpoint_minutes"]:
-                checkpoint()
+            bar = tqdm(total=trainer.n_examples, initial=min(state["batch"] * trainer.batch, trainer.n_examples),
+                       unit="tok", unit_scale=True, desc=f"epoch {epoch + 1}", leave=False, dynamic_ncols=True)
+        if trainer.run_batches(state, order.to(trainer.device), clock, save, bar):
+            stop = out_of_time
         if bar is not None:
             bar.close()
-        partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
-        label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
-        scoring_started = time.monotonic()
-        valid_ppl = perplexity(lm, corpus, "valid")
-        valid_seconds = round(time.monotonic() - scoring_started, 1)
-        train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
-        state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
-                                 "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
-                                 "valid_seconds": valid_seconds, "lr": optimizer.lr}
-                                | ({"partial": True} if partial else {}))
-        improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
-        if improved:
-            state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
-            ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
-        log(f"epoch {label}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
-            f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
-        if partial:  # the weights at the budget's end are scored too; the position is kept for --resume
+        whole = trainer.whole()
+        decision = end_epoch(out, whole[0], corpus, run, state, trainer.n_batches, trainer.optimizer.lr,
+                             clock.elapsed, log) if trainer.writer else None
+        state, decision = trainer.share((state, decision))
+        partial, early_stop = decision
+        stop = stop or early_stop
+        if partial or stop is not None or state["epoch"] >= session["epochs"]:
             break
-        state["bad_epochs"] = 0 if improved else state["bad_epochs"] + 1
-        state.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_count=0)
-        if state["bad_epochs"] >= run["patience"]:
-            stop = f"early stopping: no better validation perplexity for {run['patience']} epochs"
-        if stop is not None or state["epoch"] >= session["epochs"]:
-            break
-        checkpoint()
-        write_metrics(out, state["history"])
-    if stop is None:
-        stop = f"reached {session['epochs']} epochs"
+        save(whole)
+        if trainer.writer:
+            write_metrics(out, state["history"])
+    stop = stop or f"reached {session['epochs']} epochs"
     state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
     state["stop_reason"] = stop
-    checkpoint()
-    if state["history"]:
+    save()
+    if trainer.writer and state["history"]:
         write_metrics(out, state["history"])
     log(f"stopped: {stop}; best valid ppl "
         + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
     return state
+
+
+def end_epoch(out: Path, net: nn.Module, corpus: Corpus, run: dict[str, Any], state: dict[str, Any], n_batches: int,
+              lr: float, elapsed: Callable[[], float], log: Callable[[str], None]) -> tuple[bool, str | None]:
+    """Score validation, keep the best weights, update the history and the early-stopping count.
+    Returns (partial epoch, early-stopping reason or None)."""
+    epoch = state["epoch"]
+    partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
+    label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
+    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=next(net.parameters()).device)
+    scoring_started = time.monotonic()
+    valid_ppl = perplexity(lm, corpus, "valid")
+    train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
+    state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
+                             "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
+                             "valid_seconds": round(time.monotonic() - scoring_started, 1), "lr": lr}
+                            | ({"partial": True} if partial else {}))
+    improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
+    if improved:
+        state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
+        ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
+    log(f"epoch {label}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
+        f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
+    if partial:  # the weights at the budget's end are scored too; the position is kept for --resume
+        return True, None
+    state["bad_epochs"] = 0 if improved else state["bad_epochs"] + 1
+    state.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_count=0)
+    if state["bad_epochs"] >= run["patience"]:
+        return False, f"early stopping: no better validation perplexity for {run['patience']} epochs"
+    return False, None

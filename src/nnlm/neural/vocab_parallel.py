@@ -22,11 +22,9 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
 
 from nnlm.errors import NnlmError
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM, ModelConfig, NPLMParameters
 
 SLICED = ("b", "W", "U")  # the output layer's parameters, split by rows (words)
 
@@ -76,27 +74,15 @@ class _SumOverRanks(torch.autograd.Function):
         return grad
 
 
-class VocabParallelNPLM(nn.Module):
-    """One rank's share of an NPLM: full C, H, d; the rows [lo, hi) of b, W, U.
+class VocabParallelNPLM(NPLMParameters):
+    """One rank's share of an NPLM: full C, H, d; the rows [lo, hi) of b, W, U (filled by `from_full`).
 
     Parameter names are the NPLM's, so the optimizers (which ask for `decayed_parameters`,
     `bias_parameters`, `named_parameters`) work on it unchanged."""
 
     def __init__(self, config: ModelConfig, lo: int, hi: int, dropout_x: float = 0.0, dropout_h: float = 0.0) -> None:
-        super().__init__()
-        self.config, self.lo, self.hi = config, lo, hi
-        self.dropout_x, self.dropout_h = dropout_x, dropout_h
-        v, h, m, k = config.vocab_size, config.hidden, config.features, config.input_size
-        rows = hi - lo
-        self.C = nn.Parameter(torch.zeros(v, m))
-        self.b = nn.Parameter(torch.zeros(rows))
-        self.W = nn.Parameter(torch.zeros(rows, k)) if config.direct else None
-        if h > 0:
-            self.H = nn.Parameter(torch.zeros(h, k))
-            self.d = nn.Parameter(torch.zeros(h))
-            self.U = nn.Parameter(torch.zeros(rows, h))
-        else:
-            self.H = self.d = self.U = None
+        super().__init__(config, hi - lo, dropout_x, dropout_h)
+        self.lo, self.hi = lo, hi
 
     @classmethod
     def from_full(cls, tensors: dict[str, torch.Tensor], config: ModelConfig, rank: int, world: int,
@@ -113,25 +99,10 @@ class VocabParallelNPLM(nn.Module):
                 full = tensors[name]
                 p.copy_(full[self.lo:self.hi] if name in SLICED else full)
 
-    def decayed_parameters(self) -> list[nn.Parameter]:
-        return [p for p in (self.C, self.W, self.H, self.U) if p is not None]
-
-    def bias_parameters(self) -> list[nn.Parameter]:
-        return [p for p in (self.b, self.d) if p is not None]
-
     def local_logits(self, contexts: torch.Tensor) -> torch.Tensor:
-        """y restricted to this rank's words, [N, hi - lo]; the same computation as NPLM's."""
-        x = F.embedding(contexts, self.C).flatten(1)
-        if self.training and self.dropout_x > 0:  # same RNG state on every rank: the same mask
-            x = F.dropout(x, self.dropout_x, training=True)
-        x_shared = _SharedInput.apply(x)
-        y = torch.addmm(self.b, x_shared, self.W.t()) if self.W is not None else self.b.expand(len(x), -1)
-        if self.H is not None:
-            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
-            if self.training and self.dropout_h > 0:
-                a = F.dropout(a, self.dropout_h, training=True)
-            y = torch.addmm(y, _SharedInput.apply(a), self.U.t())
-        return y
+        """y restricted to this rank's words, [N, hi - lo]: the NPLM's formula over its rows (dropout
+        masks match across ranks, which share one RNG state)."""
+        return self.logits_from_features(self.features(contexts), shared=_SharedInput.apply)
 
     def log_prob(self, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log P(target | context), [N], identical on every rank; differentiable."""
