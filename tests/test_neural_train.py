@@ -238,3 +238,24 @@ def test_time_budget_scores_the_last_weights_and_resume_continues(rand_dir, tmp_
     assert same["step"] == state["step"] and same["history"] == state["history"]
     again = run_train(out, rand_dir, resume=True, epochs=3, time_budget=60)
     assert again["epoch"] == 3 and [h["epoch"] for h in again["history"]][-3:] == [1, 2, 3]
+
+
+def test_a_budget_used_up_while_scoring_an_epoch_ends_the_run_there(rand_dir, tmp_path, monkeypatch):
+    """No epoch of one batch (and a second validation of nearly the same weights) after the budget
+    ran out during the validation of a whole epoch; the run resumes from the epoch's end."""
+    out = tmp_path / "run"
+    real, used = tr.perplexity, {"up": False}
+
+    def scoring_uses_the_budget(lm, corpus, split):
+        used["up"] = True
+        return real(lm, corpus, split)
+
+    monkeypatch.setattr(tr, "perplexity", scoring_uses_the_budget)
+    monkeypatch.setattr(tr.Clock, "out_of_time", lambda clock: used["up"])
+    state = run_train(out, rand_dir, epochs=3, time_budget=60)
+    assert (state["epoch"], state["batch"]) == (1, 0) and "time budget" in state["stop_reason"]
+    assert [h["epoch"] for h in state["history"]] == [1] and not state["finished"]
+    used["up"] = False
+    monkeypatch.setattr(tr.Clock, "out_of_time", lambda clock: False)
+    again = run_train(out, rand_dir, resume=True, epochs=3, time_budget=60)
+    assert [h["epoch"] for h in again["history"]] == [1, 2, 3]

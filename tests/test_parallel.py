@@ -227,6 +227,8 @@ def test_an_interrupted_parallel_run_resumes_exactly(mode, random_corpus, tmp_pa
     whole = _train(tmp_path / "whole", corpus_dir, mode, **options)
     cut = _train(tmp_path / "cut", corpus_dir, mode, **options, time_budget=0.0)
     assert (cut["epoch"], cut["batch"]) == (0, 1)
+    same = _train(tmp_path / "cut", corpus_dir, mode, resume=True, epochs=2, time_budget=0.0)  # used up: no step
+    assert same["step"] == cut["step"] and same["history"] == cut["history"]
     cut = _train(tmp_path / "cut", corpus_dir, mode, resume=True, epochs=2)
     assert cut["step"] == whole["step"]
     a = load_file(str(tmp_path / "whole" / whole["tensors"]))

@@ -1,9 +1,11 @@
 """Parallel training on torch.distributed: synchronous data-parallel (`ddp`) and the paper's
 parameter-parallel output layer (`vocab`); Hogwild lives in `nnlm.neural.hogwild`.
 
-Both modes run the same loop as `nnlm.neural.train` (same recipes, epoch permutation, validation,
-early stopping, time budget) in every rank, and leave the same run directory, written by rank 0
-only: model.safetensors holds the whole model, so `nnlm eval`, `nnlm.load` etc. see no difference.
+Both modes run the loop of `nnlm.neural.train` (`run_epochs`: same recipes, epoch permutation,
+validation, early stopping, time budget) in every rank, through a Trainer (DDPTrainer,
+VocabTrainer) that computes this rank's part of each batch and agrees with the other ranks; they
+leave the same run directory, written by rank 0 only: model.safetensors holds the whole model,
+so `nnlm eval`, `nnlm.load` etc. see no difference.
 
 - ddp: the global batch of `--batch-size` examples is cut into `world` contiguous shards, rank r
   computing the loss of shard r; DistributedDataParallel sums the gradients (each rank's loss is

@@ -20,6 +20,11 @@ Recipes
   bf16; chosen by measurement on Brown (see README). Scoring (validation, `nnlm eval`) is fp32.
 Early stopping: after `patience` epochs without a better validation perplexity training stops;
 the best weights are in model.safetensors all along.
+
+One loop (`run_epochs`) serves every trainer: a `Trainer` holds what differs -- how a batch's
+loss is computed and agreed on, which process logs and writes, what the whole model is, who runs
+the batches -- and nnlm.neural.parallel (DDP, vocabulary-parallel) and nnlm.neural.hogwild
+override those few methods.
 """
 from __future__ import annotations
 
@@ -249,34 +254,96 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     return run_epochs(out, run, session, corpus, state, Trainer(out, net, optimizer, run, corpus, device), log, progress)
 
 
-def session_options(requested: dict[str, Any]) -> dict[str, Any]:
-    session = SESSION_DEFAULTS | {k: v for k, v in requested.items() if k in SESSION_DEFAULTS}
-    if session["threads"] is not None and session["threads"] < 1:
-        raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
-    return session
+def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: Corpus, state: dict[str, Any],
+               trainer: Trainer, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
+    """The training loop of every trainer: epochs of batches in the order of a permutation seeded
+    with (seed, epoch), validation after each, early stopping, the time budget, checkpoints.
+    Returns the final state (on every process of a parallel run)."""
+    recipe = RECIPES[run["recipe"]]
+    lr = learning_rate(run)
+    config = trainer.config
+    clock = Clock(state["elapsed"], session["time_budget"], session["checkpoint_minutes"])
+    out_of_time = f"time budget of {session['time_budget']} minutes used"
+
+    def save(whole: tuple[nn.Module, Any] | None = None) -> None:
+        net, optimizer = whole or trainer.whole()
+        state["elapsed"] = clock.elapsed()
+        if trainer.writer:
+            ck.save_training_state(out, net, optimizer, state)
+        clock.last_save = time.monotonic()
+
+    log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
+        f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
+        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] else ''}, {trainer.describe()}")
+    first_step, stop = state["step"], None
+    while stop is None and state["epoch"] < session["epochs"]:
+        epoch = state["epoch"]
+        if state["step"] > first_step and trainer.agree([float(trainer.writer and clock.out_of_time())])[0]:
+            stop = out_of_time  # spent scoring the last epoch: an epoch of one batch would only score again
+            break
+        trainer.optimizer.lr = lr * recipe.lr_gamma ** epoch
+        order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(trainer.n_examples))
+        trainer.net.train()
+        bar = None
+        if progress and trainer.writer:
+            from tqdm import tqdm
+
+            bar = tqdm(total=trainer.n_examples, initial=min(state["batch"] * trainer.batch, trainer.n_examples),
+                       unit="tok", unit_scale=True, desc=f"epoch {epoch + 1}", leave=False, dynamic_ncols=True)
+        if trainer.run_batches(state, order.to(trainer.device), clock, save, bar):
+            stop = out_of_time
+        if bar is not None:
+            bar.close()
+        whole = trainer.whole()
+        decision = end_epoch(out, whole[0], corpus, run, state, trainer.n_batches, trainer.optimizer.lr,
+                             clock.elapsed, log) if trainer.writer else None
+        state, decision = trainer.share((state, decision))
+        partial, early_stop = decision
+        stop = early_stop or stop  # an early stop at the budget's end still finishes the run
+        if partial or stop is not None or state["epoch"] >= session["epochs"]:
+            break
+        save(whole)
+        if trainer.writer:
+            write_metrics(out, state["history"])
+    stop = stop or f"reached {session['epochs']} epochs"
+    state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
+    state["stop_reason"] = stop
+    save()
+    if trainer.writer and state["history"]:
+        write_metrics(out, state["history"])
+    log(f"stopped: {stop}; best valid ppl "
+        + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
+    return state
 
 
-def learning_rate(run: dict[str, Any]) -> float:
-    return run["lr"] if run["lr"] is not None else RECIPES[run["recipe"]].lr
-
-
-class Clock:
-    """A run's wall time over all its sessions, against its time budget and checkpoint interval."""
-
-    def __init__(self, elapsed_before: float, budget_minutes: float | None, checkpoint_minutes: float) -> None:
-        self.start = self.last_save = time.monotonic()
-        self.before = elapsed_before
-        self.budget = None if budget_minutes is None else 60.0 * budget_minutes
-        self.interval = 60.0 * checkpoint_minutes
-
-    def elapsed(self) -> float:
-        return self.before + time.monotonic() - self.start
-
-    def out_of_time(self) -> bool:
-        return self.budget is not None and self.elapsed() >= self.budget
-
-    def save_due(self) -> bool:
-        return time.monotonic() - self.last_save >= self.interval
+def end_epoch(out: Path, net: nn.Module, corpus: Corpus, run: dict[str, Any], state: dict[str, Any], n_batches: int,
+              lr: float, elapsed: Callable[[], float], log: Callable[[str], None]) -> tuple[bool, str | None]:
+    """Score validation, keep the best weights, update the history and the early-stopping count.
+    Returns (partial epoch, early-stopping reason or None)."""
+    epoch = state["epoch"]
+    partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
+    label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
+    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=next(net.parameters()).device)
+    scoring_started = time.monotonic()
+    valid_ppl = perplexity(lm, corpus, "valid")
+    train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
+    state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
+                             "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
+                             "valid_seconds": round(time.monotonic() - scoring_started, 1), "lr": lr}
+                            | ({"partial": True} if partial else {}))
+    improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
+    if improved:
+        state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
+        ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
+    log(f"epoch {label}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
+        f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
+    if partial:  # the weights at the budget's end are scored too; the position is kept for --resume
+        return True, None
+    state["bad_epochs"] = 0 if improved else state["bad_epochs"] + 1
+    state.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_count=0)
+    if state["bad_epochs"] >= run["patience"]:
+        return False, f"early stopping: no better validation perplexity for {run['patience']} epochs"
+    return False, None
 
 
 class Trainer:
@@ -348,6 +415,25 @@ class Trainer:
         return False
 
 
+class Clock:
+    """A run's wall time over all its sessions, against its time budget and checkpoint interval."""
+
+    def __init__(self, elapsed_before: float, budget_minutes: float | None, checkpoint_minutes: float) -> None:
+        self.start = self.last_save = time.monotonic()
+        self.before = elapsed_before
+        self.budget = None if budget_minutes is None else 60.0 * budget_minutes
+        self.interval = 60.0 * checkpoint_minutes
+
+    def elapsed(self) -> float:
+        return self.before + time.monotonic() - self.start
+
+    def out_of_time(self) -> bool:
+        return self.budget is not None and self.elapsed() >= self.budget
+
+    def save_due(self) -> bool:
+        return time.monotonic() - self.last_save >= self.interval
+
+
 def diverged(value: float, explode_at: float) -> str | None:
     """What is wrong with a batch's mean loss ("NaN", "infinite", "exploding (x)"), or None."""
     if math.isfinite(value) and value <= explode_at:
@@ -370,93 +456,12 @@ def update(net: nn.Module, optimizer: Any, loss: torch.Tensor, examples_seen: in
     optimizer.step(examples_seen, batch)
 
 
-def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: Corpus, state: dict[str, Any],
-               trainer: Trainer, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
-    """The training loop of every trainer: epochs of batches in the order of a permutation seeded
-    with (seed, epoch), validation after each, early stopping, the time budget, checkpoints.
-    Returns the final state (on every process of a parallel run)."""
-    recipe = RECIPES[run["recipe"]]
-    lr = learning_rate(run)
-    config = trainer.config
-    clock = Clock(state["elapsed"], session["time_budget"], session["checkpoint_minutes"])
-    out_of_time = f"time budget of {session['time_budget']} minutes used"
-
-    def save(whole: tuple[nn.Module, Any] | None = None) -> None:
-        net, optimizer = whole or trainer.whole()
-        state["elapsed"] = clock.elapsed()
-        if trainer.writer:
-            ck.save_training_state(out, net, optimizer, state)
-        clock.last_save = time.monotonic()
-
-    log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
-        f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
-        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] else ''}, {trainer.describe()}")
-    first_step, stop = state["step"], None
-    while stop is None and state["epoch"] < session["epochs"]:
-        epoch = state["epoch"]
-        if state["step"] > first_step and trainer.agree([float(trainer.writer and clock.out_of_time())])[0]:
-            stop = out_of_time  # spent scoring the last epoch: an epoch of one batch would only score again
-            break
-        trainer.optimizer.lr = lr * recipe.lr_gamma ** epoch
-        order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(trainer.n_examples))
-        trainer.net.train()
-        bar = None
-        if progress and trainer.writer:
-            from tqdm import tqdm
-
-            bar = tqdm(total=trainer.n_examples, initial=min(state["batch"] * trainer.batch, trainer.n_examples),
-                       unit="tok", unit_scale=True, desc=f"epoch {epoch + 1}", leave=False, dynamic_ncols=True)
-        if trainer.run_batches(state, order.to(trainer.device), clock, save, bar):
-            stop = out_of_time
-        if bar is not None:
-            bar.close()
-        whole = trainer.whole()
-        decision = end_epoch(out, whole[0], corpus, run, state, trainer.n_batches, trainer.optimizer.lr,
-                             clock.elapsed, log) if trainer.writer else None
-        state, decision = trainer.share((state, decision))
-        partial, early_stop = decision
-        stop = stop or early_stop
-        if partial or stop is not None or state["epoch"] >= session["epochs"]:
-            break
-        save(whole)
-        if trainer.writer:
-            write_metrics(out, state["history"])
-    stop = stop or f"reached {session['epochs']} epochs"
-    state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
-    state["stop_reason"] = stop
-    save()
-    if trainer.writer and state["history"]:
-        write_metrics(out, state["history"])
-    log(f"stopped: {stop}; best valid ppl "
-        + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
-    return state
+def session_options(requested: dict[str, Any]) -> dict[str, Any]:
+    session = SESSION_DEFAULTS | {k: v for k, v in requested.items() if k in SESSION_DEFAULTS}
+    if session["threads"] is not None and session["threads"] < 1:
+        raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
+    return session
 
 
-def end_epoch(out: Path, net: nn.Module, corpus: Corpus, run: dict[str, Any], state: dict[str, Any], n_batches: int,
-              lr: float, elapsed: Callable[[], float], log: Callable[[str], None]) -> tuple[bool, str | None]:
-    """Score validation, keep the best weights, update the history and the early-stopping count.
-    Returns (partial epoch, early-stopping reason or None)."""
-    epoch = state["epoch"]
-    partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
-    label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
-    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=next(net.parameters()).device)
-    scoring_started = time.monotonic()
-    valid_ppl = perplexity(lm, corpus, "valid")
-    train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
-    state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
-                             "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
-                             "valid_seconds": round(time.monotonic() - scoring_started, 1), "lr": lr}
-                            | ({"partial": True} if partial else {}))
-    improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
-    if improved:
-        state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
-        ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
-    log(f"epoch {label}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
-        f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
-    if partial:  # the weights at the budget's end are scored too; the position is kept for --resume
-        return True, None
-    state["bad_epochs"] = 0 if improved else state["bad_epochs"] + 1
-    state.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_count=0)
-    if state["bad_epochs"] >= run["patience"]:
-        return False, f"early stopping: no better validation perplexity for {run['patience']} epochs"
-    return False, None
+def learning_rate(run: dict[str, Any]) -> float:
+    return run["lr"] if run["lr"] is not None else RECIPES[run["recipe"]].lr
