@@ -28,6 +28,7 @@ def test_reproduce_small_corpus_then_resume(random_corpus, tmp_path):
     assert rows["class500-3"]["note"].startswith("skipped")  # 500 classes > |V| of this corpus
     for row_id in ("interpolated", "kn5", "mlp7", "mlp8", "mlp7-em"):
         assert all(p > 1 for p in rows[row_id]["perplexity"].values() if p is not None)
+    assert rows["mlp7"]["perplexity"]["train"] > 1 and "train_pending" not in rows["mlp7"]  # scored last, in budget
     # EM weights fit on valid cannot do worse there than the fixed 0.5
     assert rows["mlp7-em"]["perplexity"]["valid"] <= rows["mlp8"]["perplexity"]["valid"] + 1e-9
     text = readme.read_text()
@@ -158,3 +159,21 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path):
     assert not any(line.strip().startswith("epoch ") for line in logs)
     assert any("done already" in line for line in logs)
     assert json.loads((out / "results.json").read_text())["rows"] == rows
+
+
+def test_a_net_the_budget_leaves_nothing_is_skipped_and_trained_by_the_next_call(random_corpus, tmp_path, monkeypatch):
+    import nnlm.reproduce as rp
+
+    corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
+    monkeypatch.setattr(rp, "NGRAM_SHARE", 0.0)
+    monkeypatch.setattr(rp, "SCORING_SAFETY", 1e9)  # its scoring would take more than the budget
+    reproduce(corpus_dir, out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    for row_id in ("mlp7", "mlp8", "mlp7-em"):
+        assert rows[row_id]["cut"] and rows[row_id]["note"].startswith("skipped for lack of budget")
+    assert "MLP7 (n = 3), MLP8 (MLP7 + trigram, 0.5) (n = 3)" in (out / "README.md").read_text()
+
+    monkeypatch.setattr(rp, "SCORING_SAFETY", 1.2)
+    reproduce(corpus_dir, out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert rows["mlp7"]["perplexity"]["test"] > 1 and rows["mlp8"]["perplexity"]["test"] > 1

@@ -38,7 +38,7 @@ MAX_EPOCHS = 100  # early stopping ends a run long before this
 NGRAM_SHARE = 0.35  # of a budget: the most the n-gram rows may take (4-5 min on an idle 2-core machine)
 MIN_TRAIN_MINUTES = 0.02  # a net given less than this is skipped
 TIMING_TOKENS = 2048  # validation tokens scored to time a net's final scoring
-SCORING_SAFETY = 1.2  # the scoring time reserved per net, relative to the measured estimate
+SCORING_SAFETY = 1.2  # scoring time reserved, relative to the measured estimate
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,7 @@ class Reproduction:
         self.done_rows = 0
         self._scored: dict[tuple[str, str], np.ndarray] = {}
         self._classes: dict[int, WordClasses] = {}
+        self._speed: dict[str, float] = {}  # net -> seconds per scored token
 
     # ---- bookkeeping ------------------------------------------------------------------------
     def left(self) -> float | None:
@@ -270,37 +271,38 @@ class Reproduction:
         return trigram
 
     # ---- neural rows ------------------------------------------------------------------------
-    def scoring_seconds(self, net: str) -> float:
-        """What scoring a trained `net` takes after training: every split with the exact softmax, plus
-        the validation pass that ends a run whose budget ran out. Measured by timing an untrained net
-        of the same shape on a slice of the validation split (the cost does not depend on the weights)."""
-        import torch
+    def seconds_per_token(self, net: str) -> float:
+        """What scoring one token with `net`'s exact softmax takes here, measured once on a slice of
+        the validation split with an untrained net of its shape (the cost does not depend on the weights)."""
+        if net not in self._speed:
+            import torch
 
-        from nnlm.neural.model import NPLM, NeuralLM
-        from nnlm.neural.train import model_config
+            from nnlm.neural.model import NPLM, NeuralLM
+            from nnlm.neural.train import model_config
 
-        config = model_config({"preset": net}, len(self.corpus.vocab))
-        if self.threads is not None:
-            torch.set_num_threads(self.threads)
-        with torch.random.fork_rng(devices=[]):
-            lm = NeuralLM(NPLM(config), self.corpus.vocab, self.corpus.pad_token, device=self.device_name())
-        valid = self.corpus.split("valid")
-        n = min(len(valid), TIMING_TOKENS)
-        stream, start = self.corpus.stream(), self.corpus.split_offset("valid")
-        ctx = contexts(stream, np.arange(start, start + n), config.order - 1, self.corpus.pad_id)
-        t0 = time.perf_counter()
-        lm.log_prob(ctx, valid[:n].astype(np.int64))
-        per_token = (time.perf_counter() - t0) / n
-        tokens = sum(len(self.corpus.split(s)) for s in SPLITS) + len(valid)
-        return per_token * tokens
+            config = model_config({"preset": net}, len(self.corpus.vocab))
+            if self.threads is not None:
+                torch.set_num_threads(self.threads)
+            with torch.random.fork_rng(devices=[]):
+                lm = NeuralLM(NPLM(config), self.corpus.vocab, self.corpus.pad_token, device=self.device_name())
+            valid = self.corpus.split("valid")
+            n = min(len(valid), TIMING_TOKENS)
+            start = self.corpus.split_offset("valid")
+            ctx = contexts(self.corpus.stream(), np.arange(start, start + n), config.order - 1, self.corpus.pad_id)
+            t0 = time.perf_counter()
+            lm.log_prob(ctx, valid[:n].astype(np.int64))
+            self._speed[net] = (time.perf_counter() - t0) / n
+        return self._speed[net]
 
     def minutes_for(self, net: str, remaining_nets: int) -> float | None:
-        """Training minutes for `net`: an equal share of what is left, minus its scoring time;
-        None without a budget, 0 if nothing is left for it."""
+        """Training minutes for `net`: an equal share of what is left, minus the scoring that follows
+        training (the validation that ends a run cut by its budget, then valid and test; the train
+        split waits for the end of the call). None without a budget, 0 if nothing is left for it."""
         left = self.left()
         if left is None:
             return None
-        share = left / remaining_nets - SCORING_SAFETY * self.scoring_seconds(net)
+        tokens = 2 * len(self.corpus.valid) + len(self.corpus.test)
+        share = left / remaining_nets - SCORING_SAFETY * self.seconds_per_token(net) * tokens
         return max(share, 0.0) / 60.0
 
     def neural_rows(self, trigram: LanguageModel) -> None:
@@ -319,9 +321,27 @@ class Reproduction:
                 self.announce(row)
                 if row.id in self.results.rows:
                     continue
-                if model is None:
+                if model is None and self.results.rows[net]["perplexity"]:  # trained by an earlier call
                     model = self.trained(net)
                 self.mix_row(row, mode, net, model, trigram)
+
+    def train_split_rows(self) -> None:
+        """The nets' train perplexity, left for last under a budget (the train split is four times
+        validation's size): scored while the budget allows, else left blank, and the report says so."""
+        for net in self.nets:
+            entry = self.results.rows.get(net, {})
+            if not entry.get("train_pending"):
+                continue
+            need = SCORING_SAFETY * self.seconds_per_token(net) * len(self.corpus.train)
+            left = self.left()
+            if left is not None and left < need:
+                self.log(f"{net}: train perplexity not scored: it needs ~{need / 60:.1f} min, "
+                         f"{max(left, 0) / 60:.1f} min left")
+                continue
+            self.log(f"{net}: train perplexity" + (f" - {self.budget_text()}" if self.budget else ""))
+            entry["perplexity"]["train"] = perplexity_from_log_probs(self.scored(net, self.trained(net), "train"))
+            entry.pop("train_pending")
+            self.results.put(net, entry)
 
     def train_net(self, net: str, minutes: float | None) -> LanguageModel | None:
         """Train (or continue) `net` for `minutes` more and score it; None if it has no budget and no model."""
@@ -345,11 +365,12 @@ class Reproduction:
         state = train(run_dir, requested, resume=(run_dir / ck.RUN).exists(), progress=self.progress,
                       log=self.row_log(net))
         model = self.trained(net)
-        ppl = self.evaluate(net, model)
+        later = self.budget is not None  # the train split is scored at the end, if the budget allows
+        ppl = {"train": None} | self.evaluate(net, model, ("valid", "test") if later else SPLITS)
         note = "" if state["finished"] else f"shortened: {state['stop_reason']}"
         self.results.put(net, {"perplexity": ppl, "parameters": model.parameter_count(),
                                "seconds": state["elapsed"], "note": note, "finished": state["finished"],
-                               "cut": not state["finished"],
+                               "cut": not state["finished"], "train_pending": later,
                                "epochs": round(state["examples"] / len(self.corpus.train), 2), "best": state["best"]})
         self.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
         return model
@@ -385,6 +406,7 @@ class Reproduction:
     def run(self) -> None:
         trigram = self.ngram_rows()
         self.neural_rows(trigram)
+        self.train_split_rows()
         write_report(self.out, self.corpus, self.results.rows, self.nets, self.command,
                      None if self.budget is None else self.budget / 60.0)
         left = self.left()
@@ -428,7 +450,10 @@ def budget_lines(rows: dict[str, dict[str, Any]], nets: list[str], budget_minute
         lines.append(f"**Shortened for lack of budget**: {shortened}.")
     if skipped:
         lines.append(f"**Skipped for lack of budget**: {skipped}.")
-    if shortened or skipped:
+    unscored = ", ".join(row.label for row, res in table_rows(rows, nets) if res and res.get("train_pending"))
+    if unscored:
+        lines.append(f"**Train perplexity not scored for lack of budget** (the train split is scored last): {unscored}.")
+    if shortened or skipped or unscored:
         lines.append("The note column says why. The same command with a larger `--budget-minutes` (or `--full`) "
                      "continues them: finished rows are kept, cut clusterings and training runs resume.")
     else:
@@ -519,7 +544,8 @@ def _plot_curves(out: Path, nets: list[str]) -> None:
     ax.set_ylabel("perplexity")
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_lines():
+        ax.legend(fontsize=8)
     ax.set_title("Learning curves (Brown)")
     fig.tight_layout()
     with atomic_path(out / "curves.png") as tmp:
