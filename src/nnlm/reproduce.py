@@ -361,7 +361,7 @@ class Reproduction:
         if minutes is not None:  # the run's budget counts all its sessions: give it `minutes` more
             before = ck.read_json(run_dir / ck.STATE, "training state").get("elapsed", 0.0) \
                 if (run_dir / ck.STATE).exists() else 0.0
-            requested["time_budget"] = before / 60.0 + minutes
+            requested["time_budget"] = round(before / 60.0 + minutes, 2)
         state = train(run_dir, requested, resume=(run_dir / ck.RUN).exists(), progress=self.progress,
                       log=self.row_log(net))
         model = self.trained(net)
