@@ -24,7 +24,7 @@ import torch
 
 class _SoftmaxCrossEntropy(torch.autograd.Function):
     """mean_i -log softmax(b + z w^T)_i[t_i]; z [B, K] and w [|V|, K] in the compute dtype, b [|V|]
-    in its own (its gradient is summed in fp32 and returned in b's dtype)."""
+    in its own (cast inside, so its gradient comes back in b's dtype)."""
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -42,8 +42,7 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
         scale = (grad_loss / len(targets)).to(z.dtype)
         grad_z = (probs @ w).mul_(scale)
         grad_w = probs.t() @ (z * scale)
-        grad_b = probs.sum(dim=0, dtype=torch.promote_types(b_dtype := ctx.b_dtype, torch.float32))
-        grad_b = grad_b.mul_(grad_loss / len(targets)).to(b_dtype)
+        grad_b = probs.sum(dim=0).mul_(scale).to(ctx.b_dtype)  # summed with fp32 accumulation, rounded once
         return grad_z, grad_w, grad_b, None
 
 

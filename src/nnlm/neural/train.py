@@ -15,9 +15,10 @@ Recipes
   times their mean) and the decay factor (1 - eps_t lambda)^B; t advances by B. With B = 1 this is
   exactly the paper's online algorithm.
 - `modern`: Adam with decoupled weight decay 0.05 on the weights and C, dropout 0.25 on x and on
-  the hidden layer, learning rate 1e-3 x 0.7 per epoch, and a
-  bf16-autocast forward pass (fp32 weights, fp32 log-softmax and loss) where the hardware has
-  bf16; chosen by measurement on Brown (see README). Scoring (validation, `nnlm eval`) is fp32.
+  the hidden layer, learning rate 1e-3 x 0.7 per epoch, and the
+  output layer with its softmax in bf16 (`softmax_loss`; fp32 weights, optimizer and loss value)
+  where the hardware has bf16; chosen by measurement on Brown (see README). Scoring (validation,
+  `nnlm eval`) is fp32.
 Early stopping: after `patience` epochs without a better validation perplexity training stops;
 the best weights are in model.safetensors all along.
 """
@@ -25,10 +26,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -56,7 +58,7 @@ class Recipe:
     weight_decay: float = 0.0
     dropout_x: float = 0.0
     dropout_h: float = 0.0
-    bf16: bool = False       # bf16 autocast of the forward pass (fp32 master weights and loss)
+    bf16: bool = False       # output layer and softmax in bf16 (fp32 master weights, optimizer, loss value)
 
 
 RECIPES: dict[str, Recipe] = {
@@ -103,6 +105,17 @@ def bf16_is_fast(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def oversubscription_note(threads: int, load: float, cores: int) -> str | None:
+    """One line when other processes keep so many cores busy (1-minute load average) that `threads`
+    torch threads would share cores: its OpenMP threads then wait on each other at every kernel,
+    and a step can get slower than with fewer threads (see README, Speed)."""
+    if threads <= 1 or load + threads <= cores + 0.5:
+        return None
+    fewer = max(1, cores - math.ceil(load - 0.5))
+    return (f"note: load average {load:.1f} on {cores} cores: other processes are busy, so {threads} threads "
+            f"may train slower than --threads {fewer}")
+
+
 def model_config(run: dict[str, Any], vocab_size: int) -> ModelConfig:
     """The preset's architecture, with any of n, h, m, direct given explicitly taking precedence."""
     base = preset(run["preset"], vocab_size)
@@ -122,7 +135,7 @@ def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: b
     fp32: plain autograd through `net`. bf16: the output layer and its softmax run as one fused
     step in bf16 (`softmax_loss`), everything else and all weights stay fp32 -- 2-3x faster than
     autocast with an fp32 log-softmax, which this replaced (benchmarks/train_speed.py)."""
-    if not bf16:
+    if not bf16 or (net.W is None and net.H is None):  # (y = b alone has no product to fuse)
         return F.cross_entropy(net(contexts), targets)
     zs, ws = net.output_operands(contexts)
     return softmax_cross_entropy(zs, ws, net.b, targets, torch.bfloat16)
@@ -139,6 +152,23 @@ def train_step(net: NPLM, optimizer: PaperSGD | Adam, contexts: torch.Tensor, ta
         loss.backward()
         optimizer.step(examples_seen, len(targets))
     return value
+
+
+def padded_stream(ids: np.ndarray, k: int, pad_id: int, device: torch.device) -> torch.Tensor:
+    """The training ids after k pads, on the device once: every batch is then one gather there."""
+    return torch.cat([torch.full((k,), pad_id, dtype=torch.int64), torch.as_tensor(ids.astype(np.int64))]).to(device)
+
+
+def epoch_batches(padded: torch.Tensor, k: int, batch: int, seed: int, epoch: int,
+                  first: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(contexts [B, k], targets [B]) of an epoch from batch index `first` on, in the order of the
+    permutation seeded with (seed, epoch); the last batch may be smaller."""
+    n_examples = len(padded) - k
+    order = torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n_examples)).to(padded.device)
+    window = torch.arange(k + 1, device=padded.device)
+    for b in range(first, math.ceil(n_examples / batch)):
+        rows = padded[order[b * batch:(b + 1) * batch, None] + window]
+        yield rows[:, :k], rows[:, k]
 
 
 # --- run directory bookkeeping ---------------------------------------------------------------
@@ -254,6 +284,10 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
         if session["threads"] < 1:
             raise NnlmError(f"--threads must be at least 1, got {session['threads']}")
         torch.set_num_threads(session["threads"])
+    if device.type == "cpu" and hasattr(os, "getloadavg"):
+        note = oversubscription_note(torch.get_num_threads(), os.getloadavg()[0], os.cpu_count() or 1)
+        if note:
+            log(note)
     recipe = RECIPES[run["recipe"]]
     lr = run["lr"] if run["lr"] is not None else recipe.lr
     config = ModelConfig.from_dict(run["model"])
@@ -265,11 +299,9 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     if nothing_left_to_do(out, state, session, resume, log):
         return state
 
-    train_ids = torch.as_tensor(corpus.train.astype(np.int64))
     k = config.order - 1
-    padded = torch.cat([torch.full((k,), corpus.pad_id, dtype=torch.int64), train_ids]).to(device)
-    window = torch.arange(k + 1, device=device)
-    n_examples, batch = len(train_ids), run["batch_size"]
+    padded = padded_stream(corpus.train, k, corpus.pad_id, device)
+    n_examples, batch = len(corpus.train), run["batch_size"]
     n_batches = math.ceil(n_examples / batch)
     explode_at = EXPLODED * math.log(config.vocab_size)
     lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=device)
@@ -293,7 +325,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
         f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
-        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] else ''}, batch {batch}, "
+        f"recipe {recipe.name}{' (bf16 output layer)' if run['bf16'] else ''}, batch {batch}, "
         f"{torch.get_num_threads()} threads, {device}")
     stop = None
     while stop is None:
@@ -302,7 +334,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
             stop = f"reached {session['epochs']} epochs"
             break
         optimizer.lr = lr * recipe.lr_gamma ** epoch
-        order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(n_examples)).to(device)
+        batches = epoch_batches(padded, k, batch, run["seed"], epoch, first=state["batch"])
         net.train()
         bar = None
         if progress:
@@ -310,9 +342,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
 
             bar = tqdm(total=n_examples, initial=min(state["batch"] * batch, n_examples), unit="tok",
                        unit_scale=True, desc=f"epoch {epoch + 1}", leave=False, dynamic_ncols=True)
-        while state["batch"] < n_batches:
-            rows = padded[order[state["batch"] * batch:(state["batch"] + 1) * batch, None] + window]
-            contexts, targets = rows[:, :k], rows[:, k]
+        for contexts, targets in batches:
             value = train_step(net, optimizer, contexts, targets, run["bf16"], state["examples"], explode_at)
             if not math.isfinite(value) or value > explode_at:
                 what = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"exploding ({value:.1f})"
