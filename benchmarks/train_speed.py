@@ -133,18 +133,7 @@ def main() -> None:
     print(f"{args.preset} on Brown (|V| = {v:,}, n = {cfg.order}, h = {cfg.hidden}, m = {cfg.features}, "
           f"direct = {cfg.direct}), batch {batch}, {args.threads} thread(s); {load()}")
 
-    print(f"(a) matmul rate at the output layer's shape [{batch}, {k}] x [{k}, {v:,}]; roofline at "
-          f"6 |V| K = {flops_per_token / 1e6:.1f} MFLOP/token")
-    roofline = {}
     dtypes = [torch.float32] + ([torch.bfloat16] if tr.bf16_is_fast(torch.device("cpu")) else [])
-    for dtype in dtypes:
-        rates = matmul_rates(batch, k, v, dtype, 1.0)
-        mean_rate = 3.0 / sum(1.0 / r for r in rates.values())  # the three products take equal FLOPs
-        roofline[dtype] = mean_rate / flops_per_token
-        detail = ", ".join(f"{name} {r / 1e9:.0f}" for name, r in rates.items())
-        print(f"    {str(dtype).removeprefix('torch.'):<9} {mean_rate / 1e9:6.0f} GFLOP/s ({detail}) "
-              f"-> roofline {roofline[dtype]:7,.0f} tokens/s")
-
     contenders = {"reference fp32 (SGD)": reference_step(cfg, autocast=False)}
     if not args.no_autocast_reference and bf16:
         contenders["reference bf16 autocast (SGD)"] = reference_step(cfg, autocast=True)
@@ -156,9 +145,13 @@ def main() -> None:
             step(*next(data))
     tokens = {name: 0 for name in contenders}
     seconds = {name: 0.0 for name in contenders}
+    flop_seconds = {dtype: {} for dtype in dtypes}  # dtype -> product -> [seconds per FLOP, summed over rounds]
     per_round = args.seconds / args.rounds
-    print(f"(b, c) tokens/s in {args.rounds} interleaved rounds of {per_round:.0f} s each; {load()}")
+    print(f"{args.rounds} interleaved rounds: matmul rates, then {per_round:.0f} s of each contender; {load()}")
     for _ in range(args.rounds):
+        for dtype in dtypes:
+            for name, r in matmul_rates(batch, k, v, dtype, 0.5).items():
+                flop_seconds[dtype][name] = flop_seconds[dtype].get(name, 0.0) + 1.0 / r
         for name, step in contenders.items():
             start = time.perf_counter()
             while time.perf_counter() - start < per_round:
@@ -166,6 +159,18 @@ def main() -> None:
                 step(contexts, targets)
                 tokens[name] += len(targets)
             seconds[name] += time.perf_counter() - start
+
+    print(f"(a) matmul rate at the output layer's shape [{batch}, {k}] x [{k}, {v:,}] (forward; grad w; grad z); "
+          f"roofline at 6 |V| K = {flops_per_token / 1e6:.1f} MFLOP/token")
+    roofline = {}
+    for dtype in dtypes:
+        rates = {name: args.rounds / inv for name, inv in flop_seconds[dtype].items()}
+        mean_rate = 3.0 / sum(1.0 / r for r in rates.values())  # the three products take equal FLOPs
+        roofline[dtype] = mean_rate / flops_per_token
+        detail = "; ".join(f"{r / 1e9:.0f}" for r in rates.values())
+        print(f"    {str(dtype).removeprefix('torch.'):<9} {mean_rate / 1e9:6.0f} GFLOP/s ({detail}) "
+              f"-> roofline {roofline[dtype]:7,.0f} tokens/s")
+    print("(b, c) training steps")
     rate = {name: tokens[name] / seconds[name] for name in contenders}
     ref = rate["reference fp32 (SGD)"]
     for name in contenders:
