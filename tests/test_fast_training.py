@@ -77,13 +77,12 @@ def adam_reference(params, grads_per_step, lr, wd, decayed, b1=0.9, b2=0.999, ep
     m = {k: torch.zeros_like(v) for k, v in p.items()}
     v = {k: torch.zeros_like(x) for k, x in p.items()}
     for t, grads in enumerate(grads_per_step, start=1):
-        for k in p:
-            m[k] = b1 * m[k] + (1 - b1) * grads[k]
-            v[k] = b2 * v[k] + (1 - b2) * grads[k] ** 2
-            if k in decayed:
-                p[k] = p[k] * (1 - lr * wd)
+        for k, g in grads.items():
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * g ** 2
+            shrink = (1 - lr * wd) if k in decayed else 1.0
             m_hat, v_hat = m[k] / (1 - b1 ** t), v[k] / (1 - b2 ** t)
-            p[k] = p[k] - lr * m_hat / (v_hat.sqrt() + eps)
+            p[k] = p[k] * shrink - lr * m_hat / (v_hat.sqrt() + eps)
     return p
 
 
