@@ -108,7 +108,7 @@ def bf16_is_fast(device: torch.device) -> bool:
 def oversubscription_note(threads: int, load: float, cores: int) -> str | None:
     """One line when other processes keep so many cores busy (1-minute load average) that `threads`
     torch threads would share cores: its OpenMP threads then wait on each other at every kernel,
-    and a step can get slower than with fewer threads (see README, Speed)."""
+    and a step can get slower than with fewer threads (see README, Training speed)."""
     if threads <= 1 or load + threads <= cores + 0.5:
         return None
     fewer = max(1, cores - math.ceil(load - 0.5))
@@ -133,8 +133,9 @@ def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: b
     """Mean negative log-likelihood of a batch, as a float32 scalar.
 
     fp32: plain autograd through `net`. bf16: the output layer and its softmax run as one fused
-    step in bf16 (`softmax_loss`), everything else and all weights stay fp32 -- 2-3x faster than
-    autocast with an fp32 log-softmax, which this replaced (benchmarks/train_speed.py)."""
+    step in bf16 (`softmax_loss`), everything else and all weights stay fp32: it saves the passes
+    over [B, |V|] that autocast with an fp32 log-softmax (which it replaced) made; see the README,
+    Training speed."""
     if not bf16 or (net.W is None and net.H is None):  # (y = b alone has no product to fuse)
         return F.cross_entropy(net(contexts), targets)
     zs, ws = net.output_operands(contexts)
