@@ -373,7 +373,7 @@ def _add_train_parser(sub) -> None:
                    help="direct connections W, overriding the preset")
     p.add_argument("--recipe", help="paper or modern (default modern)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
-                   help="bf16 autocast of the training forward pass (default: modern recipe on bf16 hardware)")
+                   help="bf16 output layer and softmax in training (default: modern recipe on bf16 hardware)")
     p.add_argument("--epochs", type=int, help="stop after this many epochs (default 30)")
     p.add_argument("--time-budget", type=float, metavar="MINUTES", help="stop after this much training time")
     p.add_argument("--batch-size", type=int, help="examples per update (default 256)")

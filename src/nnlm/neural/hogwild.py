@@ -52,7 +52,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
         if isinstance(optimizer, Adam):
             optimizer.t = adam_steps[index]
         torch.manual_seed(int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, np.uint64)[0] >> 1))
-        order = torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n_examples))
+        order = tr.epoch_order(seed, epoch, n_examples)
         net.train()
         loss_sum, count, failure = 0.0, 0, None
         while True:
@@ -67,7 +67,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
                     examples.value += size
                 with steps.get_lock():
                     steps.value += 1
-            rows = padded[order[b * batch:(b + 1) * batch, None] + window]
+            rows = tr.batch_rows(padded, order, b, batch, window)
             loss = tr.batch_loss(net, rows[:, :k], rows[:, k], bf16)
             value = float(loss.detach())
             if (failure := tr.diverged(value, explode_at)) is not None:

@@ -151,6 +151,21 @@ class NPLM(NPLMParameters):
         """Unnormalized log-probabilities y [N, |V|] of the next word for contexts [N, n-1]."""
         return self.logits_from_features(self.features(contexts))
 
+    def output_operands(self, contexts: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(zs, ws) with y = b + sum_j zs[j] ws[j]^T: x with W, tanh(d + H x) with U (dropout as in
+        `logits_from_features`), for a loss that multiplies them as one product (`softmax_loss`)."""
+        x = self.features(contexts)
+        if self.training and self.dropout_x > 0:
+            x = F.dropout(x, self.dropout_x, training=True)
+        zs, ws = ([x], [self.W]) if self.W is not None else ([], [])
+        if self.H is not None:
+            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
+            if self.training and self.dropout_h > 0:
+                a = F.dropout(a, self.dropout_h, training=True)
+            zs.append(a)
+            ws.append(self.U)
+        return zs, ws
+
     def expected_features(self, contexts: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i C(i) P(i | context), [N, m]: the paper's feature vector for a word outside V."""
         logits = self.logits_from_features(self.features(contexts) if x is None else x)

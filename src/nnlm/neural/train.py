@@ -15,9 +15,10 @@ Recipes
   times their mean) and the decay factor (1 - eps_t lambda)^B; t advances by B. With B = 1 this is
   exactly the paper's online algorithm.
 - `modern`: Adam with decoupled weight decay 0.05 on the weights and C, dropout 0.25 on x and on
-  the hidden layer, learning rate 1e-3 x 0.7 per epoch, and a
-  bf16-autocast forward pass (fp32 weights, fp32 log-softmax and loss) where the hardware has
-  bf16; chosen by measurement on Brown (see README). Scoring (validation, `nnlm eval`) is fp32.
+  the hidden layer, learning rate 1e-3 x 0.7 per epoch, and the
+  output layer with its softmax in bf16 (`softmax_loss`; fp32 weights, optimizer and loss value)
+  where the hardware has bf16; chosen by measurement on Brown (see README). Scoring (validation,
+  `nnlm eval`) is fp32.
 Early stopping: after `patience` epochs without a better validation perplexity training stops;
 the best weights are in model.safetensors all along.
 
@@ -30,10 +31,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -47,6 +49,7 @@ from nnlm.neural import checkpoint as ck
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.presets import preset
+from nnlm.neural.softmax_loss import softmax_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Recipe:
     weight_decay: float = 0.0
     dropout_x: float = 0.0
     dropout_h: float = 0.0
-    bf16: bool = False       # bf16 autocast of the forward pass (fp32 master weights and loss)
+    bf16: bool = False       # output layer and softmax in bf16 (fp32 master weights, optimizer, loss value)
 
 
 RECIPES: dict[str, Recipe] = {
@@ -108,6 +111,17 @@ def bf16_is_fast(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def oversubscription_note(threads: int, load: float, cores: int) -> str | None:
+    """One line when other processes keep so many cores busy (1-minute load average) that `threads`
+    torch threads would share cores: its OpenMP threads then wait on each other at every kernel,
+    and a step can get slower than with fewer threads (see README, Training speed)."""
+    if threads <= 1 or load + threads <= cores + 0.5:
+        return None
+    fewer = max(1, cores - math.ceil(load - 0.5))
+    return (f"note: load average {load:.1f} on {cores} cores: other processes are busy, so {threads} threads "
+            f"may train slower than --threads {fewer}")
+
+
 def model_config(run: dict[str, Any], vocab_size: int) -> ModelConfig:
     """The preset's architecture, with any of n, h, m, direct given explicitly taking precedence."""
     base = preset(run["preset"], vocab_size)
@@ -122,10 +136,56 @@ def build_optimizer(net: NPLM, recipe: Recipe, lr: float) -> PaperSGD | Adam:
 
 
 def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool) -> torch.Tensor:
-    """Mean negative log-likelihood of a batch (float32 log-softmax even under bf16 autocast)."""
-    with torch.autocast(contexts.device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = net(contexts)
-    return F.cross_entropy(logits.float(), targets)
+    """Mean negative log-likelihood of a batch, as a float32 scalar.
+
+    fp32: plain autograd through `net`. bf16: the output layer and its softmax run as one fused
+    step in bf16 (`softmax_loss`), everything else and all weights stay fp32: it saves the passes
+    over [B, |V|] that autocast with an fp32 log-softmax (which it replaced) made; see the README,
+    Training speed."""
+    if not bf16 or (net.W is None and net.H is None):  # (y = b alone has no product to fuse)
+        return F.cross_entropy(net(contexts), targets)
+    zs, ws = net.output_operands(contexts)
+    return softmax_cross_entropy(zs, ws, net.b, targets, torch.bfloat16)
+
+
+def train_step(net: NPLM, optimizer: PaperSGD | Adam, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool,
+               examples_seen: int, max_loss: float = math.inf) -> float:
+    """One update on a batch, as the single-process trainer makes it (`batch_loss`, then `update`);
+    returns its mean loss. A loss that is not finite or above max_loss makes no update (the caller
+    stops training)."""
+    loss = batch_loss(net, contexts, targets, bf16)
+    value = float(loss.detach())
+    if diverged(value, max_loss) is None:
+        update(net, optimizer, loss, examples_seen, len(targets))
+    return value
+
+
+def padded_stream(ids: np.ndarray, k: int, pad_id: int, device: torch.device) -> torch.Tensor:
+    """The training ids after k pads, on the device once: every batch is then one gather there."""
+    return torch.cat([torch.full((k,), pad_id, dtype=torch.int64), torch.as_tensor(ids.astype(np.int64))]).to(device)
+
+
+def epoch_order(seed: int, epoch: int, n_examples: int) -> torch.Tensor:
+    """The order in which an epoch visits the examples: a permutation seeded with (seed, epoch)."""
+    return torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n_examples))
+
+
+def batch_rows(padded: torch.Tensor, order: torch.Tensor, b: int, batch: int, window: torch.Tensor) -> torch.Tensor:
+    """Batch b of an epoch as rows [B, k+1] (context, then target): one gather from the padded
+    stream (window = arange(k+1) on its device)."""
+    return padded[order[b * batch:(b + 1) * batch, None] + window]
+
+
+def epoch_batches(padded: torch.Tensor, k: int, batch: int, seed: int, epoch: int,
+                  first: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(contexts [B, k], targets [B]) of an epoch from batch index `first` on, in the trainer's
+    order; the last batch may be smaller."""
+    n_examples = len(padded) - k
+    order = epoch_order(seed, epoch, n_examples).to(padded.device)
+    window = torch.arange(k + 1, device=padded.device)
+    for b in range(first, math.ceil(n_examples / batch)):
+        rows = batch_rows(padded, order, b, batch, window)
+        yield rows[:, :k], rows[:, k]
 
 
 # --- run directory bookkeeping ---------------------------------------------------------------
@@ -244,6 +304,10 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     run, corpus = prepare_run(out, {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume, device)
     if session["threads"] is not None:
         torch.set_num_threads(session["threads"])
+    if device.type == "cpu" and hasattr(os, "getloadavg"):
+        note = oversubscription_note(torch.get_num_threads(), os.getloadavg()[0], os.cpu_count() or 1)
+        if note:
+            log(note)
     recipe = RECIPES[run["recipe"]]
     torch.manual_seed(run["seed"])
     net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
@@ -274,7 +338,7 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
         f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
-        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] else ''}, {trainer.describe()}")
+        f"recipe {recipe.name}{' (bf16 output layer)' if run['bf16'] else ''}, {trainer.describe()}")
     first_step, stop = state["step"], None
     while stop is None and state["epoch"] < session["epochs"]:
         epoch = state["epoch"]
@@ -282,7 +346,7 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
             stop = out_of_time  # spent scoring the last epoch: an epoch of one batch would only score again
             break
         trainer.optimizer.lr = lr * recipe.lr_gamma ** epoch
-        order = torch.from_numpy(np.random.default_rng([run["seed"], epoch]).permutation(trainer.n_examples))
+        order = epoch_order(run["seed"], epoch, trainer.n_examples)
         trainer.net.train()
         bar = None
         if progress and trainer.writer:
@@ -359,10 +423,9 @@ class Trainer:
         self.out, self.net, self.optimizer, self.run, self.device = out, net, optimizer, run, device
         self.config: ModelConfig = net.config
         self.k = self.config.order - 1
-        train_ids = torch.as_tensor(corpus.train.astype(np.int64))
-        self.padded = torch.cat([torch.full((self.k,), corpus.pad_id, dtype=torch.int64), train_ids]).to(device)
+        self.padded = padded_stream(corpus.train, self.k, corpus.pad_id, device)
         self.window = torch.arange(self.k + 1, device=device)
-        self.n_examples, self.batch = len(train_ids), run["batch_size"]
+        self.n_examples, self.batch = len(corpus.train), run["batch_size"]
         self.n_batches = math.ceil(self.n_examples / self.batch)
         self.explode_at = EXPLODED * math.log(self.config.vocab_size)
 
@@ -390,7 +453,7 @@ class Trainer:
                     save: Callable[[], None], bar: Any) -> bool:
         """The epoch's batches from state["batch"] on; True if the time budget stopped them."""
         while state["batch"] < self.n_batches:
-            rows = self.padded[order[state["batch"] * self.batch:(state["batch"] + 1) * self.batch, None] + self.window]
+            rows = batch_rows(self.padded, order, state["batch"], self.batch, self.window)
             loss, part = self.batch_loss(rows, state["step"])
             total, out_of_time, save_due = self.agree(
                 [part, float(self.writer and clock.out_of_time()), float(self.writer and clock.save_due())])

@@ -1,0 +1,185 @@
+"""Training speed of the full-softmax NPLM: nnlm's step against a plain PyTorch step and the roofline.
+
+In one run, on real Brown batches at a Table 1 shape (MLP1 by default, batch 256):
+  (a) the CPU's matrix-multiply rate in fp32 and bf16 at the output layer's shape -- the forward
+      product [B, K] x [K, |V|] and the two of the backward pass, K = h + (n-1)m -- and from it
+      the roofline in tokens/s, at 6 |V| K FLOPs per token (the output layer is all but all of them);
+  (b) a plain PyTorch reference, written as a user would: nn.Embedding, nn.Linear,
+      F.cross_entropy, torch.optim.SGD, fp32 (and the same with bf16 autocast, for information);
+  (c) nnlm's training step, the very function `nnlm train` runs (recipe `modern` by default).
+The contenders are measured in interleaved rounds (reference, nnlm, reference, nnlm, ...), so
+load from other processes falls on all of them alike; ratios are of the totals.
+
+    PYTHONPATH=src NLTK_DATA=... python benchmarks/train_speed.py [--preset mlp1] [--batch-size 256]
+        [--threads 1] [--seconds 60] [--recipe modern]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nnlm.data.corpus import load_corpus
+from nnlm.neural import train as tr
+from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.presets import preset
+
+
+class Reference(nn.Module):
+    """The NPLM as a PyTorch user writes it: y = direct(x) + out(tanh(hidden(x)))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.features)
+        self.direct = nn.Linear(cfg.input_size, cfg.vocab_size) if cfg.direct else None
+        self.hidden = nn.Linear(cfg.input_size, cfg.hidden) if cfg.hidden else None
+        self.out = nn.Linear(cfg.hidden, cfg.vocab_size, bias=not cfg.direct) if cfg.hidden else None
+
+    def forward(self, contexts: torch.Tensor) -> torch.Tensor:
+        x = self.embed(contexts).flatten(1)
+        y = self.direct(x) if self.direct is not None else 0
+        if self.hidden is not None:
+            y = y + self.out(torch.tanh(self.hidden(x)))
+        return y
+
+
+def output_width(cfg: ModelConfig) -> int:
+    """K: the inner dimension of the output layer's product (x for W, the hidden layer for U)."""
+    return (cfg.input_size if cfg.direct else 0) + cfg.hidden
+
+
+def matmul_rates(batch: int, k: int, v: int, dtype: torch.dtype, seconds: float) -> dict[str, float]:
+    """FLOP/s of the three output-layer products in `dtype`."""
+    z, w, g = torch.randn(batch, k).to(dtype), torch.randn(v, k).to(dtype), torch.randn(batch, v).to(dtype)
+    products = {"forward z w^T": lambda: z @ w.t(), "grad w = g^T z": lambda: g.t() @ z, "grad z = g w": lambda: g @ w}
+    rates = {}
+    for name, product in products.items():
+        product()
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            product()
+            n += 1
+        rates[name] = 2.0 * batch * k * v * n / (time.perf_counter() - start)
+    return rates
+
+
+def reference_step(cfg: ModelConfig, autocast: bool) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    model = Reference(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(contexts: torch.Tensor, targets: torch.Tensor) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(contexts)
+        loss = F.cross_entropy(logits.float(), targets)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
+def nnlm_step(cfg: ModelConfig, recipe: tr.Recipe, bf16: bool) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    net = NPLM(cfg, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
+    optimizer = tr.build_optimizer(net, recipe, recipe.lr)
+    seen = [0]
+
+    def step(contexts: torch.Tensor, targets: torch.Tensor) -> None:
+        tr.train_step(net, optimizer, contexts, targets, bf16, seen[0])
+        seen[0] += len(targets)
+    return step
+
+
+def batches(train: np.ndarray, k: int, pad_id: int, batch: int, seed: int = 0):
+    """Endless shuffled (contexts, targets) batches of the training split, built as `nnlm train` does."""
+    padded = torch.cat([torch.full((k,), pad_id, dtype=torch.int64), torch.as_tensor(train.astype(np.int64))])
+    window = torch.arange(k + 1)
+    order = torch.from_numpy(np.random.default_rng(seed).permutation(len(train)))
+    b = 0
+    while True:
+        if (b + 1) * batch > len(order):
+            b = 0
+        rows = padded[order[b * batch:(b + 1) * batch, None] + window]
+        b += 1
+        yield rows[:, :k], rows[:, k]
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="mlp1")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=60.0, help="per contender, split over the rounds")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--recipe", default="modern", choices=sorted(tr.RECIPES))
+    ap.add_argument("--no-autocast-reference", action="store_true", help="skip the bf16-autocast reference")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    corpus = load_corpus("brown")
+    cfg = preset(args.preset, len(corpus.vocab))
+    v, k, batch = cfg.vocab_size, output_width(cfg), args.batch_size
+    recipe = tr.RECIPES[args.recipe]
+    bf16 = recipe.bf16 and tr.bf16_is_fast(torch.device("cpu"))
+    flops_per_token = 6.0 * v * k
+    print(f"{args.preset} on Brown (|V| = {v:,}, n = {cfg.order}, h = {cfg.hidden}, m = {cfg.features}, "
+          f"direct = {cfg.direct}), batch {batch}, {args.threads} thread(s); {load()}")
+
+    dtypes = [torch.float32] + ([torch.bfloat16] if tr.bf16_is_fast(torch.device("cpu")) else [])
+    contenders = {"reference fp32 (SGD)": reference_step(cfg, autocast=False)}
+    if not args.no_autocast_reference and bf16:
+        contenders["reference bf16 autocast (SGD)"] = reference_step(cfg, autocast=True)
+    nnlm_name = f"nnlm train step ({recipe.name}{', bf16' if bf16 else ', fp32'})"
+    contenders[nnlm_name] = nnlm_step(cfg, recipe, bf16)
+    data = batches(corpus.train, cfg.order - 1, corpus.pad_id, batch)
+    for step in contenders.values():  # warm up: allocations, kernels' first calls
+        for _ in range(3):
+            step(*next(data))
+    tokens = {name: 0 for name in contenders}
+    seconds = {name: 0.0 for name in contenders}
+    flop_seconds = {dtype: {} for dtype in dtypes}  # dtype -> product -> [seconds per FLOP, summed over rounds]
+    per_round = args.seconds / args.rounds
+    print(f"{args.rounds} interleaved rounds: matmul rates, then {per_round:.0f} s of each contender; {load()}")
+    for _ in range(args.rounds):
+        for dtype in dtypes:
+            for name, r in matmul_rates(batch, k, v, dtype, 0.5).items():
+                flop_seconds[dtype][name] = flop_seconds[dtype].get(name, 0.0) + 1.0 / r
+        for name, step in contenders.items():
+            start = time.perf_counter()
+            while time.perf_counter() - start < per_round:
+                contexts, targets = next(data)
+                step(contexts, targets)
+                tokens[name] += len(targets)
+            seconds[name] += time.perf_counter() - start
+
+    print(f"(a) matmul rate at the output layer's shape [{batch}, {k}] x [{k}, {v:,}] (forward; grad w; grad z); "
+          f"roofline at 6 |V| K = {flops_per_token / 1e6:.1f} MFLOP/token")
+    roofline = {}
+    for dtype in dtypes:
+        rates = {name: args.rounds / inv for name, inv in flop_seconds[dtype].items()}
+        mean_rate = 3.0 / sum(1.0 / r for r in rates.values())  # the three products take equal FLOPs
+        roofline[dtype] = mean_rate / flops_per_token
+        detail = "; ".join(f"{r / 1e9:.0f}" for r in rates.values())
+        print(f"    {str(dtype).removeprefix('torch.'):<9} {mean_rate / 1e9:6.0f} GFLOP/s ({detail}) "
+              f"-> roofline {roofline[dtype]:7,.0f} tokens/s")
+    print("(b, c) training steps")
+    rate = {name: tokens[name] / seconds[name] for name in contenders}
+    ref = rate["reference fp32 (SGD)"]
+    for name in contenders:
+        print(f"    {name:<34} {rate[name]:8,.0f} tokens/s  {rate[name] / ref:5.2f}x reference")
+    nnlm_rate = rate[nnlm_name]
+    top = roofline[torch.bfloat16 if bf16 else torch.float32]
+    print(f"nnlm / reference fp32: {nnlm_rate / ref:.2f}x;  nnlm / roofline ({'bf16' if bf16 else 'fp32'}): "
+          f"{nnlm_rate / top:.0%};  reference / roofline (fp32): {ref / roofline[torch.float32]:.0%};  {load()}")
+
+
+if __name__ == "__main__":
+    main()
