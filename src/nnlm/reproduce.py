@@ -1,8 +1,8 @@
 """`nnlm reproduce`: Table 1 of Bengio et al. (2003) on Brown, next to the paper's figures.
 
 One call builds the n-gram rows, trains the requested MLPs (each in its own resumable run
-directory), mixes every MLP with the interpolated trigram (0.5/0.5 as the paper, and EM weights),
-and writes `OUT/README.md` with two plots. Finished rows are kept in `OUT/results.json`, so a
+directory), mixes every MLP with the interpolated trigram (0.5/0.5 as the paper, and EM weights per
+context-frequency bucket), and writes `OUT/README.md` with two plots. Finished rows are kept in `OUT/results.json`, so a
 second call skips them and continues unfinished training runs.
 """
 from __future__ import annotations
@@ -92,7 +92,8 @@ def mlp_rows(name: str) -> tuple[Row, Row, Row]:
     base = dict(n=n, h=h, m=m, direct=direct)
     return (Row(name, f"MLP{k}", paper=alone, **base),
             Row(f"mlp{k + 1}", f"MLP{k + 1} (MLP{k} + trigram, 0.5)", paper=(None, *mixed), mix="0.5", **base),
-            Row(f"mlp{k}-em", f"MLP{k} + trigram, EM weights", paper=(None, None, None), mix="EM", **base))
+            Row(f"mlp{k}-em", f"MLP{k} + trigram, EM weights by context frequency", paper=(None, None, None), mix="EM",
+                **base))
 
 
 def parse_models(text: str | None, full: bool) -> list[str]:
@@ -317,7 +318,7 @@ class Reproduction:
                 self.results.rows.pop(em.id, None)
             else:
                 self.announce(alone, "done already")
-            for row, mode in ((mixed, "fixed"), (em, "em")):
+            for row, mode in ((mixed, "fixed"), (em, "em-buckets")):
                 self.announce(row)
                 if row.id in self.results.rows:
                     continue
@@ -392,7 +393,7 @@ class Reproduction:
         t0 = time.perf_counter()
         fitted = mix_scored([model, trigram], self.corpus, scored, mode, [0.5, 0.5] if mode == "fixed" else None)
         ppl = {s: perplexity_from_log_probs(lp) for s, lp in fitted.split_log_probs.items()}
-        weight = float(fitted.model.weights[0, 0])
+        weight = float(fitted.model.weights[:, 0].mean())  # on the net; mean over the context-frequency buckets
         self.results.put(row.id, {"perplexity": {"train": None, **ppl}, "parameters": fitted.model.parameter_count(),
                                   "seconds": time.perf_counter() - t0, "note": self.results.rows[net]["note"],
                                   "weight": weight})
@@ -475,8 +476,8 @@ def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], net
         "(the paper's Brown: 800,000 / 200,000 / 181,041, |V| = 16,383; another tokenization, so compare ratios).",
         "",
         "Perplexity = exp(-mean ln P) over every token of a split (markers and `<unk>` included). "
-        "Mixes are with the deleted-interpolation trigram: 0.5/0.5 as the paper, or one weight fitted by EM on "
-        "validation. Ratio = test perplexity / the best n-gram's test perplexity of the same table "
+        "Mixes are with the deleted-interpolation trigram: 0.5/0.5 as the paper, or weights fitted by EM on "
+        "validation, one pair per context-frequency bucket of the trigram (the paper's third way to mix). Ratio = test perplexity / the best n-gram's test perplexity of the same table "
         f"(paper: class-based c = 500, {PAPER_BEST_NGRAM_TEST:.0f}; ours: {best_id}, {_fmt(best, 1)}).",
         "",
         *budget_lines(rows, nets, budget_minutes),
