@@ -18,6 +18,14 @@ Recipes
   the hidden layer, learning rate 1e-3 x 0.7 per epoch, and a
   bf16-autocast forward pass (fp32 weights, fp32 log-softmax and loss) where the hardware has
   bf16; chosen by measurement on Brown (see README). Scoring (validation, `nnlm eval`) is fp32.
+Output layer (`--loss`, a run's defining option): `full` (default) is the exact softmax over V;
+`sampled` (importance-sampled softmax) and `nce` (noise-contrastive estimation) never compute
+the |V|-wide softmax in training: K = `--samples` words (default 512) drawn per batch from the
+unigram^0.75 proposal, only their rows (and the targets' and contexts') touched, updated by a
+row-wise Adam (modern recipe only). Both also train the model to self-normalize (log Z near 0),
+so it can score without the softmax sum (`nnlm score --unnormalized`). See `nnlm.neural.sampled`.
+Validation and `nnlm eval` always use the exact softmax. With a sampled loss, the running
+"train ppl" is exp of the training objective, not a perplexity.
 Early stopping: after `patience` epochs without a better validation perplexity training stops;
 the best weights are in model.safetensors all along.
 """
@@ -41,6 +49,7 @@ from nnlm.neural import checkpoint as ck
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.presets import preset
+from nnlm.neural.sampled import DEFAULT_SAMPLES, RowAdam, SampledLoss, check_loss, initial_bias, proposal
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "corpus": "brown", "min_count": None, "max_vocab": None, "vocab_from": "train",
     "preset": "mlp1", "order": None, "hidden": None, "features": None, "direct": None,
     "recipe": "modern", "batch_size": 256, "seed": 0, "lr": None, "patience": 3, "bf16": None,
+    "loss": "full", "samples": None,
 }
 # Options of one invocation: they may change when resuming.
 SESSION_DEFAULTS: dict[str, Any] = {
@@ -122,6 +132,18 @@ def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: b
     return F.cross_entropy(logits.float(), targets)
 
 
+def build_loss(run: dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device, optimizer, lr: float,
+               fresh: bool) -> tuple[Callable[..., torch.Tensor], Any]:
+    """The run's batch loss and the optimizer that goes with it (full softmax: `batch_loss` and the recipe's)."""
+    if run["loss"] == "full":
+        return batch_loss, optimizer
+    loss = SampledLoss(run["loss"], proposal(corpus.train, len(corpus.vocab)), run["samples"]).to(device)
+    if fresh:  # a resumed run loads its weights afterwards
+        with torch.no_grad():
+            net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
+    return loss, RowAdam(net, loss, lr, RECIPES[run["recipe"]].weight_decay)
+
+
 # --- run directory bookkeeping ---------------------------------------------------------------
 
 def _corpus_of(run: dict[str, Any]) -> Corpus:
@@ -155,11 +177,18 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
             raise NnlmError(f"--batch-size must be at least 1, got {run['batch_size']}")
         if run["patience"] < 1:
             raise NnlmError(f"--patience must be at least 1, got {run['patience']}")
+        check_loss(run["loss"], run["samples"])
+        if run["loss"] != "full" and RECIPES.get(run["recipe"], RECIPES["modern"]).optimizer != "adam":
+            raise NnlmError(f"--loss {run['loss']} trains with the modern recipe (Adam on the touched rows), "
+                            f"not {run['recipe']!r}")
         model_config(run, 2)  # unknown preset or impossible shapes: say so before loading the corpus
         if run["bf16"] is None:
             run["bf16"] = RECIPES[run["recipe"]].bf16 and bf16_is_fast(device)
         corpus = _corpus_of(run)
         model = model_config(run, len(corpus.vocab))
+        if run["loss"] != "full" and run["samples"] is None:
+            run["samples"] = min(DEFAULT_SAMPLES, len(corpus.vocab))
+        check_loss(run["loss"], run["samples"], len(corpus.vocab))
         run |= {"format": ck.RUN_FORMAT, "model": model.to_dict(), "corpus_name": corpus.name,
                 "vocab_fingerprint": corpus.vocab.fingerprint, "pad_token": corpus.pad_token}
         out.mkdir(parents=True, exist_ok=True)
@@ -169,6 +198,7 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
     if not has_run:
         raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
     run, vocab, _ = ck.read_run(out)
+    run = {"loss": "full", "samples": None} | run  # runs from before the --loss option
     for key, value in requested.items():
         if key in RUN_DEFAULTS and run.get(key) != value:
             raise NnlmError(f"--resume: {out} was started with {key} = {run.get(key)!r}, not {value!r}")
@@ -242,6 +272,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     torch.manual_seed(run["seed"])
     net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     optimizer = build_optimizer(net, recipe, lr)
+    loss_fn, optimizer = build_loss(run, net, corpus, device, optimizer, lr, fresh=True)
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or _fresh_state()
     if nothing_left_to_do(out, state, session, resume, log):
         return state
@@ -274,7 +305,8 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
         f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
-        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] else ''}, batch {batch}, "
+        f"recipe {recipe.name}{' (bf16 autocast)' if run['bf16'] and run['loss'] == 'full' else ''}, batch {batch}, "
+        + (f"{run['loss']} loss with {run['samples']} samples, " if run["loss"] != "full" else "") +
         f"{torch.get_num_threads()} threads, {device}")
     stop = None
     while stop is None:
@@ -294,7 +326,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
         while state["batch"] < n_batches:
             rows = padded[order[state["batch"] * batch:(state["batch"] + 1) * batch, None] + window]
             contexts, targets = rows[:, :k], rows[:, k]
-            loss = batch_loss(net, contexts, targets, run["bf16"])
+            loss = loss_fn(net, contexts, targets, run["bf16"])
             value = float(loss.detach())
             if not math.isfinite(value) or value > explode_at:
                 what = "NaN" if math.isnan(value) else "infinite" if math.isinf(value) else f"exploding ({value:.1f})"
