@@ -25,7 +25,12 @@ from nnlm.neural import train as tr
 from nnlm.neural.checkpoint import load_neural
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.optim import Adam
-from nnlm.neural.sampled import RowAdam, SampledLoss, inclusion_probabilities, log_partition_stats
+from nnlm.neural.sampled import (
+    RowAdam,
+    SampledLoss,
+    inclusion_probabilities,
+    log_partition_stats,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
@@ -206,7 +211,7 @@ def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, ra
 
 
 def test_unnormalized_scores_are_the_logits_and_differ_from_exact_by_log_z(neural_run, capsys):
-    run, corpus_dir = neural_run
+    run, _ = neural_run
     lm = load_neural(run)
     rng = np.random.default_rng(0)
     ctx, tgt = rng.integers(0, len(lm.vocab), (50, 2)), rng.integers(0, len(lm.vocab), 50)

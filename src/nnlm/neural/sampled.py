@@ -101,7 +101,7 @@ class SampledLoss:
         self.log_p = inclusion_probabilities(q, samples).log().float()
         self.touched: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (parameter, rows, leaf with grad)
 
-    def to(self, device: torch.device) -> "SampledLoss":
+    def to(self, device: torch.device) -> SampledLoss:
         self.q, self.log_p = self.q.to(device), self.log_p.to(device)
         return self
 

@@ -49,7 +49,14 @@ from nnlm.neural import checkpoint as ck
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.presets import preset
-from nnlm.neural.sampled import DEFAULT_SAMPLES, RowAdam, SampledLoss, check_loss, initial_bias, proposal
+from nnlm.neural.sampled import (
+    DEFAULT_SAMPLES,
+    RowAdam,
+    SampledLoss,
+    check_loss,
+    initial_bias,
+    proposal,
+)
 
 
 @dataclass(frozen=True)
