@@ -139,15 +139,15 @@ def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: b
     return F.cross_entropy(logits.float(), targets)
 
 
-def build_loss(run: dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device, optimizer, lr: float,
-               fresh: bool) -> tuple[Callable[..., torch.Tensor], Any]:
-    """The run's batch loss and the optimizer that goes with it (full softmax: `batch_loss` and the recipe's)."""
+def build_loss(run: dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device, optimizer,
+               lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
+    """The run's batch loss and the optimizer that goes with it (full softmax: `batch_loss` and the recipe's).
+    Called before a resume loads its checkpoint, which then replaces the sampled runs' initial b."""
     if run["loss"] == "full":
         return batch_loss, optimizer
     loss = SampledLoss(run["loss"], proposal(corpus.train, len(corpus.vocab)), run["samples"]).to(device)
-    if fresh:  # a resumed run loads its weights afterwards
-        with torch.no_grad():
-            net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
+    with torch.no_grad():
+        net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
     return loss, RowAdam(net, loss, lr, RECIPES[run["recipe"]].weight_decay)
 
 
@@ -279,7 +279,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     torch.manual_seed(run["seed"])
     net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     optimizer = build_optimizer(net, recipe, lr)
-    loss_fn, optimizer = build_loss(run, net, corpus, device, optimizer, lr, fresh=True)
+    loss_fn, optimizer = build_loss(run, net, corpus, device, optimizer, lr)
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or _fresh_state()
     if nothing_left_to_do(out, state, session, resume, log):
         return state
