@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--corpus", default="brown")
     ap.add_argument("--preset", default="mlp1")
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--samples", type=int, default=512, help="K (default 512)")
+    ap.add_argument("--samples", type=int, default=128, help="K (default 128, as the trainer)")
     ap.add_argument("--losses", default="sampled,nce", help="sampled losses to compare with the full softmax")
     ap.add_argument("--batches", type=int, default=200, help="timed steps per loss (default 200; 0: no timing)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (median taken; default 5)")
@@ -151,7 +151,7 @@ def report(rows: list[dict], where: str) -> None:
     for r in rows:
         cost = 100.0 * (r["best_valid_ppl"] / reference["best_valid_ppl"] - 1.0)
         speed = reference["train_seconds_per_epoch"] / r["train_seconds_per_epoch"]
-        print(f"  {r['loss']:8s} {r['train_seconds_per_epoch']:7.1f} s/epoch (x{speed:.2f})  best valid ppl "
+        print(f"  {r['loss']:10s} {r['train_seconds_per_epoch']:7.1f} s/epoch (x{speed:.2f})  best valid ppl "
               f"{r['best_valid_ppl']:.2f} (epoch {r['best_epoch']}, {cost:+.1f}% vs full)  valid per epoch "
               + ", ".join(f"{p:.1f}" for p in r["valid_ppl"]))
 

@@ -409,7 +409,7 @@ def _add_train_parser(sub) -> None:
                    help="output layer in training: full softmax (default), sampled (importance-sampled softmax) "
                         "or nce (noise-contrastive estimation); validation and eval are always exact")
     p.add_argument("--samples", type=int, metavar="K",
-                   help="--loss sampled/nce: words drawn per batch from unigram^0.75 (default 512)")
+                   help="--loss sampled/nce: words drawn per batch from unigram^0.75 (default 128)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the final state as one JSON object")
     p.set_defaults(func=cmd_train)

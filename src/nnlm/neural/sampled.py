@@ -36,7 +36,7 @@ from nnlm.errors import NnlmError
 from nnlm.neural.model import NPLM
 
 LOSSES = ("full", "sampled", "nce")
-DEFAULT_SAMPLES = 512
+DEFAULT_SAMPLES = 128  # Brown, MLP1: 2.4x faster steps than K = 512 and a lower valid perplexity (README)
 PROPOSAL_POWER = 0.75  # unigram^0.75 (Mikolov et al. 2013's smoothing): frequent words less dominant
 SELF_NORMALIZATION = 0.1  # alpha of the sampled loss's (log Z^)^2 term (Devlin et al. 2014 used 0.1)
 ROWS = ("C", "W", "U", "b")  # the |V|-row parameters, updated only where a batch touched them

@@ -20,7 +20,7 @@ Recipes
   bf16; chosen by measurement on Brown (see README). Scoring (validation, `nnlm eval`) is fp32.
 Output layer (`--loss`, a run's defining option): `full` (default) is the exact softmax over V;
 `sampled` (importance-sampled softmax) and `nce` (noise-contrastive estimation) never compute
-the |V|-wide softmax in training: K = `--samples` words (default 512) drawn per batch from the
+the |V|-wide softmax in training: K = `--samples` words (default 128) drawn per batch from the
 unigram^0.75 proposal, only their rows (and the targets' and contexts') touched, updated by a
 row-wise Adam (modern recipe only). Both also train the model to self-normalize (log Z near 0),
 so it can score without the softmax sum (`nnlm score --unnormalized`). See `nnlm.neural.sampled`.
