@@ -199,6 +199,10 @@ def test_bad_input_is_one_line(random_corpus, tmp_path):
         _train(tmp_path / "x", corpus_dir, "ddp", recipe="fancy")
     with pytest.raises(NnlmError, match="leaves rank 2 no words"):
         vocab_slices(2, 3)
+    for mode in ("ddp", "vocab", "hogwild"):  # the sampled losses are the single-process trainer's
+        with pytest.raises(NnlmError, match=f"--loss nce is for the single-process trainer; --parallel {mode}"):
+            _train(tmp_path / "x", corpus_dir, mode, loss="nce", samples=8)
+    assert not (tmp_path / "x").exists()
 
 
 def test_cli_parallel_training_and_its_errors(random_corpus, tmp_path, capsys):

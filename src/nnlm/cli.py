@@ -133,6 +133,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     from nnlm.use import score_lines
 
     model = load(args.model)
+    if getattr(args, "unnormalized", False):
+        from nnlm.neural.model import NeuralLM
+
+        if not isinstance(model, NeuralLM):
+            raise NnlmError(f"--unnormalized applies to neural models only, not to {type(model).__name__}")
+        model.unnormalized = True
     if args.split is not None:
         return _score_split(args, model)
     if args.file is None:
@@ -322,6 +328,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if getattr(args, "parallel", None) not in (None, "none") or getattr(args, "workers", None) is not None \
             or under_torchrun():
+        if requested.get("loss", "full") != "full":
+            raise NnlmError("--loss sampled and nce train with the plain trainer only, not with --parallel")
         from nnlm.neural.parallel import train_parallel
 
         state = train_parallel(args.out, requested, args.parallel or "none", args.workers, resume=args.resume,
@@ -356,6 +364,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     lines = [f"{run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, direct={config.direct}) "
              f"on {corpus.name}, |V| = {len(corpus.vocab):,}",
              "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items())]
+    if getattr(args, "log_z", False) or run.get("loss", "full") != "full":  # self-normalization: how near 0 log Z is
+        from nnlm.neural.sampled import log_partition_stats
+
+        mean, std = log_partition_stats(lm, corpus, "valid")
+        result["valid_log_z"] = {"mean": mean, "std": std}
+        lines.append(f"  valid log Z: mean {mean:.3f}, std {std:.3f} (0 = self-normalized: "
+                     "`nnlm score --unnormalized` is then close to exact)")
     _emit(args, result, lines)
     return 0
 
@@ -390,6 +405,11 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--workers", type=int, help="local processes for --parallel (default 2; torchrun sets its own)")
     p.add_argument("--dist-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="ddp/vocab: how long a rank waits for the others before stopping with an error (default 600)")
+    p.add_argument("--loss", choices=("full", "sampled", "nce"),
+                   help="output layer in training: full softmax (default), sampled (importance-sampled softmax) "
+                        "or nce (noise-contrastive estimation); validation and eval are always exact")
+    p.add_argument("--samples", type=int, metavar="K",
+                   help="--loss sampled/nce: words drawn per batch from unigram^0.75 (default 128)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the final state as one JSON object")
     p.set_defaults(func=cmd_train)
@@ -398,6 +418,8 @@ def _add_train_parser(sub) -> None:
     p.add_argument("run", help="run directory written by `nnlm train`")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--log-z", action="store_true",
+                   help="also report mean and std of log Z on valid (always done for --loss sampled/nce runs)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_eval)
 
@@ -471,6 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(sum_i C(i) P(i | context)) instead of <unk>'s")
     p.add_argument("--split", choices=("train", "valid", "test"), default=None,
                    help="score this split of --corpus as one stream, exactly as `nnlm eval` does")
+    p.add_argument("--unnormalized", action="store_true",
+                   help="neural models: score y[word] without the softmax sum (approximate; for self-normalized "
+                        "models trained with --loss sampled or nce, see `nnlm eval`'s log Z)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _add_corpus_options(p)
     p.set_defaults(func=cmd_score, corpus=None)

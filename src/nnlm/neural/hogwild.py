@@ -89,6 +89,7 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
     session = tr.session_options(requested)
     if session["device"] == "cuda":
         raise NnlmError("--parallel hogwild runs on the CPU (shared memory); use --parallel ddp for GPUs")
+    tr.require_full_softmax(requested, "--parallel hogwild")
     run, corpus = tr.prepare_run(out, {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}, resume)
     recipe = tr.RECIPES[run["recipe"]]
     torch.manual_seed(run["seed"])

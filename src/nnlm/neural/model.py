@@ -166,6 +166,15 @@ class NPLM(NPLMParameters):
             ws.append(self.U)
         return zs, ws
 
+    def target_logits(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """y[i, targets[i]] [N] from the targets' rows of W, U, b only: no |V|-wide product (eval mode)."""
+        y = self.b[targets]
+        if self.W is not None:
+            y = y + (x * self.W[targets]).sum(1)
+        if self.H is not None:
+            y = y + (torch.tanh(torch.addmm(self.d, x, self.H.t())) * self.U[targets]).sum(1)
+        return y
+
     def expected_features(self, contexts: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:
         """sum_i C(i) P(i | context), [N, m]: the paper's feature vector for a word outside V."""
         logits = self.logits_from_features(self.features(contexts) if x is None else x)
@@ -173,9 +182,15 @@ class NPLM(NPLMParameters):
 
 
 class NeuralLM(LanguageModel):
-    """An NPLM behind the LanguageModel interface: NumPy in, float64 NumPy out, scored in chunks."""
+    """An NPLM behind the LanguageModel interface: NumPy in, float64 NumPy out, scored in chunks.
 
-    def __init__(self, net: NPLM, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu") -> None:
+    `unnormalized=True` makes `log_prob` return y[target] itself, skipping the softmax sum (and the
+    |V|-wide product): approximate, meant for self-normalized models (trained with --loss sampled or
+    nce, log Z near 0; see `log_partition`); those "probabilities" do not sum to 1 exactly.
+    `distribution` is always the exact softmax."""
+
+    def __init__(self, net: NPLM, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
+                 unnormalized: bool = False) -> None:
         if net.config.vocab_size != len(vocab):
             raise NnlmError(f"the network has {net.config.vocab_size} outputs but the vocabulary "
                             f"{len(vocab)} words")
@@ -184,6 +199,7 @@ class NeuralLM(LanguageModel):
         self.order = net.config.order
         self.pad_token = pad_token
         self.device = torch.device(device)
+        self.unnormalized = unnormalized
 
     def parameter_count(self) -> int:
         return self.net.config.parameter_count()
@@ -206,6 +222,9 @@ class NeuralLM(LanguageModel):
         out = np.empty(len(targets), dtype=np.float64)
         for lo in range(0, len(targets), EVAL_ROWS):
             x = F.embedding(ctx[lo:lo + EVAL_ROWS], table).flatten(1)
+            if self.unnormalized:
+                out[lo:lo + len(x)] = self.net.target_logits(x, targets[lo:lo + EVAL_ROWS]).double().cpu().numpy()
+                continue
             y = self.net.logits_from_features(x)
             picked = y.gather(1, targets[lo:lo + EVAL_ROWS, None])[:, 0]
             out[lo:lo + len(picked)] = (picked - torch.logsumexp(y, dim=1)).double().cpu().numpy()
@@ -220,6 +239,16 @@ class NeuralLM(LanguageModel):
             raise NnlmError("targets hold ids outside the vocabulary")
         targets = torch.as_tensor(targets.astype(np.int64, copy=False), device=self.device)
         return self._log_prob_ids(ctx, targets, self.net.C.detach())
+
+    @torch.no_grad()
+    def log_partition(self, contexts: np.ndarray) -> np.ndarray:
+        """log Z = log sum_w exp(y_w), float64 [N]: 0 for a perfectly self-normalized model."""
+        ctx = self._check(contexts)
+        self.net.eval()
+        out = np.empty(len(ctx), dtype=np.float64)
+        for lo in range(0, len(ctx), EVAL_ROWS):
+            out[lo:lo + EVAL_ROWS] = torch.logsumexp(self.net(ctx[lo:lo + EVAL_ROWS]), 1).double().cpu().numpy()
+        return out
 
     @torch.no_grad()
     def distribution(self, contexts: np.ndarray) -> np.ndarray:

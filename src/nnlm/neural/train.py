@@ -19,6 +19,14 @@ Recipes
   output layer with its softmax in bf16 (`softmax_loss`; fp32 weights, optimizer and loss value)
   where the hardware has bf16; chosen by measurement on Brown (see README). Scoring (validation,
   `nnlm eval`) is fp32.
+Output layer (`--loss`, a run's defining option): `full` (default) is the exact softmax over V;
+`sampled` (importance-sampled softmax) and `nce` (noise-contrastive estimation) never compute
+the |V|-wide softmax in training: K = `--samples` words (default 128) drawn per batch from the
+unigram^0.75 proposal, only their rows (and the targets' and contexts') touched, updated by a
+row-wise Adam (modern recipe only). Both also train the model to self-normalize (log Z near 0),
+so it can score without the softmax sum (`nnlm score --unnormalized`). See `nnlm.neural.sampled`.
+Validation and `nnlm eval` always use the exact softmax. With a sampled loss, the running
+"train ppl" is exp of the training objective, not a perplexity.
 Early stopping: after `patience` epochs without a better validation perplexity training stops;
 the best weights are in model.safetensors all along.
 
@@ -50,6 +58,14 @@ from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.presets import preset
 from nnlm.neural.softmax_loss import softmax_cross_entropy
+from nnlm.neural.sampled import (
+    DEFAULT_SAMPLES,
+    RowAdam,
+    SampledLoss,
+    check_loss,
+    initial_bias,
+    proposal,
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "corpus": "brown", "min_count": None, "max_vocab": None, "vocab_from": "train",
     "preset": "mlp1", "order": None, "hidden": None, "features": None, "direct": None,
     "recipe": "modern", "batch_size": 256, "seed": 0, "lr": None, "patience": 3, "bf16": None,
+    "loss": "full", "samples": None,
 }
 # Options of one invocation: they may change when resuming.
 SESSION_DEFAULTS: dict[str, Any] = {
@@ -188,6 +205,18 @@ def epoch_batches(padded: torch.Tensor, k: int, batch: int, seed: int, epoch: in
         yield rows[:, :k], rows[:, k]
 
 
+def build_loss(run: dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device, optimizer,
+               lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
+    """The run's batch loss and the optimizer that goes with it (full softmax: `batch_loss` and the recipe's).
+    Called before a resume loads its checkpoint, which then replaces the sampled runs' initial b."""
+    if run["loss"] == "full":
+        return batch_loss, optimizer
+    loss = SampledLoss(run["loss"], proposal(corpus.train, len(corpus.vocab)), run["samples"]).to(device)
+    with torch.no_grad():
+        net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
+    return loss, RowAdam(net, loss, lr, RECIPES[run["recipe"]].weight_decay)
+
+
 # --- run directory bookkeeping ---------------------------------------------------------------
 
 def _corpus_of(run: dict[str, Any]) -> Corpus:
@@ -197,6 +226,13 @@ def _corpus_of(run: dict[str, Any]) -> Corpus:
 
 def _corpus_key(value: str) -> str:
     return value if value == "brown" else str(Path(value).resolve())
+
+
+def require_full_softmax(requested: dict[str, Any], trainer: str) -> None:
+    """The parallel trainers train the full softmax only: say so before anything is written."""
+    if requested.get("loss", "full") != "full":
+        raise NnlmError(f"--loss {requested['loss']} is for the single-process trainer; {trainer} trains the "
+                        "full softmax (drop --loss or --parallel)")
 
 
 def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
@@ -221,11 +257,18 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
             raise NnlmError(f"--batch-size must be at least 1, got {run['batch_size']}")
         if run["patience"] < 1:
             raise NnlmError(f"--patience must be at least 1, got {run['patience']}")
+        check_loss(run["loss"], run["samples"])
+        if run["loss"] != "full" and RECIPES.get(run["recipe"], RECIPES["modern"]).optimizer != "adam":
+            raise NnlmError(f"--loss {run['loss']} trains with the modern recipe (Adam on the touched rows), "
+                            f"not {run['recipe']!r}")
         model_config(run, 2)  # unknown preset or impossible shapes: say so before loading the corpus
         if run["bf16"] is None:
             run["bf16"] = RECIPES[run["recipe"]].bf16 and bf16_is_fast(device)
         corpus = _corpus_of(run)
         model = model_config(run, len(corpus.vocab))
+        if run["loss"] != "full" and run["samples"] is None:
+            run["samples"] = min(DEFAULT_SAMPLES, len(corpus.vocab))
+        check_loss(run["loss"], run["samples"], len(corpus.vocab))
         run |= {"format": ck.RUN_FORMAT, "model": model.to_dict(), "corpus_name": corpus.name,
                 "vocab_fingerprint": corpus.vocab.fingerprint, "pad_token": corpus.pad_token}
         out.mkdir(parents=True, exist_ok=True)
@@ -235,6 +278,7 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
     if not has_run:
         raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
     run, vocab, _ = ck.read_run(out)
+    run = {"loss": "full", "samples": None} | run  # runs from before the --loss option
     for key, value in requested.items():
         if key in RUN_DEFAULTS and run.get(key) != value:
             raise NnlmError(f"--resume: {out} was started with {key} = {run.get(key)!r}, not {value!r}")
@@ -312,10 +356,12 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     torch.manual_seed(run["seed"])
     net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     optimizer = build_optimizer(net, recipe, learning_rate(run))
+    loss_fn, optimizer = build_loss(run, net, corpus, device, optimizer, learning_rate(run))
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or _fresh_state()
     if nothing_left_to_do(out, state, session, resume, log):
         return state
-    return run_epochs(out, run, session, corpus, state, Trainer(out, net, optimizer, run, corpus, device), log, progress)
+    trainer = Trainer(out, net, optimizer, run, corpus, device, loss_fn)
+    return run_epochs(out, run, session, corpus, state, trainer, log, progress)
 
 
 def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: Corpus, state: dict[str, Any],
@@ -338,7 +384,9 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
 
     log(f"training {run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, "
         f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
-        f"recipe {recipe.name}{' (bf16 output layer)' if run['bf16'] else ''}, {trainer.describe()}")
+        f"recipe {recipe.name}{' (bf16 output layer)' if run['bf16'] and run['loss'] == 'full' else ''}, "
+        + (f"{run['loss']} loss with {run['samples']} samples, " if run["loss"] != "full" else "")
+        + trainer.describe())
     first_step, stop = state["step"], None
     while stop is None and state["epoch"] < session["epochs"]:
         epoch = state["epoch"]
@@ -419,8 +467,10 @@ class Trainer:
     writer = True  # this process logs and writes the run directory
 
     def __init__(self, out: Path, net: nn.Module, optimizer: Any, run: dict[str, Any], corpus: Corpus,
-                 device: torch.device) -> None:
+                 device: torch.device,
+                 loss_fn: Callable[..., torch.Tensor] = batch_loss) -> None:
         self.out, self.net, self.optimizer, self.run, self.device = out, net, optimizer, run, device
+        self.loss_fn = loss_fn  # batch_loss (full softmax) or a sampled loss (nnlm.neural.sampled)
         self.config: ModelConfig = net.config
         self.k = self.config.order - 1
         self.padded = padded_stream(corpus.train, self.k, corpus.pad_id, device)
@@ -434,7 +484,7 @@ class Trainer:
 
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
         """The loss to differentiate here, and this process's part of the batch's summed -log P."""
-        loss = batch_loss(self.net, rows[:, :self.k], rows[:, self.k], self.run["bf16"])
+        loss = self.loss_fn(self.net, rows[:, :self.k], rows[:, self.k], self.run["bf16"])
         return loss, float(loss.detach()) * len(rows)
 
     def agree(self, numbers: list[float]) -> list[float]:

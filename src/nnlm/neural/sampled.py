@@ -1,0 +1,231 @@
+"""Sampled output layers for training: the loss never computes the |V|-wide softmax.
+
+Each batch draws one set S of K distinct words (shared by the batch) from a proposal q = unigram
+counts of train (+1) raised to PROPOSAL_POWER and normalized. Only the rows of W, U, b for S and
+the batch's targets, and the rows of C for the batch's context words, enter the forward and
+backward pass: they are gathered as leaf tensors, the logits are [B, K] (+ one dot product per
+target), and `RowAdam` updates just those rows (plus the small dense H, d).
+
+Both losses correct a word's score y_w by the log of its inclusion probability p_w = P(w in S).
+S is drawn without replacement (torch.multinomial), which gives S the law of "draw from q with
+replacement until K distinct words"; for T such draws P(w in S) = 1 - (1 - q_w)^T, and T is fixed
+once per run so that the p_w sum to K (exact for a uniform q; all 1 when K = |V|).
+
+- `sampled` (importance sampling, Bengio & Senecal 2003/2008; Jean et al. 2015): cross-entropy
+  over the target and the samples with scores y_w - log p_w, a sample equal to the row's target
+  removed. With K = |V| this is exactly the full softmax cross-entropy.
+  Self-normalization (Devlin et al. 2014): + alpha (log Z^)^2 per row, where
+  Z^ = sum_{w in S} exp(y_w) / p_w is the Horvitz-Thompson estimate of Z = sum_w exp(y_w) (exact
+  when K = |V|): it costs nothing beyond the logits already computed and touches no other rows.
+- `nce` (Mnih & Teh 2012; Vaswani et al. 2013): logistic regression of data against noise with
+  log Z fixed to 0, delta_w = y_w - log p_w:  softplus(-delta_target) + sum_{w in S} softplus(delta_w).
+  Its optimum has exp(y_w) = P(w | context), so the model self-normalizes by construction.
+
+Both start b at the log unigram probabilities (log Z = 0 and the unigram model at step 0).
+The scores are computed in fp32: the matrices are small, bf16 autocast does not pay here.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nnlm.errors import NnlmError
+from nnlm.neural.model import NPLM
+
+LOSSES = ("full", "sampled", "nce")
+DEFAULT_SAMPLES = 128  # Brown, MLP1: 2.4x faster steps than K = 512 and a lower valid perplexity (README)
+PROPOSAL_POWER = 0.75  # unigram^0.75 (Mikolov et al. 2013's smoothing): frequent words less dominant
+SELF_NORMALIZATION = 0.1  # alpha of the sampled loss's (log Z^)^2 term (Devlin et al. 2014 used 0.1)
+ROWS = ("C", "W", "U", "b")  # the |V|-row parameters, updated only where a batch touched them
+
+
+def check_loss(loss: str, samples: int | None, vocab_size: int | None = None) -> None:
+    """Bad --loss / --samples -> NnlmError (vocab_size None: the |V| bound is checked later)."""
+    if loss not in LOSSES:
+        raise NnlmError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+    if loss == "full":
+        if samples is not None:
+            raise NnlmError("--samples applies to --loss sampled or nce, not to the full softmax")
+        return
+    if samples is None and vocab_size is None:
+        return  # the default, min(DEFAULT_SAMPLES, |V|), is filled in once |V| is known
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise NnlmError(f"--samples must be at least 1, got {samples!r}")
+    if vocab_size is not None and samples > vocab_size:
+        raise NnlmError(f"--samples {samples} exceeds the vocabulary size {vocab_size}")
+
+
+def proposal(train_ids: np.ndarray, vocab_size: int, power: float = PROPOSAL_POWER) -> torch.Tensor:
+    """q_w proportional to (count of w in train + 1)^power, float64 [|V|]."""
+    counts = np.bincount(train_ids, minlength=vocab_size).astype(np.float64) + 1.0
+    q = counts ** power
+    return torch.from_numpy(q / q.sum())
+
+
+def inclusion_probabilities(q: torch.Tensor, samples: int) -> torch.Tensor:
+    """p_w = 1 - (1 - q_w)^T with T (draws with replacement) chosen so that sum_w p_w = K; float64."""
+    q = q.double()
+    if samples >= len(q):
+        return torch.ones_like(q)
+    log1m = torch.log1p(-q)
+    lo, hi = float(samples), float(samples)
+    while (-torch.expm1(hi * log1m)).sum() < samples:  # expected distinct words grows with T
+        hi *= 2.0
+    for _ in range(100):  # bisection on T to double precision
+        mid = 0.5 * (lo + hi)
+        if (-torch.expm1(mid * log1m)).sum() < samples:
+            lo = mid
+        else:
+            hi = mid
+    return -torch.expm1(hi * log1m)
+
+
+def initial_bias(train_ids: np.ndarray, vocab_size: int) -> torch.Tensor:
+    """log of the (+1 smoothed) unigram probabilities: a self-normalized start for b."""
+    counts = np.bincount(train_ids, minlength=vocab_size).astype(np.float64) + 1.0
+    return torch.from_numpy(np.log(counts / counts.sum())).float()
+
+
+class SampledLoss:
+    """The batch loss of a sampled run; remembers the rows it gathered for `RowAdam.step`."""
+
+    def __init__(self, kind: str, q: torch.Tensor, samples: int, alpha: float = SELF_NORMALIZATION) -> None:
+        check_loss(kind, samples, len(q))
+        if kind == "full":
+            raise NnlmError("SampledLoss is for --loss sampled or nce")
+        self.kind, self.samples, self.alpha = kind, samples, alpha
+        self.q = q.float()
+        self.log_p = inclusion_probabilities(q, samples).log().float()
+        self.touched: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (parameter, rows, leaf with grad)
+
+    def to(self, device: torch.device) -> SampledLoss:
+        self.q, self.log_p = self.q.to(device), self.log_p.to(device)
+        return self
+
+    def draw(self) -> torch.Tensor:
+        """K distinct word ids from q (torch's global RNG, so a checkpoint's RNG state resumes it exactly)."""
+        if self.samples == len(self.q):
+            return torch.arange(len(self.q), device=self.q.device)
+        return torch.multinomial(self.q, self.samples, replacement=False)
+
+    def _rows(self, net: NPLM, name: str, ids: torch.Tensor) -> torch.Tensor:
+        """A leaf copy of rows `ids` of parameter `name`; its gradient is what RowAdam applies."""
+        leaf = getattr(net, name).detach().index_select(0, ids).requires_grad_()
+        self.touched.append((name, ids, leaf))
+        return leaf
+
+    def __call__(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+        self.touched = []
+        words, where = torch.unique(contexts, return_inverse=True)
+        x = self._rows(net, "C", words).index_select(0, where.flatten()).view(len(contexts), -1)
+        if net.training and net.dropout_x > 0:
+            x = F.dropout(x, net.dropout_x, training=True)
+        hidden = None
+        if net.H is not None:
+            hidden = torch.tanh(torch.addmm(net.d, x, net.H.t()))
+            if net.training and net.dropout_h > 0:
+                hidden = F.dropout(hidden, net.dropout_h, training=True)
+        sample = self.draw()
+        out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
+        t_at, s_at = out_where[:len(targets)], out_where[len(targets):]
+        # one [B, (n-1)m + h] x [(n-1)m + h, K] product for W x + U tanh(.) at the samples' rows
+        inputs = [x] if net.W is not None else []
+        weights = [self._rows(net, "W", out_ids)] if net.W is not None else []
+        if hidden is not None:
+            inputs.append(hidden)
+            weights.append(self._rows(net, "U", out_ids))
+        b = self._rows(net, "b", out_ids)
+        y_t, y_s = b.index_select(0, t_at), b.index_select(0, s_at)
+        if inputs:
+            inputs, weights = torch.cat(inputs, 1), torch.cat(weights, 1)
+            y_t = y_t + (inputs * weights.index_select(0, t_at)).sum(1)
+            y_s = torch.addmm(y_s, inputs, weights.index_select(0, s_at).t())
+        else:
+            y_s = y_s.expand(len(targets), -1)
+        return self.objective(y_t, y_s, self.log_p[targets], self.log_p[sample], targets[:, None] == sample[None, :])
+
+    def objective(self, y_t: torch.Tensor, y_s: torch.Tensor, log_p_t: torch.Tensor, log_p_s: torch.Tensor,
+                  hits: torch.Tensor) -> torch.Tensor:
+        """Mean over the batch, from the target scores [B], the sample scores [B, K], the log inclusion
+        probabilities and hits[i, j] = (sample j is row i's target)."""
+        delta_t, delta_s = y_t - log_p_t, y_s - log_p_s
+        if self.kind == "nce":
+            return (F.softplus(-delta_t) + F.softplus(delta_s).sum(1)).mean()
+        others = delta_s.masked_fill(hits, -math.inf)
+        log_norm = torch.logsumexp(torch.cat([delta_t[:, None], others], 1), 1)
+        loss = (log_norm - delta_t).mean()
+        if self.alpha:
+            loss = loss + self.alpha * torch.logsumexp(delta_s, 1).square().mean()
+        return loss
+
+
+class RowAdam:
+    """Adam with decoupled weight decay (as `nnlm.neural.optim.Adam`) that updates only the rows of
+    C, W, U, b a sampled batch touched ("lazy" Adam, like torch.optim.SparseAdam: an untouched row's
+    moments and weight decay wait until it is sampled) and H, d densely. Its checkpoint tensors are
+    named like Adam's."""
+
+    def __init__(self, net: NPLM, loss: SampledLoss, lr: float, weight_decay: float = 0.0,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.net, self.loss, self.lr, self.weight_decay, self.betas, self.eps = net, loss, lr, weight_decay, betas, eps
+        self.params = dict(net.named_parameters())
+        self.decayed = {id(p) for p in net.decayed_parameters()}
+        self.m = {k: torch.zeros_like(p) for k, p in self.params.items()}
+        self.v = {k: torch.zeros_like(p) for k, p in self.params.items()}
+        self.t = 0
+
+    def _update(self, name: str, p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor) -> None:
+        b1, b2 = self.betas
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        if self.weight_decay and id(self.params[name]) in self.decayed:
+            p.mul_(1 - self.lr * self.weight_decay)
+        denom = v.sqrt().div_(math.sqrt(1 - b2 ** self.t)).add_(self.eps)
+        p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.t))
+
+    @torch.no_grad()
+    def step(self, examples_seen: int, batch: int) -> None:
+        self.t += 1
+        for name, rows, leaf in self.loss.touched:
+            p, m, v = self.params[name], self.m[name].index_select(0, rows), self.v[name].index_select(0, rows)
+            value = p.index_select(0, rows)
+            self._update(name, value, leaf.grad, m, v)
+            p.index_copy_(0, rows, value)
+            self.m[name].index_copy_(0, rows, m)
+            self.v[name].index_copy_(0, rows, v)
+        for name in ("H", "d"):
+            p = self.params.get(name)
+            if p is not None and p.grad is not None:
+                self._update(name, p, p.grad, self.m[name], self.v[name])
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        out = {f"optim.m.{k}": t for k, t in self.m.items()} | {f"optim.v.{k}": t for k, t in self.v.items()}
+        return out | {"optim.t": torch.tensor(self.t, dtype=torch.int64)}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        expected = set(self.state_tensors())
+        if set(tensors) != expected:
+            raise NnlmError(f"the checkpoint's optimizer state has {sorted(tensors)}, Adam needs {sorted(expected)}")
+        for k in self.params:
+            for store, kind in ((self.m, "m"), (self.v, "v")):
+                saved = tensors[f"optim.{kind}.{k}"]
+                if saved.shape != store[k].shape:
+                    raise NnlmError(f"the checkpoint's optimizer state for {k} has shape {list(saved.shape)}, "
+                                    f"the model needs {list(store[k].shape)}")
+                store[k].copy_(saved)
+        self.t = int(tensors["optim.t"])
+
+
+def log_partition_stats(lm, corpus, split: str = "valid") -> tuple[float, float]:
+    """Mean and standard deviation of log Z over the positions of a split (contexts as `nnlm.lm` builds them):
+    how far scoring without the softmax sum (`NeuralLM(unnormalized=True)`) is from exact."""
+    from nnlm.lm import EVAL_CHUNK, contexts
+
+    stream, start, n = corpus.stream(), corpus.split_offset(split), len(corpus.split(split))
+    values = np.concatenate([lm.log_partition(contexts(stream, np.arange(start + lo, start + min(lo + EVAL_CHUNK, n)),
+                                                       lm.context_size, corpus.pad_id))
+                             for lo in range(0, n, EVAL_CHUNK)])
+    return float(values.mean()), float(values.std())

@@ -1,0 +1,295 @@
+"""Sampled output layers (--loss sampled | nce): the loss and its gradient against their definitions,
+the full softmax as the K = |V| limit, the row-wise Adam, training, exact eval and resume,
+scoring without the softmax sum, and bad input."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from nnlm.cli import main
+from nnlm.errors import NnlmError
+from nnlm.lm import perplexity
+from nnlm.neural import train as tr
+from nnlm.neural.checkpoint import load_neural
+from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.optim import Adam
+from nnlm.neural.sampled import (
+    RowAdam,
+    SampledLoss,
+    inclusion_probabilities,
+    log_partition_stats,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
+SAMPLED = {"loss": "sampled", "samples": 20}
+
+
+def run_train(out: Path, corpus_dir: Path, resume: bool = False, **options):
+    requested = ({} if resume else {"corpus": str(corpus_dir)} | TINY | SAMPLED) | options
+    return tr.train(out, requested, resume=resume, progress=False, log=lambda s: None)
+
+
+@pytest.fixture
+def rand_dir(random_corpus, tmp_path) -> Path:
+    return tmp_path / "rand"
+
+
+def tiny_net(vocab: int = 13, hidden: int = 3, direct: bool = True) -> NPLM:
+    torch.manual_seed(0)
+    net = NPLM(ModelConfig(vocab_size=vocab, order=3, hidden=hidden, features=2, direct=direct)).double()
+    with torch.no_grad():
+        net.b.normal_()  # nonzero biases, so every term of y matters
+    return net.eval()
+
+
+def skewed(vocab: int) -> torch.Tensor:
+    q = 1.0 / torch.arange(1, vocab + 1, dtype=torch.float64)
+    return q / q.sum()
+
+
+def dense_gradients(net: NPLM, loss: SampledLoss) -> dict[str, torch.Tensor]:
+    """The gathered rows' gradients scattered back to full-size tensors, plus H and d's own."""
+    grads = {name: torch.zeros_like(p) for name, p in net.named_parameters()}
+    for name, rows, leaf in loss.touched:
+        grads[name].index_add_(0, rows, leaf.grad)
+    for name in ("H", "d"):
+        if getattr(net, name) is not None:
+            grads[name] += getattr(net, name).grad
+    return grads
+
+
+def definition(kind: str, net: NPLM, ctx, tgt, sample, log_p, alpha: float) -> torch.Tensor:
+    """The loss written from the full logits y = net(ctx) [B, |V|], as the module docstring states it."""
+    y = net(ctx)
+    delta = y - log_p
+    delta_t, delta_s = delta.gather(1, tgt[:, None])[:, 0], delta[:, sample]
+    if kind == "nce":
+        return (F.softplus(-delta_t) + F.softplus(delta_s).sum(1)).mean()
+    others = delta_s.masked_fill(tgt[:, None] == sample[None, :], -math.inf)
+    ce = torch.logsumexp(torch.cat([delta_t[:, None], others], 1), 1) - delta_t
+    return ce.mean() + alpha * torch.logsumexp(delta_s, 1).square().mean()
+
+
+@pytest.mark.parametrize("kind", ["sampled", "nce"])
+@pytest.mark.parametrize("hidden,direct", [(3, True), (0, True), (3, False)])
+def test_loss_and_gradient_match_the_definition_and_finite_differences(kind, hidden, direct):
+    net = tiny_net(hidden=hidden, direct=direct)
+    loss = SampledLoss(kind, skewed(13), 5, alpha=0.3)
+    ctx, tgt = torch.randint(0, 13, (6, 2)), torch.randint(0, 13, (6,))
+
+    def value() -> torch.Tensor:
+        torch.manual_seed(7)  # the same sample set on every call
+        return loss(net, ctx, tgt)
+
+    got = value()
+    net.zero_grad()
+    got.backward()
+    grads = dense_gradients(net, loss)
+    torch.manual_seed(7)
+    sample = loss.draw()
+    net.zero_grad()
+    want = definition(kind, net, ctx, tgt, sample, loss.log_p.double(), 0.3)
+    want.backward()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-8, msg=name)
+        # untouched rows of the |V|-row parameters get exactly no gradient
+        with torch.no_grad():
+            flat = p.view(-1)
+            for i in torch.randperm(flat.numel())[:4].tolist():  # central differences, a few entries each
+                keep = float(flat[i])
+                flat[i] = keep + 1e-6
+                up = float(value())
+                flat[i] = keep - 1e-6
+                down = float(value())
+                flat[i] = keep
+                assert math.isclose((up - down) / 2e-6, float(grads[name].view(-1)[i]), rel_tol=1e-4, abs_tol=1e-7), name
+
+
+def test_only_the_sampled_target_and_context_rows_are_touched():
+    net = tiny_net(vocab=40)
+    loss = SampledLoss("sampled", skewed(40), 4)
+    ctx, tgt = torch.tensor([[1, 2], [2, 3]]), torch.tensor([5, 6])
+    torch.manual_seed(1)
+    loss(net, ctx, tgt).backward()
+    torch.manual_seed(1)
+    sample = loss.draw()
+    rows = {name: set(r.tolist()) for name, r, _ in loss.touched}
+    assert rows["C"] == {1, 2, 3}
+    assert rows["W"] == rows["U"] == rows["b"] == {5, 6} | set(sample.tolist())
+
+
+def test_with_k_covering_v_and_uniform_q_it_is_the_full_softmax():
+    net = tiny_net()
+    ctx, tgt = torch.randint(0, 13, (9, 2)), torch.randint(0, 13, (9,))
+    uniform = torch.full((13,), 1 / 13, dtype=torch.float64)
+    y = net(ctx)
+    plain = SampledLoss("sampled", uniform, 13, alpha=0.0)
+    torch.testing.assert_close(plain(net, ctx, tgt), F.cross_entropy(y, tgt), rtol=1e-12, atol=1e-12)
+    normalized = SampledLoss("sampled", uniform, 13, alpha=0.5)  # Z^ is then the exact Z
+    want = F.cross_entropy(y, tgt) + 0.5 * torch.logsumexp(y, 1).square().mean()
+    torch.testing.assert_close(normalized(net, ctx, tgt), want, rtol=1e-12, atol=1e-12)
+
+
+def test_inclusion_probabilities_sum_to_k_and_match_the_sampler():
+    q = skewed(20)
+    for k in (1, 5, 19, 20):
+        p = inclusion_probabilities(q, k)
+        assert math.isclose(float(p.sum()), k, rel_tol=1e-9) and float(p.max()) <= 1.0
+        assert torch.all(p[:-1] >= p[1:])  # more likely under q, more likely in S
+    torch.testing.assert_close(inclusion_probabilities(torch.full((10,), 0.1, dtype=torch.float64), 4),
+                               torch.full((10,), 0.4, dtype=torch.float64))
+    torch.manual_seed(0)
+    loss = SampledLoss("nce", q, 5)
+    freq = torch.zeros(20)
+    for _ in range(4000):
+        freq[loss.draw()] += 1
+    assert float((freq / 4000 - inclusion_probabilities(q, 5).float()).abs().max()) < 0.05
+
+
+def test_row_adam_is_adam_on_the_rows_it_touches_and_leaves_the_others():
+    net, ref = tiny_net(), tiny_net()
+    ctx, tgt = torch.randint(0, 13, (8, 2)), torch.randint(0, 13, (8,))
+    loss = SampledLoss("sampled", torch.full((13,), 1 / 13, dtype=torch.float64), 13, alpha=0.0)
+    mine, adam = RowAdam(net, loss, 0.01, 0.05), Adam(ref, 0.01, 0.05)
+    used = torch.unique(ctx)
+    for _ in range(3):
+        net.zero_grad(set_to_none=True)
+        loss(net, ctx, tgt).backward()
+        mine.step(0, 8)
+        ref.zero_grad(set_to_none=True)
+        F.cross_entropy(ref(ctx), tgt).backward()
+        adam.step(0, 8)
+    for (name, a), (_, b) in zip(net.named_parameters(), ref.named_parameters()):
+        if name == "C":  # only the context words' features moved (dense Adam also decays the others)
+            torch.testing.assert_close(a[used], b[used], rtol=1e-9, atol=1e-12)
+            unused = torch.tensor([i for i in range(13) if i not in used.tolist()], dtype=torch.int64)
+            torch.testing.assert_close(a[unused], tiny_net().C[unused])
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["sampled", "nce"])
+def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, random_corpus, rand_dir, tmp_path, capsys):
+    out = tmp_path / kind
+    state = run_train(out, rand_dir, epochs=4, loss=kind)
+    lm = load_neural(out)
+    assert json.loads((out / "run.json").read_text())["loss"] == kind
+    start = NPLM(lm.config)  # b starts at the log unigram probabilities: the first evaluation is the unigram model's
+    with torch.no_grad():
+        start.b.copy_(tr.initial_bias(random_corpus.train, len(random_corpus.vocab)))
+    unigram = perplexity(NeuralLM(start, lm.vocab, lm.pad_token), random_corpus, "valid")
+    valid = [h["valid_ppl"] for h in state["history"]]
+    assert valid[-1] < 0.9 * unigram and valid[-1] < valid[0]
+    # the validation during training and `nnlm eval` are the exact softmax of the saved weights
+    ids, stream = random_corpus.valid, random_corpus.stream()
+    pos = np.arange(len(ids)) + random_corpus.split_offset("valid")
+    from nnlm.lm import contexts
+
+    ctx = torch.as_tensor(contexts(stream, pos, 2, random_corpus.pad_id))
+    with torch.no_grad():
+        exact = torch.log_softmax(lm.net(ctx).double(), 1).gather(1, torch.as_tensor(ids, dtype=torch.int64)[:, None])
+    assert math.isclose(math.exp(-float(exact.mean())), min(valid), rel_tol=1e-5)
+    assert main(["eval", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert math.isclose(result["perplexity"]["valid"], min(valid), rel_tol=1e-9)
+    mean, std = log_partition_stats(lm, random_corpus, "valid")
+    assert result["valid_log_z"] == {"mean": mean, "std": std} and std > 0
+
+
+def test_unnormalized_scores_are_the_logits_and_differ_from_exact_by_log_z(neural_run, capsys):
+    run, _ = neural_run
+    lm = load_neural(run)
+    rng = np.random.default_rng(0)
+    ctx, tgt = rng.integers(0, len(lm.vocab), (50, 2)), rng.integers(0, len(lm.vocab), 50)
+    exact = lm.log_prob(ctx, tgt)
+    raw = NeuralLM(lm.net, lm.vocab, lm.pad_token, unnormalized=True).log_prob(ctx, tgt)
+    with torch.no_grad():
+        logits = lm.net(torch.as_tensor(ctx)).double().gather(1, torch.as_tensor(tgt)[:, None])[:, 0].numpy()
+    np.testing.assert_allclose(raw, logits, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(exact + lm.log_partition(ctx), raw, rtol=1e-5, atol=1e-5)
+    assert main(["score", str(run), "--split", "valid", "--unnormalized", "--json"]) == 0
+    unnormalized = json.loads(capsys.readouterr().out)
+    assert main(["score", str(run), "--split", "valid", "--json"]) == 0
+    normalized = json.loads(capsys.readouterr().out)
+    assert unnormalized["log10_prob"] != normalized["log10_prob"] and unnormalized["tokens"] == normalized["tokens"]
+    assert main(["eval", str(run), "--log-z", "--json"]) == 0
+    assert "valid_log_z" in json.loads(capsys.readouterr().out)
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    state = json.loads((run / "state.json").read_text())
+    return load_file(str(run / state["tensors"]))
+
+
+def test_resume_of_a_sampled_run_after_kill_9_is_exact(rand_dir, tmp_path):
+    epochs = 4
+    whole = tmp_path / "whole"
+    run_train(whole, rand_dir, epochs=epochs)
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "nnlm", "train", "--corpus", str(rand_dir), "--out", str(killed),
+           "--epochs", str(epochs), "--checkpoint-minutes", "0.0005", "--no-progress", "--loss", "sampled",
+           "--samples", "20", "--preset", "mlp7", "--hidden", "8", "--features", "4", "--batch-size", "16",
+           "--threads", "1"]
+    proc = subprocess.Popen(cmd, env=os.environ | {"PYTHONPATH": str(REPO / "src")}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    state_file = killed / "state.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state_file.exists() and json.loads(state_file.read_text())["step"] > 0:
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    assert json.loads(state_file.read_text())["epoch"] < epochs
+    run_train(killed, rand_dir, resume=True, epochs=epochs, loss="sampled", samples=20)
+    a, b = weights(whole), weights(killed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    history = [json.loads((r / "state.json").read_text())["history"] for r in (whole, killed)]
+    assert [h["valid_ppl"] for h in history[0]] == [h["valid_ppl"] for h in history[1]]
+
+
+def test_bad_values_are_one_line_and_exit_2(rand_dir, tmp_path, capsys):
+    base = ["train", "--corpus", str(rand_dir), "--no-progress", "--threads", "1", "--preset", "mlp7"]
+    for extra, message in [
+        (["--loss", "sampled", "--samples", "0"], "--samples must be at least 1"),
+        (["--loss", "nce", "--samples", "100000"], "exceeds the vocabulary size"),
+        (["--loss", "magic"], "invalid choice"),
+        (["--samples", "5"], "--samples applies to --loss sampled or nce"),
+        (["--loss", "sampled", "--recipe", "paper"], "modern recipe"),
+        (["--loss", "sampled", "--parallel", "hogwild"], "not with --parallel"),
+    ]:
+        out = tmp_path / "x"
+        try:
+            code = main(base + ["--out", str(out), *extra])
+        except SystemExit as exc:  # argparse's own usage errors (an unknown --loss choice)
+            code = exc.code
+        err = capsys.readouterr().err
+        assert code == 2
+        assert message in err and err.count("\n") == 1, err
+        assert not (out / "run.json").exists()
+    with pytest.raises(NnlmError, match="unknown loss"):
+        tr.train(tmp_path / "y", {"corpus": str(rand_dir), "loss": "magic"}, progress=False)
+    out = tmp_path / "run"
+    run_train(out, rand_dir, epochs=1)
+    assert main(["train", "--out", str(out), "--resume", "--loss", "nce", "--no-progress"]) == 2
+    assert "was started with loss = 'sampled'" in capsys.readouterr().err
+    ngram = tmp_path / "ngram"
+    assert main(["ngram", "--corpus", str(rand_dir), "--kind", "addone", "--save", str(ngram)]) == 0
+    capsys.readouterr()
+    assert main(["score", str(ngram), "--split", "valid", "--unnormalized"]) == 2
+    assert "neural models only" in capsys.readouterr().err
