@@ -1,8 +1,10 @@
 """Wall time to a target validation perplexity on Brown: nnlm's training against a plain PyTorch one.
 
 Both train MLP1 (by default) on Brown's training split in the same shuffled batches:
-- nnlm: the step `nnlm train` runs (`train_step`), its default recipe (`modern`: Adam with weight
-  decay, dropout, learning rate x 0.7 per epoch, bf16 output layer where the CPU has bf16);
+- nnlm: the step `nnlm train` runs (the run's loss, then `update`), its default recipe (`modern`: Adam
+  with weight decay, dropout, learning rate x 0.7 per epoch, bf16 output layer where the CPU has bf16),
+  once per output layer in --loss: the full softmax (`nnlm train`'s default) and the sampled softmax
+  (`--loss sampled`, K = 128);
 - the reference: the plain PyTorch model of train_speed.py, fp32, torch.optim.SGD at a constant
   learning rate (default 1.0, the best of 0.1 / 0.3 / 1.0 / 3.0 on a short probe; --reference-lr).
 The target defaults to the Kneser-Ney 5-gram's validation perplexity, built here with the
@@ -86,12 +88,18 @@ class Contender:
 
 
 class NnlmContender(Contender):
-    def __init__(self, corpus: Corpus, cfg: ModelConfig, batch: int, seed: int, recipe: tr.Recipe, bf16: bool) -> None:
-        super().__init__(f"nnlm ({recipe.name}{', bf16' if bf16 else ''})", corpus, cfg, batch, seed)
+    """`nnlm train`'s step: the run's loss (`build_loss`: full softmax, or sampled / nce) then `update`."""
+
+    def __init__(self, corpus: Corpus, cfg: ModelConfig, batch: int, seed: int, recipe: tr.Recipe, bf16: bool,
+                 loss: str = "full", samples: int | None = None) -> None:
+        what = f", {loss} softmax K={samples}" if loss != "full" else ", bf16 output layer" if bf16 else ""
+        super().__init__(f"nnlm ({recipe.name}{what})", corpus, cfg, batch, seed)
         torch.manual_seed(seed)
         self.recipe, self.bf16 = recipe, bf16
         self.net = NPLM(cfg, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
-        self.optimizer = tr.build_optimizer(self.net, recipe, recipe.lr)
+        run = {"loss": loss, "samples": samples, "recipe": recipe.name}
+        self.loss_fn, self.optimizer = tr.build_loss(run, self.net, corpus, torch.device("cpu"),
+                                                     tr.build_optimizer(self.net, recipe, recipe.lr), recipe.lr)
 
     def start_epoch(self, epoch: int) -> None:
         self.optimizer.lr = self.recipe.lr * self.recipe.lr_gamma ** epoch
@@ -100,7 +108,8 @@ class NnlmContender(Contender):
         self.net.train()
 
     def step(self, contexts: torch.Tensor, targets: torch.Tensor) -> None:
-        tr.train_step(self.net, self.optimizer, contexts, targets, self.bf16, self.tokens)
+        tr.update(self.net, self.optimizer, self.loss_fn(self.net, contexts, targets, self.bf16), self.tokens,
+                  len(targets))
 
     def language_model(self) -> NeuralLM:
         return NeuralLM(self.net, self.corpus.vocab, self.corpus.pad_token)
@@ -180,16 +189,17 @@ def report(results: dict[str, dict], target: float, threads: int, png: Path) -> 
         print(f"  {name:<36} {said} of training wall time (CPU time {r['cpu_seconds'] / 60:.2f} min to "
               f"{r['curve'][-1]['epochs']} epochs; {r['tokens_per_second']:,} tokens/s; "
               f"{r['eval_seconds'] / 60:.1f} min of evaluation besides)")
-    mine = next((r for name, r in results.items() if name.startswith("nnlm")), None)
     ref = next((r for name, r in results.items() if not name.startswith("nnlm")), None)
-    if mine and ref and mine["reached_seconds"] is not None:
+    for name, mine in results.items():
+        if not name.startswith("nnlm") or ref is None or mine["reached_seconds"] is None:
+            continue
         if ref["reached_seconds"] is not None:
-            print(f"nnlm reaches it {ref['reached_seconds'] / mine['reached_seconds']:.1f}x sooner than the plain "
+            print(f"{name} reaches it {ref['reached_seconds'] / mine['reached_seconds']:.1f}x sooner than the plain "
                   f"reference (in CPU time: {ref['reached_cpu_seconds'] / mine['reached_cpu_seconds']:.1f}x)")
         else:
-            print(f"nnlm reaches it more than {ref['train_seconds'] / mine['reached_seconds']:.1f}x sooner than the "
-                  f"plain reference (in CPU time: more than {ref['cpu_seconds'] / mine['reached_cpu_seconds']:.1f}x; "
-                  "the reference did not reach it within its cap, so these are lower bounds)")
+            print(f"{name} reaches it more than {ref['train_seconds'] / mine['reached_seconds']:.1f}x sooner than "
+                  f"the plain reference (in CPU time: more than {ref['cpu_seconds'] / mine['reached_cpu_seconds']:.1f}x;"
+                  " the reference did not reach it within its cap, so these are lower bounds)")
     plot(results, target, threads, png)
     print(f"curve: {png}")
 
@@ -200,6 +210,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--recipe", default="modern", choices=sorted(tr.RECIPES))
+    ap.add_argument("--loss", default="full,sampled",
+                    help="nnlm contenders by output layer (full, sampled, nce), comma-separated (default full,sampled)")
+    ap.add_argument("--samples", type=int, default=128, help="K for the sampled / nce contenders")
     ap.add_argument("--reference-lr", type=float, default=1.0)
     ap.add_argument("--target", type=float, default=None, help="default: the KN5 validation perplexity")
     ap.add_argument("--max-minutes", type=float, default=15.0, help="training-time cap for each contender")
@@ -230,7 +243,9 @@ def main() -> None:
     bf16 = recipe.bf16 and tr.bf16_is_fast(torch.device("cpu"))
     contenders: list[Contender] = []
     if args.contender in ("both", "nnlm"):
-        contenders.append(NnlmContender(corpus, cfg, args.batch_size, args.seed, recipe, bf16))
+        for loss in (name.strip() for name in args.loss.split(",") if name.strip()):
+            contenders.append(NnlmContender(corpus, cfg, args.batch_size, args.seed, recipe, bf16, loss,
+                                            None if loss == "full" else args.samples))
     if args.contender in ("both", "reference"):
         contenders.append(ReferenceContender(corpus, cfg, args.batch_size, args.seed, args.reference_lr))
     print(f"{args.preset}, batch {args.batch_size}, {args.threads} thread(s), evaluation every {args.eval_tokens:,} "
