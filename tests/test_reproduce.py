@@ -32,6 +32,9 @@ def test_reproduce_small_corpus_then_resume(random_corpus, tmp_path):
     assert rows["mlp7-em"]["perplexity"]["valid"] <= rows["mlp8"]["perplexity"]["valid"] + 1e-9
     text = readme.read_text()
     assert "| MLP7 | 3 | 50 | 30 | yes |" in text and "deleted interpolation trigram" in text
+    # the nets train with the sampled softmax by default (scored exactly), and the report says so
+    assert json.loads((out / "runs" / "mlp7" / "run.json").read_text())["loss"] == "sampled"
+    assert "`--loss sampled`" in text
     # the net's train split is scored last, if the budget has time left for it; the report says which
     assert (rows["mlp7"]["perplexity"]["train"] is None) == ("Train perplexity not scored" in text) \
         == bool(rows["mlp7"].get("train_pending"))

@@ -431,7 +431,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
-                       progress=not args.no_progress, threads=args.threads, device=args.device)
+                       progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
+                       samples=args.samples)
     print(f"report written to {report}")
     return 0
 
@@ -476,6 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall-clock budget for the whole call (default 30); rows it shortens are marked")
     p.add_argument("--models", default=None, help="nets to train, e.g. mlp1,mlp3 (default mlp1,mlp3; --full: all)")
     p.add_argument("--full", action="store_true", help="all five nets, each trained until early stopping")
+    p.add_argument("--loss", default="sampled", choices=("sampled", "nce", "full"),
+                   help="the nets' output layer in training (default sampled: faster, and lower perplexity on Brown "
+                        "than the full softmax; scoring is always exact)")
+    p.add_argument("--samples", type=int, default=None, help="K for --loss sampled / nce (default 128)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -159,7 +159,13 @@ class Reproduction:
 
     def __init__(self, corpus_source: str, out: Path, budget_minutes: float | None, nets: list[str],
                  command: str, log: Callable[[str], None] = print, progress: bool = True,
-                 threads: int | None = None, device: str = "auto") -> None:
+                 threads: int | None = None, device: str = "auto", loss: str = "sampled",
+                 samples: int | None = None) -> None:
+        from nnlm.neural.sampled import DEFAULT_SAMPLES, check_loss
+
+        check_loss(loss, samples)  # samples None: the trainer's default, min(DEFAULT_SAMPLES, |V|)
+        self.loss, self.samples = loss, samples
+        self.samples_text = "" if loss == "full" else str(samples or f"min({DEFAULT_SAMPLES}, |V|)")
         self.corpus_source, self.command = corpus_source, command
         self.corpus = load_corpus(corpus_source)
         self.out, self.nets, self.log = out, nets, log
@@ -358,7 +364,9 @@ class Reproduction:
             self.log("    skipped for lack of budget")
             return None
         requested: dict[str, Any] = {"corpus": self.corpus_source, "preset": net, "device": self.device,
-                                     "epochs": MAX_EPOCHS, "threads": self.threads}
+                                     "epochs": MAX_EPOCHS, "threads": self.threads, "loss": self.loss}
+        if self.samples is not None:
+            requested["samples"] = self.samples
         if minutes is not None:  # the run's budget counts all its sessions: give it `minutes` more
             before = ck.read_json(run_dir / ck.STATE, "training state").get("elapsed", 0.0) \
                 if (run_dir / ck.STATE).exists() else 0.0
@@ -404,12 +412,20 @@ class Reproduction:
 
         return str(pick_device(self.device))
 
+    def training_text(self) -> str:
+        layer = ("the exact softmax" if self.loss == "full" else
+                 f"the {'importance-sampled softmax' if self.loss == 'sampled' else 'NCE'} output layer "
+                 f"(`--loss {self.loss}`, K = {self.samples_text} samples per batch; scored with the exact softmax)")
+        return (f"Nets: `nnlm train`'s modern recipe (Adam with decoupled weight decay, dropout, learning rate "
+                f"x 0.7 per epoch, early stopping on validation), trained with {layer}; "
+                "`nnlm reproduce --loss full` trains them with the full softmax as the paper did.")
+
     def run(self) -> None:
         trigram = self.ngram_rows()
         self.neural_rows(trigram)
         self.train_split_rows()
         write_report(self.out, self.corpus, self.results.rows, self.nets, self.command,
-                     None if self.budget is None else self.budget / 60.0)
+                     None if self.budget is None else self.budget / 60.0, self.training_text())
         left = self.left()
         self.log(f"done in {(time.monotonic() - self.start) / 60:.1f} min"
                  + ("" if left is None else f" of a {self.budget / 60:.1f}-minute budget"))
@@ -463,7 +479,7 @@ def budget_lines(rows: dict[str, dict[str, Any]], nets: list[str], budget_minute
 
 
 def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], nets: list[str], command: str,
-                 budget_minutes: float | None = None) -> None:
+                 budget_minutes: float | None = None, training: str = "") -> None:
     best_id, best = best_ngram(rows)
     protocol = ", `bengio2003` protocol (docs/protocol.md)" if corpus.name == "brown" else ""
     lines = [
@@ -477,9 +493,10 @@ def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], net
         "",
         "Perplexity = exp(-mean ln P) over every token of a split (markers and `<unk>` included). "
         "Mixes are with the deleted-interpolation trigram: 0.5/0.5 as the paper, or weights fitted by EM on "
-        "validation, one pair per context-frequency bucket of the trigram (the paper's third way to mix). Ratio = test perplexity / the best n-gram's test perplexity of the same table "
+        "validation, one pair per context-frequency bucket of the trigram (the paper's third way to mix). "
+        "Ratio = test perplexity / the best n-gram's test perplexity of the same table "
         f"(paper: class-based c = 500, {PAPER_BEST_NGRAM_TEST:.0f}; ours: {best_id}, {_fmt(best, 1)}).",
-        "",
+        *([training, ""] if training else [""]),
         *budget_lines(rows, nets, budget_minutes),
         "| model | n | h | m | direct | mix | paper train | paper valid | paper test | ours train | ours valid "
         "| ours test | ratio paper | ratio ours | parameters | time | note |",
@@ -585,12 +602,14 @@ def _plot_bars(out: Path, rows: dict[str, dict[str, Any]], nets: list[str]) -> N
 
 def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None, models: str | None,
               full: bool, command: str, log: Callable[[str], None] = print, progress: bool = True,
-              threads: int | None = None, device: str = "auto") -> Path:
+              threads: int | None = None, device: str = "auto", loss: str = "sampled",
+              samples: int | None = None) -> Path:
     """Build/train/mix every row, write OUT/README.md; returns its path."""
     if budget_minutes is not None and budget_minutes <= 0:
         raise NnlmError(f"--budget-minutes must be positive, got {budget_minutes}")
     nets = parse_models(models, full)
     job = Reproduction(corpus_source, Path(out), None if full else (budget_minutes or DEFAULT_BUDGET_MINUTES),
-                       nets, command, log=log, progress=progress, threads=threads, device=device)
+                       nets, command, log=log, progress=progress, threads=threads, device=device, loss=loss,
+                       samples=samples)
     job.run()
     return Path(out) / "README.md"
