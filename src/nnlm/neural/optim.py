@@ -94,18 +94,28 @@ class Adam:
             state["step"].fill_(value)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        out = {f"optim.m.{k}": t for k, t in self.m.items()} | {f"optim.v.{k}": t for k, t in self.v.items()}
-        return out | {"optim.t": torch.tensor(self.t, dtype=torch.int64)}
+        return adam_state_tensors(self.m, self.v, self.t)
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        expected = set(self.state_tensors())
-        if set(tensors) != expected:
-            raise NnlmError(f"the checkpoint's optimizer state has {sorted(tensors)}, Adam needs {sorted(expected)}")
-        for store, kind in ((self.m, "m"), (self.v, "v")):
-            for k, live in store.items():
-                saved = tensors[f"optim.{kind}.{k}"]
-                if saved.shape != live.shape:
-                    raise NnlmError(f"the checkpoint's optimizer state for {k} has shape {list(saved.shape)}, "
-                                    f"the model needs {list(live.shape)}")
-                live.copy_(saved)
-        self.t = int(tensors["optim.t"])
+        self.t = load_adam_state(self.m, self.v, tensors)
+
+
+def adam_state_tensors(m: dict[str, torch.Tensor], v: dict[str, torch.Tensor], t: int) -> dict[str, torch.Tensor]:
+    """An Adam-type optimizer's checkpoint tensors: moments by parameter name, and the step count."""
+    out = {f"optim.m.{k}": x for k, x in m.items()} | {f"optim.v.{k}": x for k, x in v.items()}
+    return out | {"optim.t": torch.tensor(t, dtype=torch.int64)}
+
+
+def load_adam_state(m: dict[str, torch.Tensor], v: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor]) -> int:
+    """Copy checkpoint tensors into the live moments m, v (names and shapes checked); returns the step count."""
+    expected = set(adam_state_tensors(m, v, 0))
+    if set(tensors) != expected:
+        raise NnlmError(f"the checkpoint's optimizer state has {sorted(tensors)}, Adam needs {sorted(expected)}")
+    for store, kind in ((m, "m"), (v, "v")):
+        for k, live in store.items():
+            saved = tensors[f"optim.{kind}.{k}"]
+            if saved.shape != live.shape:
+                raise NnlmError(f"the checkpoint's optimizer state for {k} has shape {list(saved.shape)}, "
+                                f"the model needs {list(live.shape)}")
+            live.copy_(saved)
+    return int(tensors["optim.t"])

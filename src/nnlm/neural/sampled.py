@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from nnlm.errors import NnlmError
 from nnlm.neural.model import NPLM
+from nnlm.neural.optim import adam_state_tensors, load_adam_state
 
 LOSSES = ("full", "sampled", "nce")
 DEFAULT_SAMPLES = 128  # Brown, MLP1: 2.4x faster steps than K = 512 and a lower valid perplexity (README)
@@ -202,21 +203,10 @@ class RowAdam:
                 self._update(name, p, p.grad, self.m[name], self.v[name])
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        out = {f"optim.m.{k}": t for k, t in self.m.items()} | {f"optim.v.{k}": t for k, t in self.v.items()}
-        return out | {"optim.t": torch.tensor(self.t, dtype=torch.int64)}
+        return adam_state_tensors(self.m, self.v, self.t)
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        expected = set(self.state_tensors())
-        if set(tensors) != expected:
-            raise NnlmError(f"the checkpoint's optimizer state has {sorted(tensors)}, Adam needs {sorted(expected)}")
-        for k in self.params:
-            for store, kind in ((self.m, "m"), (self.v, "v")):
-                saved = tensors[f"optim.{kind}.{k}"]
-                if saved.shape != store[k].shape:
-                    raise NnlmError(f"the checkpoint's optimizer state for {k} has shape {list(saved.shape)}, "
-                                    f"the model needs {list(store[k].shape)}")
-                store[k].copy_(saved)
-        self.t = int(tensors["optim.t"])
+        self.t = load_adam_state(self.m, self.v, tensors)
 
 
 def log_partition_stats(lm, corpus, split: str = "valid") -> tuple[float, float]:
