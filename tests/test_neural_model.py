@@ -130,6 +130,22 @@ def test_scoring_in_chunks_equals_one_pass(monkeypatch):
     np.testing.assert_allclose(lm.log_prob(ctx, targets), whole, rtol=1e-6)  # float32 matmul blocking
 
 
+def test_bf16_scoring_is_close_to_fp32_and_leaves_the_weights_alone():
+    torch.manual_seed(0)
+    net = NPLM(ModelConfig(300, 4, 8, 16, direct=True)).float()
+    with torch.no_grad():
+        net.b.normal_(0, 2.0)  # a peaked distribution, like a trained model's
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    ctx = np.random.default_rng(0).integers(0, 300, size=(400, 3))
+    targets = np.random.default_rng(1).integers(0, 300, size=400)
+    exact = NeuralLM(net, vocab_of(300), "<p>").log_prob(ctx, targets)
+    fast = NeuralLM(net, vocab_of(300), "<p>", bf16=True).log_prob(ctx, targets)
+    assert fast.dtype == np.float64 and not np.array_equal(fast, exact)  # bf16 products really were used
+    np.testing.assert_allclose(fast, exact, atol=0.05)  # per token: bf16 rounding of logits
+    assert abs(np.exp(-fast.mean()) / np.exp(-exact.mean()) - 1) < 5e-3  # (2e-5 for MLP1 on Brown)
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+
+
 def test_perplexity_through_the_shared_function(random_corpus):
     torch.manual_seed(0)
     cfg = ModelConfig(len(random_corpus.vocab), 3, 4, 5)

@@ -122,7 +122,8 @@ def test_a_run_directory_holds_model_metrics_and_curve(rand_dir, tmp_path, capsy
     best = min(lines, key=lambda m: m["valid_ppl"])
     assert main(["eval", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert math.isclose(result["perplexity"]["valid"], best["valid_ppl"], rel_tol=1e-9)
+    bf16 = json.loads((out / "run.json").read_text())["bf16"]  # training's validation used bf16 products
+    assert math.isclose(result["perplexity"]["valid"], best["valid_ppl"], rel_tol=5e-3 if bf16 else 1e-9)
     lm = load_neural(out)
     assert lm.order == 3 and lm.config.hidden == 8
 

