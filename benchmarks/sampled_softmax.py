@@ -102,7 +102,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     corpus = load_corpus(args.corpus)
     losses = [s for s in args.losses.split(",") if s]
-    base = tr.RUN_DEFAULTS | {"corpus": args.corpus, "preset": args.preset, "batch_size": args.batch_size}
+    base = tr.RUN_DEFAULTS | {"corpus": args.corpus, "preset": args.preset, "batch_size": args.batch_size,
+                              "recipe": "modern"}  # the same recipe for every loss: a step-time comparison
     base["bf16"] = tr.RECIPES[base["recipe"]].bf16 and tr.bf16_is_fast(torch.device("cpu"))
     n_batches = math.ceil(len(corpus.train) / args.batch_size)
     print(f"{args.preset} on {corpus.name} (|V| = {len(corpus.vocab):,}), batch {args.batch_size}, "

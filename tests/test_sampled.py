@@ -182,6 +182,18 @@ def test_row_adam_is_adam_on_the_rows_it_touches_and_leaves_the_others():
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12, msg=name)
 
 
+@pytest.mark.parametrize("loss,asked,recipe", [("sampled", None, "sampled"), ("nce", None, "sampled"),
+                                                ("full", None, "modern"), ("sampled", "modern", "modern")])
+def test_the_default_recipe_follows_the_loss(loss, asked, recipe, random_corpus, rand_dir, tmp_path):
+    options = {"loss": loss} | ({"samples": None} if loss == "full" else {}) | ({"recipe": asked} if asked else {})
+    requested = {"corpus": str(rand_dir)} | TINY | options
+    tr.prepare_run(tmp_path / "run", {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}, resume=False)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["recipe"] == recipe
+    # a resume without --recipe keeps the run's recipe
+    run, _ = tr.prepare_run(tmp_path / "run", {}, resume=True)
+    assert run["recipe"] == recipe
+
+
 @pytest.mark.parametrize("kind", ["sampled", "nce"])
 def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, random_corpus, rand_dir, tmp_path, capsys):
     out = tmp_path / kind

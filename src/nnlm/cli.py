@@ -386,7 +386,8 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--features", type=int, help="m, overriding the preset")
     p.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
                    help="direct connections W, overriding the preset")
-    p.add_argument("--recipe", help="paper or modern (default modern)")
+    p.add_argument("--recipe", help="paper, modern or sampled (default: modern with --loss full, sampled with "
+                                    "--loss sampled / nce)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="bf16 output layer and softmax in training (default: modern recipe on bf16 hardware)")
     p.add_argument("--epochs", type=int, help="stop after this many epochs (default 30)")

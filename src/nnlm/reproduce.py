@@ -416,8 +416,12 @@ class Reproduction:
         layer = ("the exact softmax" if self.loss == "full" else
                  f"the {'importance-sampled softmax' if self.loss == 'sampled' else 'NCE'} output layer "
                  f"(`--loss {self.loss}`, K = {self.samples_text} samples per batch; scored with the exact softmax)")
-        return (f"Nets: `nnlm train`'s modern recipe (Adam with decoupled weight decay, dropout, learning rate "
-                f"x 0.7 per epoch, early stopping on validation), trained with {layer}; "
+        from nnlm.neural.train import RECIPES, default_recipe
+
+        recipe = RECIPES[default_recipe(self.loss)]
+        return (f"Nets: `nnlm train`'s {recipe.name} recipe (Adam with decoupled weight decay {recipe.weight_decay:g}, "
+                f"dropout {recipe.dropout_x:g}, learning rate {recipe.lr:g} x {recipe.lr_gamma:g} per epoch, early "
+                f"stopping on validation), trained with {layer}; "
                 "`nnlm reproduce --loss full` trains them with the full softmax as the paper did.")
 
     def run(self) -> None:
