@@ -108,22 +108,28 @@ class NPLMParameters(nn.Module):
         """x: [N, n-1] word ids -> [N, (n-1) m] concatenated feature vectors."""
         return F.embedding(contexts, self.C).flatten(1)
 
+    def output_operands_from_features(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(zs, ws) with y = b + sum_j zs[j] ws[j]^T: x with W, tanh(d + H x) with U; dropout on x and
+        on tanh(.) when training. The one place the hidden layer is computed."""
+        if self.training and self.dropout_x > 0:
+            x = F.dropout(x, self.dropout_x, training=True)
+        zs, ws = ([x], [self.W]) if self.W is not None else ([], [])
+        if self.H is not None:
+            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
+            if self.training and self.dropout_h > 0:
+                a = F.dropout(a, self.dropout_h, training=True)
+            zs.append(a)
+            ws.append(self.U)
+        return zs, ws
+
     def logits_from_features(self, x: torch.Tensor,
                              shared: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """y = b + W x + U tanh(d + H x), [N, rows]; dropout on x and tanh(.) when training.
         `shared` (vocab-parallel) wraps x and tanh(.) where they meet this module's output rows, so
         that backward sums their gradients over the ranks that hold the other rows."""
-        if self.training and self.dropout_x > 0:
-            x = F.dropout(x, self.dropout_x, training=True)
-        if self.W is not None:
-            y = torch.addmm(self.b, shared(x) if shared else x, self.W.t())
-        else:
-            y = self.b.expand(x.shape[0], -1)
-        if self.H is not None:
-            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
-            if self.training and self.dropout_h > 0:
-                a = F.dropout(a, self.dropout_h, training=True)
-            y = torch.addmm(y, shared(a) if shared else a, self.U.t())
+        y = self.b.expand(x.shape[0], -1)
+        for z, w in zip(*self.output_operands_from_features(x), strict=True):
+            y = torch.addmm(y, shared(z) if shared else z, w.t())
         return y
 
 
@@ -152,19 +158,9 @@ class NPLM(NPLMParameters):
         return self.logits_from_features(self.features(contexts))
 
     def output_operands(self, contexts: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """(zs, ws) with y = b + sum_j zs[j] ws[j]^T: x with W, tanh(d + H x) with U (dropout as in
-        `logits_from_features`), for a loss that multiplies them as one product (`softmax_loss`)."""
-        x = self.features(contexts)
-        if self.training and self.dropout_x > 0:
-            x = F.dropout(x, self.dropout_x, training=True)
-        zs, ws = ([x], [self.W]) if self.W is not None else ([], [])
-        if self.H is not None:
-            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
-            if self.training and self.dropout_h > 0:
-                a = F.dropout(a, self.dropout_h, training=True)
-            zs.append(a)
-            ws.append(self.U)
-        return zs, ws
+        """The output layer's operands for contexts [N, n-1], for a loss that multiplies them as one
+        product (`softmax_loss`); see `output_operands_from_features`."""
+        return self.output_operands_from_features(self.features(contexts))
 
     def target_logits(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """y[i, targets[i]] [N] from the targets' rows of W, U, b only: no |V|-wide product (eval mode)."""
