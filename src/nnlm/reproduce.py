@@ -560,8 +560,10 @@ def _plot_curves(out: Path, nets: list[str]) -> None:
         history = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
         epochs = [h["epoch"] for h in history]
         line, = ax.plot(epochs, [h["valid_ppl"] for h in history], "o-", label=f"{net.upper()} valid")
-        ax.plot(epochs, [h["train_ppl"] for h in history], "--", color=line.get_color(), alpha=0.6,
-                label=f"{net.upper()} train (running)")
+        run = ck.read_json(out / "runs" / net / ck.RUN, "run options")
+        if run.get("loss", "full") == "full":  # a sampled loss's running "train ppl" is not a perplexity
+            ax.plot(epochs, [h["train_ppl"] for h in history], "--", color=line.get_color(), alpha=0.6,
+                    label=f"{net.upper()} train (running)")
     ax.set_xlabel("epoch")
     ax.set_ylabel("perplexity")
     ax.set_yscale("log")

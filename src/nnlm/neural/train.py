@@ -327,8 +327,9 @@ def nothing_left_to_do(out: Path, state: dict[str, Any], session: dict[str, Any]
     return False
 
 
-def write_metrics(out: Path, history: list[dict[str, Any]]) -> None:
-    """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png."""
+def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool = True) -> None:
+    """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png. A
+    sampled loss's running "train ppl" is exp of its objective, not a perplexity: not plotted."""
     from nnlm.io import atomic_path, atomic_write_text
 
     atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
@@ -339,7 +340,8 @@ def write_metrics(out: Path, history: list[dict[str, Any]]) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     epochs = [h["epoch"] for h in history]
-    ax.plot(epochs, [h["train_ppl"] for h in history], "o-", label="train (running, during the epoch)")
+    if full_softmax:
+        ax.plot(epochs, [h["train_ppl"] for h in history], "o-", label="train (running, during the epoch)")
     ax.plot(epochs, [h["valid_ppl"] for h in history], "s-", label="validation")
     ax.set_xlabel("epoch")
     ax.set_ylabel("perplexity")
@@ -432,13 +434,13 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
             break
         save(whole)
         if trainer.writer:
-            write_metrics(out, state["history"])
+            write_metrics(out, state["history"], run["loss"] == "full")
     stop = stop or f"reached {session['epochs']} epochs"
     state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
     state["stop_reason"] = stop
     save()
     if trainer.writer and state["history"]:
-        write_metrics(out, state["history"])
+        write_metrics(out, state["history"], run["loss"] == "full")
     log(f"stopped: {stop}; best valid ppl "
         + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
     return state
