@@ -1,8 +1,9 @@
 """Wall time to a target validation perplexity on Brown: nnlm's training against a plain PyTorch one.
 
 Both train MLP1 (by default) on Brown's training split in the same shuffled batches:
-- nnlm: the step `nnlm train` runs (the run's loss, then `update`), its default recipe (`modern`: Adam
-  with weight decay, dropout, learning rate x 0.7 per epoch, bf16 output layer where the CPU has bf16),
+- nnlm: the step `nnlm train` runs (the run's loss, then `update`), its default recipe for that loss
+  (`modern` for the full softmax: Adam with weight decay, dropout, learning rate x 0.7 per epoch, bf16
+  output layer where the CPU has bf16; `sampled` for the sampled losses; --recipe forces one),
   once per output layer in --loss: the full softmax (`nnlm train`'s default) and the sampled softmax
   (`--loss sampled`, K = 128);
 - the reference: the plain PyTorch model of train_speed.py, fp32, torch.optim.SGD at a constant
@@ -209,7 +210,8 @@ def main() -> None:
     ap.add_argument("--preset", default="mlp1")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--recipe", default="modern", choices=sorted(tr.RECIPES))
+    ap.add_argument("--recipe", default=None, choices=sorted(tr.RECIPES),
+                    help="default: nnlm train's default for each loss (modern for full, sampled otherwise)")
     ap.add_argument("--loss", default="full,sampled",
                     help="nnlm contenders by output layer (full, sampled, nce), comma-separated (default full,sampled)")
     ap.add_argument("--samples", type=int, default=128, help="K for the sampled / nce contenders")
@@ -239,11 +241,11 @@ def main() -> None:
         target = perplexity(build_ngram("kn", corpus, 5), corpus, "valid")
         print(f"target: KN5 validation perplexity {target:.2f} (built and scored in {time.perf_counter() - start:.1f} s)")
     cfg = preset(args.preset, len(corpus.vocab))
-    recipe = tr.RECIPES[args.recipe]
-    bf16 = recipe.bf16 and tr.bf16_is_fast(torch.device("cpu"))
     contenders: list[Contender] = []
     if args.contender in ("both", "nnlm"):
         for loss in (name.strip() for name in args.loss.split(",") if name.strip()):
+            recipe = tr.RECIPES[args.recipe or tr.default_recipe(loss)]
+            bf16 = recipe.bf16 and tr.bf16_is_fast(torch.device("cpu"))
             contenders.append(NnlmContender(corpus, cfg, args.batch_size, args.seed, recipe, bf16, loss,
                                             None if loss == "full" else args.samples))
     if args.contender in ("both", "reference"):
