@@ -29,7 +29,7 @@ def plain_exchange_pass(train: list[int], classes: dict[int, int], k: int, order
     """One pass of the exchange algorithm with dicts: for each word, try every class."""
     succ: dict[int, dict[int, int]] = defaultdict(dict)
     pred: dict[int, dict[int, int]] = defaultdict(dict)
-    for (x, y), n in Counter(zip(train[:-1], train[1:])).items():
+    for (x, y), n in Counter(zip(train[:-1], train[1:], strict=True)).items():
         succ[x][y] = n
         pred[y][x] = n
     m: dict[tuple[int, int], float] = defaultdict(float)
@@ -46,20 +46,20 @@ def plain_exchange_pass(train: list[int], classes: dict[int, int], k: int, order
         if size[a] == 1:
             continue
         r: dict[int, float] = defaultdict(float)
-        l: dict[int, float] = defaultdict(float)
+        left_of: dict[int, float] = defaultdict(float)
         for y, n in succ[w].items():
             if y != w:
                 r[classes[y]] += n
         for x, n in pred[w].items():
             if x != w:
-                l[classes[x]] += n
+                left_of[classes[x]] += n
         s = succ[w].get(w, 0)
         lw, rw = sum(succ[w].values()), sum(pred[w].values())
 
-        def move(b: int, sign: int) -> None:
+        def move(b: int, sign: int, r=r, left_of=left_of, s=s, lw=lw, rw=rw) -> None:  # this iteration's w
             for d, n in r.items():
                 m[b, d] += sign * n
-            for d, n in l.items():
+            for d, n in left_of.items():
                 m[d, b] += sign * n
             m[b, b] += sign * s
             left[b] += sign * lw
@@ -71,7 +71,7 @@ def plain_exchange_pass(train: list[int], classes: dict[int, int], k: int, order
             change: dict[tuple[int, int], float] = defaultdict(float)
             for d, n in r.items():
                 change[b, d] += n
-            for d, n in l.items():
+            for d, n in left_of.items():
                 change[d, b] += n
             change[b, b] += s
             g = sum(xlogx(m[cell] + n) - xlogx(m[cell]) for cell, n in change.items())

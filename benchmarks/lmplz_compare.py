@@ -71,7 +71,8 @@ def main() -> None:
                 start = corpus.split_offset(split)
                 row += [kenlm_perplexity(arpa, words, start, start + len(corpus.split(split))),
                         perplexity(model, corpus, split)]
-            print(f"{order:>5} {t1 - t0:>8.2f} {t2 - t1:>7.2f}  {row[0]:>8.2f} / {row[1]:<8.2f}  {row[2]:>8.2f} / {row[3]:.2f}")
+            print(f"{order:>5} {t1 - t0:>8.2f} {t2 - t1:>7.2f}  "
+                  f"{row[0]:>8.2f} / {row[1]:<8.2f}  {row[2]:>8.2f} / {row[3]:.2f}")
 
 
 if __name__ == "__main__":

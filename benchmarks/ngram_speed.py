@@ -23,11 +23,11 @@ from nnlm.ngram.kneser_ney import FALLBACK_DISCOUNTS, KneserNeyModel
 def plain_kn_test_perplexity(train: list[int], stream: list[int], start: int, stop: int,
                              order: int, vocab_size: int, pad: int) -> float:
     """Estimate interpolated modified KN with dicts, then score stream[start:stop] token by token."""
-    raw = Counter(zip(*[train[i:] for i in range(order)]))
+    raw = Counter(zip(*[train[i:] for i in range(order)], strict=False))
     adjusted: dict[int, dict[tuple, int]] = {order: dict(raw)}
     for k in range(order - 1, 0, -1):
         cont = Counter(g[1:] for g in adjusted[k + 1])  # distinct left neighbours
-        grams = set(zip(*[train[i:] for i in range(k)]))
+        grams = set(zip(*[train[i:] for i in range(k)], strict=False))
         opening = tuple(train[:k])
         adjusted[k] = {g: cont[g] + (g == opening) for g in grams}
     discounts, total, left = {}, {}, {}

@@ -124,7 +124,8 @@ def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, resu
     stats = torch.tensor([steps * batch / elapsed, comm, cpu], dtype=torch.float64)
     dist.all_reduce(stats)  # rates and fractions: average the ranks' views; CPU seconds: total
     if rank == 0:
-        Path(result_file).write_text(json.dumps({"tokens_per_s": float(stats[0]) / world, "comm": float(stats[1]) / world,
+        Path(result_file).write_text(json.dumps({"tokens_per_s": float(stats[0]) / world,
+                                                 "comm": float(stats[1]) / world,
                                                  "tokens_per_cpu_s": steps * batch / float(stats[2])}))
 
 
@@ -150,13 +151,14 @@ def hogwild_benchmark(preset_name: str, batch: int, seconds: float, workers: int
     data = batches(cfg, batch, seed=0)
     ctx = mp.get_context(dd.START_METHOD)
     start, counts = ctx.Barrier(workers), ctx.Array("d", 2 * workers)
-    procs = [ctx.Process(target=hogwild_worker, args=(net, data, batch, seconds, start, counts, i)) for i in range(workers)]
+    procs = [ctx.Process(target=hogwild_worker, args=(net, data, batch, seconds, start, counts, i))
+             for i in range(workers)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
     rates, per_cpu = counts[0::2], counts[1::2]
-    return float(sum(rates)), float(sum(rates)) / sum(r / c for r, c in zip(rates, per_cpu))
+    return float(sum(rates)), float(sum(rates)) / sum(r / c for r, c in zip(rates, per_cpu, strict=True))
 
 
 def main() -> None:
@@ -182,10 +184,12 @@ def main() -> None:
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     result = Path(tmp) / "result.json"
-                    dd.launch_local(rank_benchmark, world, args=(mode, args.preset, args.batch_size, args.seconds, str(result)))
+                    dd.launch_local(rank_benchmark, world,
+                                    args=(mode, args.preset, args.batch_size, args.seconds, str(result)))
                     measured = json.loads(result.read_text())
                 tps, comm, per_cpu = measured["tokens_per_s"], measured["comm"], measured["tokens_per_cpu_s"]
-            print(f"  {mode:<16}{world:>6}{tps:10,.0f}{tps / ref:10.2f}x{per_cpu:13,.0f}{per_cpu / ref_cpu:10.2f}x  {comm:6.1%}"
+            print(f"  {mode:<16}{world:>6}{tps:10,.0f}{tps / ref:10.2f}x"
+                  f"{per_cpu:13,.0f}{per_cpu / ref_cpu:10.2f}x  {comm:6.1%}"
                   + (f" (1/{1 / comm:.0f})" if comm > 0.005 else ""))
 
 

@@ -1,6 +1,7 @@
 """Sampled output layers vs the full softmax: training speed and the perplexity they cost.
 
-Default: times `--batches` training steps (in `--rounds` interleaved rounds, median) (loss, backward, optimizer step -- the trainer's own
+Default: times `--batches` training steps (in `--rounds` interleaved rounds, median) (loss, backward,
+optimizer step -- the trainer's own
 functions) of the full softmax and of each sampled loss at the same shape and batch, and prints
 the projected epoch time and the speed-up. `--train-epochs N` also trains each loss for N epochs
 through `nnlm.neural.train.train` (early stopping on) and prints epoch times and best validation
@@ -109,8 +110,8 @@ def main() -> None:
     print(f"{args.preset} on {corpus.name} (|V| = {len(corpus.vocab):,}), batch {args.batch_size}, "
           f"K = {args.samples}, {args.threads} thread(s), bf16 (full softmax) {base['bf16']}")
     if args.batches > 0:
-        steppers = {"full": Stepper(corpus, base)} | {name: Stepper(corpus, base | {"loss": name, "samples": args.samples})
-                                                     for name in losses}
+        steppers = {"full": Stepper(corpus, base)} | {
+            name: Stepper(corpus, base | {"loss": name, "samples": args.samples}) for name in losses}
         times: dict[str, list[float]] = {name: [] for name in steppers}
         for stepper in steppers.values():
             stepper.seconds_per_step(10)  # warm-up

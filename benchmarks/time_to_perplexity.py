@@ -199,7 +199,8 @@ def report(results: dict[str, dict], target: float, threads: int, png: Path) -> 
                   f"reference (in CPU time: {ref['reached_cpu_seconds'] / mine['reached_cpu_seconds']:.1f}x)")
         else:
             print(f"{name} reaches it more than {ref['train_seconds'] / mine['reached_seconds']:.1f}x sooner than "
-                  f"the plain reference (in CPU time: more than {ref['cpu_seconds'] / mine['reached_cpu_seconds']:.1f}x;"
+                  "the plain reference (in CPU time: more than "
+                  f"{ref['cpu_seconds'] / mine['reached_cpu_seconds']:.1f}x;"
                   " the reference did not reach it within its cap, so these are lower bounds)")
     plot(results, target, threads, png)
     print(f"curve: {png}")
@@ -239,7 +240,8 @@ def main() -> None:
     if target is None:
         start = time.perf_counter()
         target = perplexity(build_ngram("kn", corpus, 5), corpus, "valid")
-        print(f"target: KN5 validation perplexity {target:.2f} (built and scored in {time.perf_counter() - start:.1f} s)")
+        print(f"target: KN5 validation perplexity {target:.2f} "
+              f"(built and scored in {time.perf_counter() - start:.1f} s)")
     cfg = preset(args.preset, len(corpus.vocab))
     contenders: list[Contender] = []
     if args.contender in ("both", "nnlm"):
@@ -259,7 +261,8 @@ def main() -> None:
             c.train_tokens(args.eval_tokens)
             ppl = c.evaluate()
             print(f"  {c.name:<36} {c.tokens / len(corpus.train):5.2f} epochs  {c.train_seconds / 60:5.2f} min "
-                  f"(CPU {c.cpu_seconds / 60:5.2f})  valid ppl {ppl:8.2f}  ({c.tokens / c.train_seconds:,.0f} tokens/s; "
+                  f"(CPU {c.cpu_seconds / 60:5.2f})  valid ppl {ppl:8.2f}  "
+                  f"({c.tokens / c.train_seconds:,.0f} tokens/s; "
                   f"load {os.getloadavg()[0]:.1f})", flush=True)
             if ppl <= target:
                 reached[c.name] = (c.train_seconds, c.cpu_seconds)
@@ -269,7 +272,8 @@ def main() -> None:
                 active.remove(c)
     results = {c.name: summary(c, *(reached[c.name] or (None, None))) for c in contenders}
     if args.json:
-        args.json.write_text(json.dumps({"target": target, "threads": args.threads, "results": results}, indent=1) + "\n")
+        summary = {"target": target, "threads": args.threads, "results": results}
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
     report(results, target, args.threads, args.png)
 
 

@@ -189,7 +189,8 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path):
     base = ("ngram", "--corpus", str(toy_dir), "--no-cache", "--json")
-    built = run(*base, "--kind", "kn", "--order", "3", "--arpa", str(tmp_path / "m.arpa"), "--save", str(tmp_path / "m"))
+    built = run(*base, "--kind", "kn", "--order", "3", "--arpa", str(tmp_path / "m.arpa"),
+                "--save", str(tmp_path / "m"))
     assert built.returncode == 0, built.stderr
     from_arpa = run(*base, "--load-arpa", str(tmp_path / "m.arpa"))
     from_dir = run(*base, "--load", str(tmp_path / "m"))

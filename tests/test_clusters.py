@@ -10,13 +10,13 @@ def class_bigram_log_likelihood(train: np.ndarray, classes: np.ndarray) -> float
     """Mean log P(w_t | w_{t-1}) of the relative-frequency class bigram model, straight from its definition."""
     g, h = classes[train[:-1]], classes[train[1:]]
     pair = {}
-    for key in zip(g.tolist(), h.tolist()):
+    for key in zip(g.tolist(), h.tolist(), strict=True):
         pair[key] = pair.get(key, 0) + 1
     left = np.bincount(g)
     right_class = np.bincount(h)
     word = np.bincount(train[1:])
     total = 0.0
-    for a, b, w in zip(g.tolist(), h.tolist(), train[1:].tolist()):
+    for a, b, w in zip(g.tolist(), h.tolist(), train[1:].tolist(), strict=True):
         total += np.log(pair[(a, b)] / left[a]) + np.log(word[w] / right_class[b])
     return total / (len(train) - 1)
 
@@ -35,7 +35,7 @@ def planted_corpus(rng: np.random.Generator, tokens: int) -> tuple[np.ndarray, n
 def test_reported_likelihood_is_the_real_one_and_never_decreases(random_corpus):
     train = random_corpus.train.astype(np.int64)
     wc = exchange_clusters(train, len(random_corpus.vocab), 8, progress=False)
-    assert all(b >= a - 1e-12 for a, b in zip(wc.log_likelihood, wc.log_likelihood[1:]))
+    assert all(b >= a - 1e-12 for a, b in zip(wc.log_likelihood, wc.log_likelihood[1:], strict=False))
     assert wc.log_likelihood[-1] > wc.log_likelihood[0]
     assert wc.log_likelihood[-1] == pytest.approx(class_bigram_log_likelihood(train, wc.classes), rel=1e-9)
 
@@ -45,7 +45,7 @@ def test_recovers_planted_classes():
     wc = exchange_clusters(words, 20, 4, progress=False)
     found = wc.classes
     # the same partition, up to the names of the classes
-    assert len({(a, b) for a, b in zip(found.tolist(), truth.tolist())}) == 4
+    assert len({(a, b) for a, b in zip(found.tolist(), truth.tolist(), strict=True)}) == 4
     assert len(set(found.tolist())) == 4
 
 
@@ -116,6 +116,6 @@ def test_a_deadline_cuts_the_passes_and_resuming_finishes_them(random_corpus, tm
     assert not cut.complete and cut.passes == 1 and cut.moved[0] > 0
     resumed = exchange_clusters(train, v, 8, progress=False, resume_from=cut)
     assert resumed.complete and resumed.passes > 1
-    assert all(b >= a - 1e-12 for a, b in zip(resumed.log_likelihood, resumed.log_likelihood[1:]))
+    assert all(b >= a - 1e-12 for a, b in zip(resumed.log_likelihood, resumed.log_likelihood[1:], strict=False))
     assert resumed.log_likelihood[-1] == pytest.approx(class_bigram_log_likelihood(train, resumed.classes), rel=1e-9)
     assert clusters.load_word_classes(tmp_path / "missing.npz") is None

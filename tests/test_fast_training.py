@@ -37,7 +37,7 @@ def test_fused_loss_in_float64_is_exactly_cross_entropy_and_its_gradients(h, dir
     got = torch.autograd.grad(2.5 * fused, params)
     assert fused.dtype == torch.float64
     torch.testing.assert_close(fused, plain, rtol=1e-13, atol=1e-13)
-    for (name, _), g, e in zip(net.named_parameters(), got, expected):
+    for (name, _), g, e in zip(net.named_parameters(), got, expected, strict=True):
         assert g.dtype == torch.float64 and g.shape == e.shape, name
         torch.testing.assert_close(g, e, rtol=1e-11, atol=1e-13, msg=name)
 
@@ -54,7 +54,7 @@ def test_fused_loss_in_bf16_stays_within_bf16_rounding_with_fp32_gradients():
     got = torch.autograd.grad(fused, params)
     assert fused.dtype == torch.float32
     assert abs(fused.item() - plain.item()) < 0.02 * plain.item()
-    for (name, p), g, e in zip(net.named_parameters(), got, expected):
+    for (name, p), g, e in zip(net.named_parameters(), got, expected, strict=True):
         assert g.dtype == torch.float32 and g.shape == p.shape, name  # fp32 gradients for the fp32 weights
         assert (g - e).norm() <= 0.05 * e.norm(), name
 
@@ -67,7 +67,7 @@ def test_output_operands_give_the_forward_logits_with_the_same_dropout():
     logits = net(ctx)
     torch.manual_seed(3)
     zs, ws = net.output_operands(ctx)
-    rebuilt = net.b + sum(z @ w.t() for z, w in zip(zs, ws))
+    rebuilt = net.b + sum(z @ w.t() for z, w in zip(zs, ws, strict=True))
     torch.testing.assert_close(rebuilt, logits, rtol=1e-12, atol=1e-12)
 
 
@@ -128,7 +128,7 @@ def test_adam_state_round_trips_through_named_tensors_and_continues_identically(
     opt_c.load_state_tensors(saved)
     assert opt_c.t == 2
     run(grads[2:], opt_c, net_c)
-    for (name, a), c in zip(net_a.named_parameters(), net_c.parameters()):
+    for (name, a), c in zip(net_a.named_parameters(), net_c.parameters(), strict=True):
         torch.testing.assert_close(c, a, rtol=0, atol=0, msg=name)
 
 
@@ -160,7 +160,7 @@ def test_epoch_batches_visit_every_position_once_with_its_context():
     positions = targets - 3  # ids are their position + 3
     np.testing.assert_array_equal(ctx, lm_contexts(ids.astype(np.int64), positions, k, pad))
     later = list(tr.epoch_batches(padded, k, batch=8, seed=0, epoch=3, first=3))
-    assert all(torch.equal(a[1], b[1]) for a, b in zip(batches[3:], later))
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(batches[3:], later, strict=True))
 
 
 @pytest.mark.parametrize("load,threads,cores,warn", [(0.1, 2, 2, False), (1.2, 2, 2, True), (1.2, 1, 2, False),

@@ -65,7 +65,7 @@ def test_em_never_decreases_and_weights_stay_distributions(random_corpus):
     model = InterpolatedTrigram.fit_corpus(random_corpus, iterations=8)
     history = model.em_history
     assert len(history) == 9
-    assert all(b >= a - 1e-12 for a, b in zip(history, history[1:]))
+    assert all(b >= a - 1e-12 for a, b in zip(history, history[1:], strict=False))
     assert history[-1] > history[0]
     np.testing.assert_allclose(model.weights.sum(axis=1), 1.0)
     assert (model.weights[model.no_bigram_bucket, 2:] == 0).all()
@@ -91,7 +91,7 @@ def test_order_must_be_three(random_corpus):
 @pytest.mark.brown
 def test_brown_close_to_the_paper(brown):
     model = build_ngram("interpolated", brown)
-    assert all(b >= a for a, b in zip(model.em_history, model.em_history[1:]))
+    assert all(b >= a for a, b in zip(model.em_history, model.em_history[1:], strict=False))
     # paper: train 31, valid 352, test 336 (its tokenization differs slightly from NLTK's)
     assert 25 < perplexity(model, brown, "train") < 40
     assert 320 < perplexity(model, brown, "valid") < 390
@@ -106,4 +106,4 @@ def test_cli_prints_the_em_trace(toy_dir):
                            "--kind", "interpolated", "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     trace = json.loads(proc.stdout)["details"]["em_valid_log_likelihood"]
-    assert len(trace) == 6 and all(b >= a - 1e-12 for a, b in zip(trace, trace[1:]))
+    assert len(trace) == 6 and all(b >= a - 1e-12 for a, b in zip(trace, trace[1:], strict=False))

@@ -56,7 +56,7 @@ def hand_backward(net: NPLM, ctx: torch.Tensor, target: torch.Tensor) -> dict[st
     H, d, U = (net.H.detach(), net.d.detach(), net.U.detach()) if net.H is not None else (None, None, None)
     grads = {name: torch.zeros_like(p) for name, p in net.named_parameters()}
     m = C.shape[1]
-    for row, wt in zip(ctx.tolist(), target.tolist()):
+    for row, wt in zip(ctx.tolist(), target.tolist(), strict=True):
         x = torch.cat([C[w] for w in row])
         y = b.clone()
         if W is not None:

@@ -89,7 +89,7 @@ def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, reci
             try:
                 state = json.loads(state_file.read_text())
             except ValueError:  # never happens with atomic writes; fail loudly below if it does
-                raise AssertionError("state.json was read half-written")
+                raise AssertionError("state.json was read half-written") from None
             if state["step"] > 0:  # a checkpoint exists: kill -9 from here on, wherever it is
                 break
         time.sleep(0.005)

@@ -29,7 +29,7 @@ TIMEOUT = 60.0
 def test_vocab_slices_cover_the_vocabulary_evenly(v, world):
     slices = vocab_slices(v, world)
     assert slices[0][0] == 0 and slices[-1][1] == v
-    assert all(a[1] == b[0] for a, b in zip(slices, slices[1:]))
+    assert all(a[1] == b[0] for a, b in zip(slices, slices[1:], strict=False))
     sizes = [hi - lo for lo, hi in slices]
     assert max(sizes) - min(sizes) <= 1
 
@@ -90,7 +90,8 @@ def test_ddp_trains_exactly_like_one_process(world, random_corpus, tmp_path):
     uneven last batch); the weights after 2 epochs agree to float tolerance."""
     corpus_dir = tmp_path / "rand"
     options = {"recipe": "paper", "lr": 0.05, "epochs": 2}
-    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False, log=lambda s: None)
+    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
+                      log=lambda s: None)
     parallel = _train(tmp_path / "ddp", corpus_dir, "ddp", workers=world, **options)
     _assert_same_weights(tmp_path / "one", tmp_path / "ddp")
     assert parallel["step"] == single["step"] and parallel["epoch"] == 2
@@ -111,7 +112,8 @@ def test_vocab_parallel_trains_like_one_process_and_resumes_resharded(random_cor
              log=lambda s: None)
     state = _train(tmp_path / "vp", corpus_dir, "vocab", **options, epochs=1)
     _assert_same_weights(tmp_path / "one", tmp_path / "vp")
-    assert perplexity(load(tmp_path / "vp"), random_corpus, "valid") == pytest.approx(state["best"]["valid_ppl"], rel=1e-9)
+    assert perplexity(load(tmp_path / "vp"), random_corpus, "valid") == pytest.approx(state["best"]["valid_ppl"],
+                                                                                      rel=1e-9)
 
     tr.train(tmp_path / "one", {"epochs": 2}, resume=True, progress=False, log=lambda s: None)
     state = _train(tmp_path / "vp", corpus_dir, "ddp", workers=1, resume=True, epochs=2)
@@ -135,7 +137,8 @@ def test_hogwild_trains_close_to_one_process(recipe, random_corpus, tmp_path):
     steps sane (shared ones made the loss explode within 10 steps)."""
     corpus_dir = tmp_path / "rand"
     options = recipe | {"epochs": 3}
-    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False, log=lambda s: None)
+    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
+                      log=lambda s: None)
     hog = _train(tmp_path / "hog", corpus_dir, "hogwild", **options)
     assert hog["epoch"] == 3 and hog["examples"] == single["examples"]
     uniform = len(random_corpus.vocab)

@@ -116,7 +116,8 @@ def test_loss_and_gradient_match_the_definition_and_finite_differences(kind, hid
                 flat[i] = keep - 1e-6
                 down = float(value())
                 flat[i] = keep
-                assert math.isclose((up - down) / 2e-6, float(grads[name].view(-1)[i]), rel_tol=1e-4, abs_tol=1e-7), name
+                numeric = (up - down) / 2e-6
+                assert math.isclose(numeric, float(grads[name].view(-1)[i]), rel_tol=1e-4, abs_tol=1e-7), name
 
 
 def test_only_the_sampled_target_and_context_rows_are_touched():
@@ -173,7 +174,7 @@ def test_row_adam_is_adam_on_the_rows_it_touches_and_leaves_the_others():
         ref.zero_grad(set_to_none=True)
         F.cross_entropy(ref(ctx), tgt).backward()
         adam.step(0, 8)
-    for (name, a), (_, b) in zip(net.named_parameters(), ref.named_parameters()):
+    for (name, a), (_, b) in zip(net.named_parameters(), ref.named_parameters(), strict=True):
         if name == "C":  # only the context words' features moved (dense Adam also decays the others)
             torch.testing.assert_close(a[used], b[used], rtol=1e-9, atol=1e-12)
             unused = torch.tensor([i for i in range(13) if i not in used.tolist()], dtype=torch.int64)
@@ -195,7 +196,8 @@ def test_the_default_recipe_follows_the_loss(loss, asked, recipe, random_corpus,
 
 
 @pytest.mark.parametrize("kind", ["sampled", "nce"])
-def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, random_corpus, rand_dir, tmp_path, capsys):
+def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, random_corpus, rand_dir, tmp_path,
+                                                                       capsys):
     out = tmp_path / kind
     state = run_train(out, rand_dir, epochs=4, loss=kind)
     lm = load_neural(out)

@@ -181,7 +181,8 @@ def test_embeddings_in_word2vec_text_format(neural_run, tmp_path, cli):
     assert header == f"{len(model.vocab)} {model.config.features}"
     table = {r.split(" ")[0]: np.array(r.split(" ")[1:], dtype=float) for r in rows}
     assert list(table) == list(model.vocab.tokens)
-    np.testing.assert_allclose(np.stack(list(table.values())), model.net.C.detach().double().numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(np.stack(list(table.values())), model.net.C.detach().double().numpy(),
+                               rtol=1e-6, atol=1e-9)
     with pytest.raises(NnlmError, match="whitespace"):
         word2vec_text(Vocabulary(("<unk>", "a b")), np.zeros((2, 3)))
 

@@ -170,7 +170,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     for s in scores:
         if args.per_word:
             words = lines[s.line_number - 1].split() + ["<p>"]
-            print("\t".join(f"{w}={p:.4f}" for w, p in zip(words, s.word_log10)))
+            print("\t".join(f"{w}={p:.4f}" for w, p in zip(words, s.word_log10, strict=True)))
         print(f"line {s.line_number}\tlog10 {s.log10_prob:.4f}\ttokens {s.tokens}\tOOV {s.oov}\tppl {s.perplexity:.2f}")
     print(f"Total\tlog10 {total_lp:.4f}\ttokens {total_tokens}\tOOV {total_oov}\tppl {total_ppl:.2f}"
           + (f"\tskipped {len(bad)}" if bad else ""))
@@ -215,7 +215,7 @@ def _score_split(args: argparse.Namespace, model) -> int:
         print(json.dumps(total | ({"word_log10": word_log10.tolist()} if args.per_word else {})))
         return 0
     if args.per_word:
-        print("\n".join(f"{w}\t{p:.4f}" for w, p in zip(corpus.vocab.decode(ids), word_log10)))
+        print("\n".join(f"{w}\t{p:.4f}" for w, p in zip(corpus.vocab.decode(ids), word_log10, strict=True)))
     print(f"Total {corpus.name} {args.split}\tlog10 {total['log10_prob']:.4f}\ttokens {total['tokens']}"
           f"\tOOV {total['oov']}\tppl {total['perplexity']:.2f}")
     return 0
@@ -458,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--arpa", metavar="FILE", help="also write the model as an ARPA file (back-off models: kn)")
     p.add_argument("--load", metavar="DIR", help="evaluate a model saved with --save instead of building one")
-    p.add_argument("--load-arpa", metavar="FILE", help="evaluate an ARPA file on the corpus (its words must be the corpus vocabulary)")
+    p.add_argument("--load-arpa", metavar="FILE",
+                   help="evaluate an ARPA file on the corpus (its words must be the corpus vocabulary)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_ngram)
 

@@ -15,7 +15,8 @@ def load(path: str | Path) -> LanguageModel:
     for accepts, loader in LOADERS:
         if accepts(path):
             return loader(path)
-    raise NnlmError(f"{path} is not a model nnlm can load (a saved n-gram directory, an ARPA file or a neural run directory)")
+    raise NnlmError(f"{path} is not a model nnlm can load "
+                    "(a saved n-gram directory, an ARPA file or a neural run directory)")
 
 
 def _is_ngram_dir(path: Path) -> bool:

@@ -473,7 +473,8 @@ def budget_lines(rows: dict[str, dict[str, Any]], nets: list[str], budget_minute
         lines.append(f"**Skipped for lack of budget**: {skipped}.")
     unscored = ", ".join(row.label for row, res in table_rows(rows, nets) if res and res.get("train_pending"))
     if unscored:
-        lines.append(f"**Train perplexity not scored for lack of budget** (the train split is scored last): {unscored}.")
+        lines.append("**Train perplexity not scored for lack of budget** (the train split is scored last): "
+                     f"{unscored}.")
     if shortened or skipped or unscored:
         lines.append("The note column says why. The same command with a larger `--budget-minutes` (or `--full`) "
                      "continues them: finished rows are kept, cut clusterings and training runs resume.")

@@ -114,7 +114,8 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], Vocabulary, ModelConfig]:
         raise NnlmError(f"{run_dir}: vocab.json does not match run.json (another vocabulary)")
     config = ModelConfig.from_dict(run.get("model") or {})
     if config.vocab_size != len(vocab):
-        raise NnlmError(f"{run_dir}: the model config has {config.vocab_size} outputs, the vocabulary {len(vocab)} words")
+        raise NnlmError(f"{run_dir}: the model config has {config.vocab_size} outputs, "
+                        f"the vocabulary {len(vocab)} words")
     return run, vocab, config
 
 

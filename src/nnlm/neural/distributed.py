@@ -78,11 +78,11 @@ def _entry(index: int, world: int, address: str, fn: Callable, args: tuple, erro
         fn(*args)
     except NnlmError as exc:
         errors.put((index, str(exc)))
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     except Exception as exc:  # a collective that failed because a peer died, or a bug: one line + the trace
         errors.put((index, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"))
         traceback.print_exc()
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     finally:
         leave_group()
 
@@ -106,7 +106,8 @@ def launch_local(fn: Callable, world: int, args: tuple = (), timeout: float = DE
         nnlm_errors = [msg for _, msg in sorted(reported) if not msg.startswith(("RuntimeError", "DistBackendError"))]
         if nnlm_errors:
             raise NnlmError(nnlm_errors[0]) from None
-        how = f"exit code {exc.exit_code}" if exc.exit_code is not None and exc.exit_code >= 0 else f"signal {exc.signal_name}"
+        exited = exc.exit_code is not None and exc.exit_code >= 0
+        how = f"exit code {exc.exit_code}" if exited else f"signal {exc.signal_name}"
         raise NnlmError(f"process {exc.error_index} of {world} stopped ({how})"
                         + (f": {reported[0][1]}" if reported else "") + "; the others were stopped") from None
     except mp.ProcessRaisedException as exc:  # not expected (_entry catches everything), kept one line
@@ -121,10 +122,12 @@ def broadcast_object(value: Any, src: int = 0) -> Any:
 
 def broadcast_tensors(tensors: dict[str, torch.Tensor] | None, device: torch.device) -> dict[str, torch.Tensor]:
     """Rank 0's named tensors on every rank (names, shapes, dtypes first, then the data)."""
-    layout = broadcast_object({k: (tuple(t.shape), t.dtype) for k, t in tensors.items()} if tensors is not None else None)
+    layout = broadcast_object(
+        {k: (tuple(t.shape), t.dtype) for k, t in tensors.items()} if tensors is not None else None)
     out = {}
     for name, (shape, dtype) in layout.items():
-        t = tensors[name].to(device).contiguous() if tensors is not None else torch.empty(shape, dtype=dtype, device=device)
+        t = (tensors[name].to(device).contiguous() if tensors is not None
+             else torch.empty(shape, dtype=dtype, device=device))
         dist.broadcast(t, src=0)
         out[name] = t
     return out

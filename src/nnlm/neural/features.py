@@ -97,7 +97,7 @@ def draw_map(path: Path | str, words: list[str], coords: np.ndarray, title: str)
     size = min(24.0, 6.0 + len(words) / 25)
     fig, ax = plt.subplots(figsize=(size, size))
     ax.scatter(coords[:, 0], coords[:, 1], s=6, color="tab:blue", alpha=0.6)
-    for word, (x, y) in zip(words, coords):
+    for word, (x, y) in zip(words, coords, strict=True):
         ax.annotate(word, (x, y), fontsize=8, xytext=(2, 2), textcoords="offset points")
     ax.set_xlabel("principal axis 1")
     ax.set_ylabel("principal axis 2")
@@ -114,7 +114,8 @@ def word2vec_text(vocab: Vocabulary, features: np.ndarray) -> str:
     bad = [t for t in vocab.tokens if not t or any(c.isspace() for c in t)]
     if bad:
         raise NnlmError(f"the word2vec text format cannot hold tokens with whitespace, e.g. {bad[0]!r}")
-    rows = (" ".join([tok, *(f"{v:.7g}" for v in vec)]) for tok, vec in zip(vocab.tokens, features.tolist()))
+    rows = (" ".join([tok, *(f"{v:.7g}" for v in vec)])
+            for tok, vec in zip(vocab.tokens, features.tolist(), strict=True))
     return f"{len(vocab)} {features.shape[1]}\n" + "\n".join(rows) + "\n"
 
 

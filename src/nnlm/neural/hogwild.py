@@ -11,8 +11,8 @@ the workers stop, the batches done are exactly a prefix of the epoch, and state.
 (epoch, batch) position means what it means for the other trainers. eps_t (paper recipe) and
 Adam's step count are read from shared counters too. The parent process runs the training loop
 of nnlm.neural.train (`run_epochs`) with a HogwildTrainer, whose epoch is handed to the workers;
-between epochs it scores validation and writes the run directory; checkpoints are written at epoch ends and when the time
-budget stops training (the update order is not reproducible, so resuming continues the run
+between epochs it scores validation and writes the run directory; checkpoints are written at epoch
+ends and when the time budget stops training (the update order is not reproducible, so resuming continues the run
 rather than replaying it).
 """
 from __future__ import annotations

@@ -282,7 +282,8 @@ class NeuralLM(LanguageModel):
             else:
                 ids[pos] = v + new_words.setdefault(tok, len(new_words))
         padded = np.concatenate([np.full(k, self.vocab.id(self.pad_token), dtype=np.int64), ids])
-        windows = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(padded, k)[: len(ids)])  # row t: context of t
+        # row t: the context of token t
+        windows = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(padded, k)[: len(ids)])
         table = torch.cat([self.net.C.detach(), self.net.C.new_zeros(len(new_words), self.config.features)])
         first = np.flatnonzero(ids >= v)
         first = first[np.unique(ids[first], return_index=True)[1]]

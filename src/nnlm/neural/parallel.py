@@ -86,7 +86,8 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if requested.get("device", "auto") == "cuda":
         raise NnlmError("--parallel ddp/vocab on GPUs: launch with torchrun (one process per GPU)")
     dd.launch_local(run_rank, workers or 2,
-                    args=(out, requested | {"device": "cpu"}, mode, resume, progress, log if log is print else None, timeout),
+                    args=(out, requested | {"device": "cpu"}, mode, resume, progress,
+                          log if log is print else None, timeout),
                     timeout=timeout)
     return ck.read_json(out / ck.STATE, "training state")
 
@@ -129,7 +130,8 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
     whole: dict[str, torch.Tensor] | None = None
     if rank == 0:
         try:
-            run, corpus = tr.prepare_run(out, {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}, resume, device)
+            defining = {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}
+            run, corpus = tr.prepare_run(out, defining, resume, device)
             recipe = tr.RECIPES[run["recipe"]]
             torch.manual_seed(run["seed"])  # the same initial weights as a single-process run
             net0 = NPLM(ModelConfig.from_dict(run["model"]))
@@ -168,7 +170,8 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
         net.to(device)
     else:
         lo, hi = vocab_slices(config.vocab_size, world)[rank]
-        net = VocabParallelNPLM.from_full(model_part, config, rank, world, recipe.dropout_x, recipe.dropout_h).to(device)
+        net = VocabParallelNPLM.from_full(model_part, config, rank, world, recipe.dropout_x,
+                                          recipe.dropout_h).to(device)
         optim_part = _sliced_view(optim_part, lo, hi)
     optimizer = tr.build_optimizer(net, recipe, tr.learning_rate(run))
     optimizer.load_state_tensors({k: v.to(device) for k, v in optim_part.items()})
@@ -203,7 +206,8 @@ class DDPTrainer(_RankTrainer):
         super().__init__(*args)
         from torch.nn.parallel import DistributedDataParallel
 
-        self.engine = DistributedDataParallel(self.net, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        self.engine = DistributedDataParallel(self.net, device_ids=device_ids)
         recipe = tr.RECIPES[self.run["recipe"]]
         self.dropout = recipe.dropout_x > 0 or recipe.dropout_h > 0
 

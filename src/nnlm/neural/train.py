@@ -115,6 +115,7 @@ SESSION_DEFAULTS: dict[str, Any] = {
     "epochs": 30, "time_budget": None, "threads": None, "device": "auto", "checkpoint_minutes": 5.0,
 }
 EXPLODED = 3.0  # a batch loss above EXPLODED * log|V| (3x a uniform guess) means training diverged
+CPU = torch.device("cpu")  # the default device of prepare_run
 
 
 class TrainingDiverged(NnlmError):
@@ -250,7 +251,7 @@ def require_full_softmax(requested: dict[str, Any], trainer: str) -> None:
 
 
 def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
-                device: torch.device = torch.device("cpu")) -> tuple[dict[str, Any], Corpus]:
+                device: torch.device = CPU) -> tuple[dict[str, Any], Corpus]:
     """The run's defining options (new, or the saved ones checked against what was asked)."""
     if "corpus" in requested:
         requested = requested | {"corpus": _corpus_key(requested["corpus"])}
@@ -537,7 +538,8 @@ class Trainer:
             if bar is not None:
                 bar.update(len(rows))
                 if state["batch"] % 20 == 0:
-                    left = "" if clock.budget is None else f", budget left {max(clock.budget - clock.elapsed(), 0) / 60:.1f} min"
+                    left = ("" if clock.budget is None
+                            else f", budget left {max(clock.budget - clock.elapsed(), 0) / 60:.1f} min")
                     bar.set_postfix_str(f"train ppl {math.exp(state['loss_sum'] / state['loss_count']):.1f}{left}")
             if out_of_time:
                 return True

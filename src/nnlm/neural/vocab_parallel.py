@@ -51,7 +51,7 @@ def vocab_slices(vocab_size: int, world: int) -> list[tuple[int, int]]:
     bounds = [0]
     for r in range(world):
         bounds.append(bounds[-1] + base + (1 if r < extra else 0))
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 class _SharedInput(torch.autograd.Function):
@@ -131,7 +131,7 @@ def gather_rows(local: torch.Tensor, vocab_size: int, world: int) -> torch.Tenso
     padded[: len(local)] = local
     parts = [torch.empty_like(padded) for _ in range(world)]
     dist.all_gather(parts, padded.contiguous())
-    return torch.cat([part[: hi - lo] for part, (lo, hi) in zip(parts, slices)])
+    return torch.cat([part[: hi - lo] for part, (lo, hi) in zip(parts, slices, strict=True)])
 
 
 def full_tensors(net: VocabParallelNPLM, extra: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:

@@ -50,11 +50,12 @@ def write_arpa(model: BackoffModel, path: Path | str) -> None:
             probs = tables.log10_prob[k - 1]
             if k < tables.order:
                 backoffs = tables.log10_backoff[k - 1]
-                out.writelines(f"{p:.10g}\t{w}\t{b:.10g}\n" for p, w, b in zip(probs.tolist(), text, backoffs.tolist()))
+                out.writelines(f"{p:.10g}\t{w}\t{b:.10g}\n"
+                               for p, w, b in zip(probs.tolist(), text, backoffs.tolist(), strict=True))
                 if k == 1:
                     out.writelines(f"{NEVER:g}\t{m}\t0\n" for m in markers)
             else:
-                out.writelines(f"{p:.10g}\t{w}\n" for p, w in zip(probs.tolist(), text))
+                out.writelines(f"{p:.10g}\t{w}\n" for p, w in zip(probs.tolist(), text, strict=True))
                 if k == 1:
                     out.writelines(f"{NEVER:g}\t{m}\n" for m in markers)
         out.write("\n\\end\\\n")
@@ -186,7 +187,7 @@ def _vocabulary(path: Path, unigrams: _Section, vocab: Vocabulary | None) -> Voc
     """The vocabulary the model is over: the corpus's, or the file's own unigrams (markers dropped)."""
     if vocab is not None:
         return vocab
-    kept = [w for w, p in zip(unigrams.words, unigrams.log10_prob) if not (w in MARKERS and p <= NEVER)]
+    kept = [w for w, p in zip(unigrams.words, unigrams.log10_prob, strict=True) if not (w in MARKERS and p <= NEVER)]
     try:
         return Vocabulary(tuple(dict.fromkeys(kept)))
     except NnlmError as exc:

@@ -165,30 +165,30 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
             bar.update(1)
             if size[a] == 1:  # keep every class non-empty
                 continue
-            r, l = counts.neighbours(w, classes, k)
+            r, lc = counts.neighbours(w, classes, k)
             s = counts.self_count[w]
             lw, rw = counts.left_total[w], counts.right_total[w]
             # take w out of its class
             m[a, :] -= r
-            m[:, a] -= l
+            m[:, a] -= lc
             m[a, a] -= s
             left[a] -= lw
             right[a] -= rw
             # gain of putting w into each class b, all b at once
-            dr, dl = np.flatnonzero(r), np.flatnonzero(l)
+            dr, dl = np.flatnonzero(r), np.flatnonzero(lc)
             cols = m[:, dr]
             gain = (_xlogx(cols + r[dr]) - _xlogx(cols)).sum(axis=1)
             rows = m[dl, :]
-            gain += (_xlogx(rows + l[dl, None]) - _xlogx(rows)).sum(axis=0)
-            diag = np.diagonal(m)  # the (b, b) cell gets r[b] + l[b] + s, not the two parts separately
-            gain += _xlogx(diag + r + l + s) - _xlogx(diag + r) - _xlogx(diag + l) + _xlogx(diag)
+            gain += (_xlogx(rows + lc[dl, None]) - _xlogx(rows)).sum(axis=0)
+            diag = np.diagonal(m)  # the (b, b) cell gets r[b] + lc[b] + s, not the two parts separately
+            gain += _xlogx(diag + r + lc + s) - _xlogx(diag + r) - _xlogx(diag + lc) + _xlogx(diag)
             gain -= _xlogx(left + lw) - _xlogx(left) + _xlogx(right + rw) - _xlogx(right)
             b = int(np.argmax(gain))
             if gain[b] <= gain[a] + 1e-9:
                 b = a
             # and into its new class
             m[b, :] += r
-            m[:, b] += l
+            m[:, b] += lc
             m[b, b] += s
             left[b] += lw
             right[b] += rw

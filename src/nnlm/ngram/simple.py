@@ -61,7 +61,8 @@ class AddOneBigram(LanguageModel):
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         v = len(self.vocab)
         prev = np.asarray(contexts[:, -1], dtype=np.int64)
-        counts = value_at(self._pair_keys, self._pair_counts, prev * v + np.asarray(targets, dtype=np.int64)).astype(np.float64)
+        pairs = prev * v + np.asarray(targets, dtype=np.int64)
+        counts = value_at(self._pair_keys, self._pair_counts, pairs).astype(np.float64)
         return np.log(counts + 1.0) - np.log(self._context_counts[prev] + v)
 
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
