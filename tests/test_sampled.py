@@ -309,3 +309,13 @@ def test_bad_values_are_one_line_and_exit_2(rand_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["score", str(ngram), "--split", "valid", "--unnormalized"]) == 2
     assert "neural models only" in capsys.readouterr().err
+
+
+def test_the_running_figure_of_a_sampled_run_is_not_called_a_perplexity(rand_dir, tmp_path):
+    logs: dict[str, list[str]] = {"full": [], "sampled": []}
+    for loss, lines in logs.items():
+        options = {"corpus": str(rand_dir)} | TINY | (SAMPLED if loss == "sampled" else {}) | {"epochs": 1}
+        tr.train(tmp_path / loss, options, resume=False, progress=False, log=lines.append)
+    epoch_line = {loss: next(line for line in lines if line.startswith("epoch 1:")) for loss, lines in logs.items()}
+    assert "train ppl" in epoch_line["full"] and "exp(objective)" not in epoch_line["full"]
+    assert "train exp(objective)" in epoch_line["sampled"] and "train ppl" not in epoch_line["sampled"]

@@ -29,7 +29,7 @@ unigram^0.75 proposal, only their rows (and the targets' and contexts') touched,
 row-wise Adam (Adam recipes only). Both also train the model to self-normalize (log Z near 0),
 so it can score without the softmax sum (`nnlm score --unnormalized`). See `nnlm.neural.sampled`.
 Validation and `nnlm eval` always use the exact softmax (normalized over all of V). With a sampled loss, the running
-"train ppl" is exp of the training objective, not a perplexity.
+figure is exp of the training objective, not a perplexity, and is labelled "train exp(objective)".
 Early stopping: after `patience` epochs without a better validation perplexity training stops;
 the best weights are in model.safetensors all along.
 
@@ -447,6 +447,12 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
     return state
 
 
+def running_label(run: dict[str, Any]) -> str:
+    """What the running training figure is called: a perplexity for the full softmax, only exp of
+    the objective for a sampled or NCE loss (which does not normalize over V)."""
+    return "train ppl" if run.get("loss", "full") == "full" else "train exp(objective)"
+
+
 def end_epoch(out: Path, net: nn.Module, corpus: Corpus, run: dict[str, Any], state: dict[str, Any], n_batches: int,
               lr: float, elapsed: Callable[[], float], log: Callable[[str], None]) -> tuple[bool, str | None]:
     """Score validation, keep the best weights, update the history and the early-stopping count.
@@ -466,7 +472,7 @@ def end_epoch(out: Path, net: nn.Module, corpus: Corpus, run: dict[str, Any], st
     if improved:
         state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
         ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
-    log(f"epoch {label}: train ppl {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
+    log(f"epoch {label}: {running_label(run)} {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
         f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
     if partial:  # the weights at the budget's end are scored too; the position is kept for --resume
         return True, None
@@ -540,7 +546,8 @@ class Trainer:
                 if state["batch"] % 20 == 0:
                     left = ("" if clock.budget is None
                             else f", budget left {max(clock.budget - clock.elapsed(), 0) / 60:.1f} min")
-                    bar.set_postfix_str(f"train ppl {math.exp(state['loss_sum'] / state['loss_count']):.1f}{left}")
+                    running = math.exp(state["loss_sum"] / state["loss_count"])
+                    bar.set_postfix_str(f"{running_label(self.run)} {running:.1f}{left}")
             if out_of_time:
                 return True
             if save_due:
