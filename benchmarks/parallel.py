@@ -2,7 +2,11 @@
 speed-up over one plain process (measured in the same run), and the fraction of each step spent
 communicating (the paper reports about 1/15 for its parameter-parallel cluster runs).
 
-    PYTHONPATH=src python benchmarks/parallel.py --preset mlp1 --batch-size 256 --seconds 10
+    PYTHONPATH=src python benchmarks/parallel.py --preset mlp1 --batch-size 256 --seconds 10 [--bf16]
+
+--bf16 runs every contender with the step `nnlm train` takes on bf16 hardware: the fused bf16
+output layer (`softmax_loss`) in the plain and hogwild processes and inside DDP's forward, its
+vocabulary-parallel version for vocab. Without it every step is fp32.
 
 Every process uses one thread, on synthetic batches at Brown's |V| (the model's shape, not the
 data, sets the cost). Communication fraction:
@@ -32,6 +36,7 @@ import torch.multiprocessing as mp
 from nnlm.neural import distributed as dd
 from nnlm.neural.model import NPLM
 from nnlm.neural.optim import PaperSGD
+from nnlm.neural.parallel import ShardLoss
 from nnlm.neural.presets import preset
 from nnlm.neural.train import batch_loss
 from nnlm.neural.vocab_parallel import CommTimer, VocabParallelNPLM
@@ -72,19 +77,19 @@ def timed_all_reduce_hook(world: int):
     return hook
 
 
-def plain_step_fn(net: NPLM, data, batch: int):
+def plain_step_fn(net: NPLM, data, batch: int, bf16: bool):
     opt = PaperSGD(net, 1e-4, 0.0, 0.0)
 
     def step(i: int) -> None:
         ctx, tgt = data[i % len(data)]
-        loss = batch_loss(net, ctx, tgt, False)
+        loss = batch_loss(net, ctx, tgt, bf16)
         net.zero_grad(set_to_none=True)
         loss.backward()
         opt.step(0, batch)
     return step
 
 
-def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, result_file: str) -> None:
+def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, bf16: bool, result_file: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = preset(preset_name, BROWN_V)
     torch.manual_seed(0)
@@ -97,7 +102,7 @@ def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, resu
 
         def step(i: int) -> None:
             ctx, tgt = data[i % len(data)]
-            loss = net.loss(ctx, tgt)
+            loss = net.loss(ctx, tgt, bf16)
             net.zero_grad(set_to_none=True)
             loss.backward()
             opt.step(0, batch)
@@ -105,14 +110,14 @@ def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, resu
     else:
         from torch.nn.parallel import DistributedDataParallel
 
-        engine = DistributedDataParallel(full)
+        engine = DistributedDataParallel(ShardLoss(full, batch_loss))
         engine.register_comm_hook(None, timed_all_reduce_hook(world))
         opt = PaperSGD(full, 1e-4, 0.0, 0.0)
         shard = [(c.tensor_split(world)[rank], t.tensor_split(world)[rank]) for c, t in data]
 
         def step(i: int) -> None:
             ctx, tgt = shard[i % len(shard)]
-            loss = torch.nn.functional.cross_entropy(engine(ctx), tgt, reduction="sum") * (world / batch)
+            loss = engine(ctx, tgt, bf16) * (world / batch)
             full.zero_grad(set_to_none=True)
             loss.backward()
             opt.step(0, batch)
@@ -129,9 +134,9 @@ def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, resu
                                                  "tokens_per_cpu_s": steps * batch / float(stats[2])}))
 
 
-def hogwild_worker(net: NPLM, data, batch: int, seconds: float, start, counts, index: int) -> None:
+def hogwild_worker(net: NPLM, data, batch: int, seconds: float, bf16: bool, start, counts, index: int) -> None:
     torch.set_num_threads(1)
-    step = plain_step_fn(net, data, batch)
+    step = plain_step_fn(net, data, batch, bf16)
     step(0)
     start.wait()
     n, t0, c0 = 0, time.perf_counter(), time.process_time()
@@ -142,7 +147,7 @@ def hogwild_worker(net: NPLM, data, batch: int, seconds: float, start, counts, i
     counts[2 * index + 1] = n * batch / (time.process_time() - c0)
 
 
-def hogwild_benchmark(preset_name: str, batch: int, seconds: float, workers: int) -> tuple[float, float]:
+def hogwild_benchmark(preset_name: str, batch: int, seconds: float, workers: int, bf16: bool) -> tuple[float, float]:
     """(tokens/s of all workers together, tokens per CPU-second)."""
     cfg = preset(preset_name, BROWN_V)
     torch.manual_seed(0)
@@ -151,7 +156,7 @@ def hogwild_benchmark(preset_name: str, batch: int, seconds: float, workers: int
     data = batches(cfg, batch, seed=0)
     ctx = mp.get_context(dd.START_METHOD)
     start, counts = ctx.Barrier(workers), ctx.Array("d", 2 * workers)
-    procs = [ctx.Process(target=hogwild_worker, args=(net, data, batch, seconds, start, counts, i))
+    procs = [ctx.Process(target=hogwild_worker, args=(net, data, batch, seconds, bf16, start, counts, i))
              for i in range(workers)]
     for p in procs:
         p.start()
@@ -166,26 +171,30 @@ def main() -> None:
     ap.add_argument("--preset", default="mlp1")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    ap.add_argument("--modes", default="hogwild,ddp,vocab", help="which parallel modes to measure")
+    ap.add_argument("--bf16", action="store_true", help="every contender takes its bf16 step (fused output layer)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = preset(args.preset, BROWN_V)
     torch.manual_seed(0)
-    plain = plain_step_fn(NPLM(cfg), batches(cfg, args.batch_size, 0), args.batch_size)
+    plain = plain_step_fn(NPLM(cfg), batches(cfg, args.batch_size, 0), args.batch_size, args.bf16)
     steps, elapsed, cpu = timed(plain, args.seconds)
     ref, ref_cpu = steps * args.batch_size / elapsed, steps * args.batch_size / cpu
-    print(f"{args.preset} (|V| = {BROWN_V:,}), global batch {args.batch_size}, 1 thread per process, "
-          f"{os.cpu_count()} CPU cores on this machine")
+    print(f"{args.preset} (|V| = {BROWN_V:,}), global batch {args.batch_size}, {'bf16' if args.bf16 else 'fp32'} "
+          f"steps, 1 thread per process, {os.cpu_count()} CPU cores on this machine; load average "
+          + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"  {'':<16}{'procs':>6}{'tokens/s':>10}{'speed-up':>10}{'tokens/CPU-s':>14}{'vs plain':>10}  communication")
     print(f"  {'plain':<16}{1:>6}{ref:10,.0f}{1:10.2f}x{ref_cpu:13,.0f}{1:10.2f}x")
-    for mode in ("hogwild", "ddp", "vocab"):
+    for mode in args.modes.split(","):
         for world in (1, 2):
             if mode == "hogwild":
-                (tps, per_cpu), comm = hogwild_benchmark(args.preset, args.batch_size, args.seconds, world), 0.0
+                tps, per_cpu = hogwild_benchmark(args.preset, args.batch_size, args.seconds, world, args.bf16)
+                comm = 0.0
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     result = Path(tmp) / "result.json"
                     dd.launch_local(rank_benchmark, world,
-                                    args=(mode, args.preset, args.batch_size, args.seconds, str(result)))
+                                    args=(mode, args.preset, args.batch_size, args.seconds, args.bf16, str(result)))
                     measured = json.loads(result.read_text())
                 tps, comm, per_cpu = measured["tokens_per_s"], measured["comm"], measured["tokens_per_cpu_s"]
             print(f"  {mode:<16}{world:>6}{tps:10,.0f}{tps / ref:10.2f}x"

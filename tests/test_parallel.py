@@ -18,8 +18,9 @@ from nnlm.errors import NnlmError
 from nnlm.neural import distributed as dd
 from nnlm.neural import train as tr
 from nnlm.neural.model import NPLM, ModelConfig
-from nnlm.neural.parallel import train_parallel
-from nnlm.neural.vocab_parallel import VocabParallelNPLM, full_tensors, vocab_slices
+from nnlm.neural.parallel import ShardLoss, train_parallel
+from nnlm.neural.softmax_loss import softmax_cross_entropy
+from nnlm.neural.vocab_parallel import VocabParallelNPLM, full_tensors, vocab_slices, vocab_softmax_cross_entropy
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 64, "threads": 1}
 TIMEOUT = 60.0
@@ -67,6 +68,53 @@ def test_vocab_parallel_log_probs_and_gradients_equal_the_single_model(world):
     dd.launch_local(_vocab_forward_backward, world, args=(configs,), timeout=TIMEOUT)
 
 
+def _vocab_fused_loss(configs: list[tuple[dict, float]]) -> None:
+    """In each rank: the fused vocabulary-parallel loss in float64 is exactly the autograd of the
+    sliced model's log_prob; in bf16 it is within bf16 rounding of the single process's fused step."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for config_dict, dropout in configs:
+        config = ModelConfig(**config_dict)
+        gen = torch.Generator().manual_seed(1)
+        contexts = torch.randint(0, config.vocab_size, (37, config.order - 1), generator=gen)
+        targets = torch.randint(0, config.vocab_size, (37,), generator=gen)
+        torch.manual_seed(0)
+        full = NPLM(config, dropout_x=dropout, dropout_h=dropout)
+        results = {}
+        for name, dtype in [("plain", torch.float64), ("fused", torch.float64), ("bf16", torch.bfloat16)]:
+            part = VocabParallelNPLM.from_full(dict(full.state_dict()), config, rank, world, dropout, dropout)
+            part = part.double() if dtype == torch.float64 else part
+            torch.manual_seed(5)
+            if name == "plain":
+                loss = -part.log_prob(contexts, targets).mean()
+            else:
+                zs, ws = part.output_operands_from_features(part.features(contexts))
+                loss = vocab_softmax_cross_entropy(zs, ws, part.b, targets, part.lo, dtype)
+            loss.backward()
+            grads = full_tensors(part, {f"grad.{n}": p.grad for n, p in part.named_parameters()})
+            results[name] = (loss.detach(), {k: v for k, v in grads.items() if k.startswith("grad.")})
+        (plain, plain_grads), (fused, fused_grads) = results["plain"], results["fused"]
+        torch.testing.assert_close(fused, plain, rtol=1e-12, atol=1e-12)
+        for name in plain_grads:
+            torch.testing.assert_close(fused_grads[name], plain_grads[name], rtol=1e-10, atol=1e-12)
+
+        torch.manual_seed(5)  # the single process's fused bf16 step, on the same masks
+        zs, ws = full.output_operands(contexts)
+        reference = softmax_cross_entropy(zs, ws, full.b, targets, torch.bfloat16)
+        reference.backward()
+        bf16, bf16_grads = results["bf16"]
+        torch.testing.assert_close(bf16, reference.detach(), rtol=2e-3, atol=2e-3)
+        for name, p in full.named_parameters():
+            scale = float(p.grad.abs().max())
+            torch.testing.assert_close(bf16_grads[f"grad.{name}"], p.grad, rtol=0.05, atol=0.02 * scale)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_vocab_parallel_fused_loss_is_exact_in_float64_and_close_in_bf16(world):
+    configs = [(ModelConfig(vocab_size=v, order=3, hidden=h, features=3, direct=direct).to_dict(), dropout)
+               for v, h, direct, dropout in [(13, 5, True, 0.0), (11, 0, True, 0.3), (9, 4, False, 0.5)]]
+    dd.launch_local(_vocab_fused_loss, world, args=(configs,), timeout=TIMEOUT)
+
+
 def _train(out: Path, corpus_dir: Path, mode: str, workers: int = 2, resume: bool = False, **options):
     requested = ({} if resume else {"corpus": str(corpus_dir)} | TINY) | options
     return train_parallel(out, requested, mode, workers, resume=resume, progress=False, log=lambda s: None,
@@ -97,6 +145,32 @@ def test_ddp_trains_exactly_like_one_process(world, random_corpus, tmp_path):
     assert parallel["step"] == single["step"] and parallel["epoch"] == 2
     assert parallel["history"][-1]["valid_ppl"] == pytest.approx(single["history"][-1]["valid_ppl"], rel=1e-4)
     assert parallel["parallel"] == {"mode": "ddp", "world_size": world}
+
+
+@pytest.mark.parametrize("mode", ["ddp", "vocab"])
+def test_bf16_parallel_training_is_the_fused_single_process_step(mode, random_corpus, tmp_path):
+    """In bf16 both modes run the single process's fused output-layer step (its vocabulary-parallel
+    version for vocab): an epoch ends within bf16 rounding of the single process's bf16 epoch."""
+    corpus_dir = tmp_path / "rand"
+    options = {"recipe": "paper", "lr": 0.05, "epochs": 1, "bf16": True}
+    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
+                      log=lambda s: None)
+    parallel = _train(tmp_path / mode, corpus_dir, mode, **options)
+    one, two = _weights(tmp_path / "one"), _weights(tmp_path / mode)
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=0.02, atol=0.01 * float(one[name].abs().max()))
+    assert parallel["history"][-1]["valid_ppl"] == pytest.approx(single["history"][-1]["valid_ppl"], rel=0.01)
+
+
+def test_a_ddp_shard_without_rows_contributes_zero_to_every_gradient():
+    """More ranks than rows in a batch's last shard: the empty shard still gives DDP a gradient for
+    every parameter (zeros), so its all-reduce matches the other ranks'."""
+    net = NPLM(ModelConfig(vocab_size=11, order=3, hidden=4, features=2))
+    loss = ShardLoss(net, tr.batch_loss)(torch.zeros((0, 2), dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                                          True)
+    loss.backward()
+    assert float(loss.detach()) == 0.0
+    assert all(p.grad is not None and not p.grad.any() for p in net.parameters())
 
 
 def test_vocab_parallel_trains_like_one_process_and_resumes_resharded(random_corpus, tmp_path):

@@ -14,6 +14,9 @@ so `nnlm eval`, `nnlm.load` etc. see no difference.
 - vocab: every rank reads the whole batch and owns a slice of the output layer
   (`nnlm.neural.vocab_parallel`); all ranks share one RNG state, so even dropout masks match a
   single process.
+In bf16 both run the single process's fused output-layer step (`softmax_loss`): ddp inside
+DistributedDataParallel's forward (`ShardLoss`), vocab as its vocabulary-parallel version
+(`vocab_parallel.vocab_softmax_cross_entropy`).
 
 Checkpoints hold whole tensors (slices gathered, optimizer state included), so a run may be
 resumed with another world size or mode: the checkpoint is re-sharded when it is loaded.
@@ -30,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+from torch import nn
 
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
@@ -199,6 +202,20 @@ class _RankTrainer(tr.Trainer):
         return dd.broadcast_object(value)
 
 
+class ShardLoss(nn.Module):
+    """A rank's shard of the batch -> its summed -log P, as a module, so that DistributedDataParallel
+    runs the single process's loss (the fused bf16 step included) inside its own forward."""
+
+    def __init__(self, net: NPLM, loss_fn: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.net, self.loss_fn = net, loss_fn
+
+    def forward(self, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool) -> torch.Tensor:
+        if len(targets) == 0:  # more ranks than rows in a last batch: a zero that still reaches every parameter
+            return self.net(contexts).sum()
+        return self.loss_fn(self.net, contexts, targets, bf16) * len(targets)
+
+
 class DDPTrainer(_RankTrainer):
     """Rank r computes shard r of every global batch; DistributedDataParallel sums the gradients."""
 
@@ -207,7 +224,7 @@ class DDPTrainer(_RankTrainer):
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        self.engine = DistributedDataParallel(self.net, device_ids=device_ids)
+        self.engine = DistributedDataParallel(ShardLoss(self.net, self.loss_fn), device_ids=device_ids)
         recipe = tr.RECIPES[self.run["recipe"]]
         self.dropout = recipe.dropout_x > 0 or recipe.dropout_h > 0
 
@@ -219,9 +236,7 @@ class DDPTrainer(_RankTrainer):
         if self.dropout:
             torch.manual_seed(_step_seed(self.run["seed"], step, self.rank))
         mine = rows.tensor_split(self.world)[self.rank]
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.run["bf16"]):
-            logits = self.engine(mine[:, :self.k])
-        loss_sum = F.cross_entropy(logits.float(), mine[:, self.k], reduction="sum")
+        loss_sum = self.engine(mine[:, :self.k], mine[:, self.k], self.run["bf16"])
         # DDP averages the gradients over the ranks: this scale makes them the global batch mean's
         return loss_sum * (self.world / len(rows)), float(loss_sum.detach())
 
@@ -234,8 +249,7 @@ class VocabTrainer(_RankTrainer):
                 f"{torch.get_num_threads()} threads each, {self.device}")
 
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.run["bf16"]):
-            loss = self.net.loss(rows[:, :self.k], rows[:, self.k])
+        loss = self.net.loss(rows[:, :self.k], rows[:, self.k], self.run["bf16"])
         return loss, float(loss.detach()) * len(rows) if self.writer else 0.0  # the same loss on every rank
 
     def whole(self) -> tuple[NPLM, Any]:
