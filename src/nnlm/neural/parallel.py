@@ -26,6 +26,7 @@ readable by every rank (`brown` from its cache, or the same directory path on ev
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -35,12 +36,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
 from nnlm.neural import train as tr
+from nnlm.lm import perplexity
 from nnlm.neural.model import NPLM, ModelConfig
-from nnlm.neural.vocab_parallel import VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
+from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
 MODES = ("none", "hogwild", "ddp", "vocab")
 
@@ -251,6 +254,12 @@ class VocabTrainer(_RankTrainer):
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
         loss = self.net.loss(rows[:, :self.k], rows[:, self.k], self.run["bf16"])
         return loss, float(loss.detach()) * len(rows) if self.writer else 0.0  # the same loss on every rank
+
+    def validate(self, whole_net: nn.Module, corpus: Corpus) -> tuple[float, float]:
+        """Every rank scores its slice of the output layer (a collective), as in training."""
+        started = time.monotonic()
+        lm = VocabParallelLM(self.net, corpus.vocab, bf16=bool(self.run["bf16"]))
+        return perplexity(lm, corpus, "valid"), time.monotonic() - started
 
     def whole(self) -> tuple[NPLM, Any]:
         """The slices gathered (a collective: every rank calls it); meaningful on rank 0."""

@@ -426,7 +426,8 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
         if bar is not None:
             bar.close()
         whole = trainer.whole()
-        decision = end_epoch(out, whole[0], corpus, run, state, trainer.n_batches, trainer.optimizer.lr,
+        valid = trainer.validate(whole[0], corpus)
+        decision = end_epoch(out, whole[0], valid, run, state, trainer.n_batches, trainer.optimizer.lr,
                              clock.elapsed, log) if trainer.writer else None
         state, decision = trainer.share((state, decision))
         partial, early_stop = decision
@@ -453,20 +454,20 @@ def running_label(run: dict[str, Any]) -> str:
     return "train ppl" if run.get("loss", "full") == "full" else "train exp(objective)"
 
 
-def end_epoch(out: Path, net: nn.Module, corpus: Corpus, run: dict[str, Any], state: dict[str, Any], n_batches: int,
-              lr: float, elapsed: Callable[[], float], log: Callable[[str], None]) -> tuple[bool, str | None]:
-    """Score validation, keep the best weights, update the history and the early-stopping count.
-    Returns (partial epoch, early-stopping reason or None)."""
+def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: dict[str, Any], state: dict[str, Any],
+              n_batches: int, lr: float, elapsed: Callable[[], float],
+              log: Callable[[str], None]) -> tuple[bool, str | None]:
+    """Given the validation perplexity and the seconds it took (`Trainer.validate`), keep the best
+    weights, update the history and the early-stopping count. Returns (partial epoch, early-stopping
+    reason or None)."""
     epoch = state["epoch"]
     partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
     label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
-    lm = NeuralLM(net, corpus.vocab, corpus.pad_token, device=next(net.parameters()).device, bf16=bool(run["bf16"]))
-    scoring_started = time.monotonic()
-    valid_ppl = perplexity(lm, corpus, "valid")
+    valid_ppl, valid_seconds = valid
     train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
     state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
                              "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
-                             "valid_seconds": round(time.monotonic() - scoring_started, 1), "lr": lr}
+                             "valid_seconds": round(valid_seconds, 1), "lr": lr}
                             | ({"partial": True} if partial else {}))
     improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
     if improved:
@@ -523,6 +524,16 @@ class Trainer:
     def whole(self) -> tuple[nn.Module, Any]:
         """The whole model and what gives the optimizer's state_tensors(), to score and to save."""
         return self.net, self.optimizer
+
+    def validate(self, whole_net: nn.Module, corpus: Corpus) -> tuple[float, float] | None:
+        """(validation perplexity, seconds it took) on the writer; here the writer scores the whole
+        model alone (bf16 products for a bf16 run, see NeuralLM) and the other processes get None."""
+        if not self.writer:
+            return None
+        started = time.monotonic()
+        lm = NeuralLM(whole_net, corpus.vocab, corpus.pad_token, device=next(whole_net.parameters()).device,
+                      bf16=bool(self.run["bf16"]))
+        return perplexity(lm, corpus, "valid"), time.monotonic() - started
 
     def run_batches(self, state: dict[str, Any], order: torch.Tensor, clock: Clock,
                     save: Callable[[], None], bar: Any) -> bool:

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.neural.model import NPLM, ModelConfig, NPLMParameters
+from nnlm.lm import LanguageModel
+from nnlm.neural.model import EVAL_ROWS, NPLM, ModelConfig, NPLMParameters
 
 SLICED = ("b", "W", "U")  # the output layer's parameters, split by rows (words)
 
@@ -137,6 +140,23 @@ class VocabParallelNPLM(NPLMParameters):
         return vocab_softmax_cross_entropy(zs, ws, self.b, targets, self.lo, torch.bfloat16)
 
 
+def _vocab_log_probs(z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, targets: torch.Tensor, lo: int):
+    """The forward of a vocabulary-parallel softmax, one collective: (this rank's logits y_r, their
+    log-sum-exp lse_r, the global LSE, log P(target) [B], which targets this rank owns, their local
+    index). z, w in the compute dtype; the log-sum-exps and log P in fp32 or wider."""
+    y = torch.addmm(b.to(w.dtype), z, w.t())
+    wide = torch.promote_types(y.dtype, torch.float32)
+    local_lse = torch.empty(len(y), dtype=wide, device=y.device)
+    torch.logsumexp(y, dim=1, out=local_lse)  # fp32 (or wider) out of the low-precision logits
+    rows = torch.arange(len(targets), device=targets.device)
+    mine = (targets >= lo) & (targets < lo + len(b))
+    local_index = torch.where(mine, targets - lo, torch.zeros_like(targets))
+    picked_here = torch.where(mine, y[rows, local_index].to(wide), torch.zeros_like(local_lse))
+    every = CommTimer.all_gather(torch.stack([local_lse, picked_here]))  # [world, 2, B]
+    lse = torch.logsumexp(every[:, 0], dim=0)
+    return y, local_lse, lse, every[:, 1].sum(dim=0) - lse, mine, local_index
+
+
 class _VocabSoftmaxCrossEntropy(torch.autograd.Function):
     """mean_i -log softmax(b + z w^T)_i[t_i] where this rank holds the rows [lo, lo + len(b)) of w
     and b, and the softmax runs over every rank's rows. z [B, K] comes in fp32 (its gradient is
@@ -154,22 +174,13 @@ class _VocabSoftmaxCrossEntropy(torch.autograd.Function):
     def forward(ctx, z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, targets: torch.Tensor,
                 lo: int) -> torch.Tensor:
         zc = z.to(w.dtype)
-        y = torch.addmm(b.to(w.dtype), zc, w.t())
-        wide = torch.promote_types(y.dtype, torch.float32)
-        local_lse = torch.empty(len(y), dtype=wide, device=y.device)
-        torch.logsumexp(y, dim=1, out=local_lse)  # fp32 (or wider) out of the low-precision logits
-        rows = torch.arange(len(targets), device=targets.device)
-        mine = (targets >= lo) & (targets < lo + len(b))
-        local_index = torch.where(mine, targets - lo, torch.zeros_like(targets))
-        picked_here = torch.where(mine, y[rows, local_index].to(wide), torch.zeros_like(local_lse))
-        every = CommTimer.all_gather(torch.stack([local_lse, picked_here]))  # one collective: [world, 2, B]
-        lse, picked = torch.logsumexp(every[:, 0], dim=0), every[:, 1].sum(dim=0)
+        y, local_lse, lse, log_probs, mine, local_index = _vocab_log_probs(zc, w, b, targets, lo)
         probs = y.softmax(dim=1)  # a new tensor: the logits are freed
         del y
         probs.mul_(torch.exp(local_lse - lse).to(probs.dtype)[:, None])
         ctx.save_for_backward(zc, w, probs, local_index, mine)
         ctx.dtypes = (z.dtype, b.dtype)
-        return (lse - picked).mean()
+        return -log_probs.mean()
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
@@ -226,3 +237,40 @@ def assemble_nplm(tensors: dict[str, torch.Tensor], config: ModelConfig) -> NPLM
         for name, p in net.named_parameters():
             p.copy_(tensors[name])
     return net
+
+
+class VocabParallelLM(LanguageModel):
+    """A vocabulary-parallel NPLM as a LanguageModel, for scoring with every rank's share of the
+    work: all ranks call `log_prob` with the same arguments (it is a collective) and each gets the
+    whole answer, computing only its slice of the output layer. The per-epoch validation of
+    `--parallel vocab` uses it, so no rank scores the whole model alone. `bf16` as in NeuralLM:
+    bf16 products, fp32 log-sum-exp; otherwise fp32 throughout."""
+
+    def __init__(self, net: VocabParallelNPLM, vocab: Vocabulary, bf16: bool = False) -> None:
+        self.net, self.vocab, self.order, self.bf16 = net, vocab, net.config.order, bf16
+
+    def parameter_count(self) -> int:
+        return self.net.config.parameter_count()
+
+    @torch.no_grad()
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        self.net.eval()
+        device = self.net.C.device
+        ctx = torch.as_tensor(np.asarray(contexts, dtype=np.int64), device=device)
+        tgt = torch.as_tensor(np.asarray(targets, dtype=np.int64), device=device)
+        dtype = torch.bfloat16 if self.bf16 else self.net.C.dtype
+        out = np.empty(len(tgt), dtype=np.float64)
+        for lo in range(0, len(tgt), EVAL_ROWS):
+            zs, ws = self.net.output_operands_from_features(self.net.features(ctx[lo:lo + EVAL_ROWS]))
+            z, w = torch.cat(zs, dim=1).to(dtype), torch.cat(ws, dim=1).to(dtype)
+            log_probs = _vocab_log_probs(z, w, self.net.b, tgt[lo:lo + EVAL_ROWS], self.net.lo)[3]
+            out[lo:lo + len(log_probs)] = log_probs.double().cpu().numpy()
+        return out
+
+    @torch.no_grad()
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
+        self.net.eval()
+        ctx = torch.as_tensor(np.asarray(contexts, dtype=np.int64), device=self.net.C.device)
+        y = gather_rows(self.net.local_logits(ctx).t().contiguous(), self.net.config.vocab_size,
+                        dist.get_world_size()).t()
+        return torch.softmax(y.double(), dim=1).cpu().numpy()
