@@ -41,8 +41,8 @@ from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
 from nnlm.neural import train as tr
-from nnlm.lm import perplexity
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.lm import LanguageModel, perplexity
+from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
 MODES = ("none", "hogwild", "ddp", "vocab")
@@ -205,6 +205,34 @@ class _RankTrainer(tr.Trainer):
         return dd.broadcast_object(value)
 
 
+class RowShardedLM(LanguageModel):
+    """A model every rank of a data-parallel run holds whole, scored by all of them together:
+    every rank calls `log_prob` with the same arguments (a collective), scores a contiguous share of
+    the rows, and gets every row's result. DDP's per-epoch validation uses it."""
+
+    def __init__(self, lm: LanguageModel, device: torch.device) -> None:
+        self.lm, self.vocab, self.order = lm, lm.vocab, lm.order
+        self.device = device  # where the collective's buffers live (NCCL takes CUDA tensors only)
+
+    def parameter_count(self) -> int:
+        return self.lm.parameter_count()
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        bounds = np.linspace(0, len(targets), world + 1).astype(int)
+        widest = int(np.diff(bounds).max())
+        mine = torch.zeros(widest, dtype=torch.float64, device=self.device)
+        lo, hi = bounds[rank], bounds[rank + 1]
+        mine[:hi - lo] = torch.as_tensor(self.lm.log_prob(contexts[lo:hi], targets[lo:hi]), device=self.device)
+        parts = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(parts, mine)
+        every = [part[:b - a] for part, a, b in zip(parts, bounds[:-1], bounds[1:], strict=True)]
+        return torch.cat(every).cpu().numpy()
+
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
+        return self.lm.distribution(contexts)
+
+
 class ShardLoss(nn.Module):
     """A rank's shard of the batch -> its summed -log P, as a module, so that DistributedDataParallel
     runs the single process's loss (the fused bf16 step included) inside its own forward."""
@@ -230,6 +258,12 @@ class DDPTrainer(_RankTrainer):
         self.engine = DistributedDataParallel(ShardLoss(self.net, self.loss_fn), device_ids=device_ids)
         recipe = tr.RECIPES[self.run["recipe"]]
         self.dropout = recipe.dropout_x > 0 or recipe.dropout_h > 0
+
+    def validate(self, whole_net: nn.Module, corpus: Corpus) -> tuple[float, float]:
+        """Every rank scores its share of the validation positions with its replica (a collective)."""
+        started = time.monotonic()
+        lm = NeuralLM(self.net, corpus.vocab, corpus.pad_token, device=self.device, bf16=bool(self.run["bf16"]))
+        return perplexity(RowShardedLM(lm, self.device), corpus, "valid"), time.monotonic() - started
 
     def describe(self) -> str:
         return (f"global batch {self.batch}, --parallel ddp on {self.world} processes ({dist.get_backend()}), "
