@@ -260,10 +260,12 @@ class VocabParallelLM(LanguageModel):
         tgt = torch.as_tensor(np.asarray(targets, dtype=np.int64), device=device)
         dtype = torch.bfloat16 if self.bf16 else self.net.C.dtype
         out = np.empty(len(tgt), dtype=np.float64)
+        w = None
         for lo in range(0, len(tgt), EVAL_ROWS):
             zs, ws = self.net.output_operands_from_features(self.net.features(ctx[lo:lo + EVAL_ROWS]))
-            z, w = torch.cat(zs, dim=1).to(dtype), torch.cat(ws, dim=1).to(dtype)
-            log_probs = _vocab_log_probs(z, w, self.net.b, tgt[lo:lo + EVAL_ROWS], self.net.lo)[3]
+            w = torch.cat(ws, dim=1).to(dtype) if w is None else w  # cast once per call, not per chunk
+            log_probs = _vocab_log_probs(torch.cat(zs, dim=1).to(dtype), w, self.net.b, tgt[lo:lo + EVAL_ROWS],
+                                         self.net.lo)[3]
             out[lo:lo + len(log_probs)] = log_probs.double().cpu().numpy()
         return out
 
