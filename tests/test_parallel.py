@@ -370,3 +370,27 @@ def _row_sharded(rows: int) -> None:
 @pytest.mark.parametrize("world,rows", [(2, 7), (3, 2), (3, 0)])
 def test_row_sharded_scoring_returns_every_row_in_order(world, rows):
     dd.launch_local(_row_sharded, world, args=(rows,), timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("mode", ["ddp", "vocab"])
+def test_training_under_torchrun_equals_one_process(mode, random_corpus, tmp_path):
+    """The real launcher: `torchrun --nproc-per-node 2 -m nnlm train --parallel MODE` (its env://
+    rendezvous, not the local launcher) trains the single process's weights and writes an
+    ordinary run directory."""
+    import subprocess
+    import sys
+
+    corpus_dir = tmp_path / "rand"
+    tr.train(tmp_path / "one", {"corpus": str(corpus_dir), "recipe": "paper", "lr": 0.05, "epochs": 2} | TINY,
+             progress=False, log=lambda s: None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "nnlm", "train", "--corpus", str(corpus_dir), "--out", str(tmp_path / "tr"), "--parallel", mode,
+           "--recipe", "paper", "--lr", "0.05", "--epochs", "2", "--no-progress", "--preset", "mlp7",
+           "--hidden", "8", "--features", "4", "--batch-size", "64", "--threads", "1"]
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    done = subprocess.run(cmd, env=os.environ | {"PYTHONPATH": src}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"--parallel {mode} on 2 processes" in done.stdout
+    _assert_same_weights(tmp_path / "one", tmp_path / "tr")
+    state = json.loads((tmp_path / "tr" / "state.json").read_text())
+    assert state["epoch"] == 2 and state["parallel"] == {"mode": mode, "world_size": 2}
