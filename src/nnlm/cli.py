@@ -328,8 +328,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if getattr(args, "parallel", None) not in (None, "none") or getattr(args, "workers", None) is not None \
             or under_torchrun():
-        if requested.get("loss", "full") != "full":
-            raise NnlmError("--loss sampled and nce train with the plain trainer only, not with --parallel")
+        if requested.get("loss", "full") != "full" and args.parallel != "hogwild":
+            raise NnlmError("--loss sampled and nce train with the plain trainer or --parallel hogwild, "
+                            "not with ddp or vocab")
         from nnlm.neural.parallel import train_parallel
 
         state = train_parallel(args.out, requested, args.parallel or "none", args.workers, resume=args.resume,

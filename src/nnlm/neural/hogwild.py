@@ -3,7 +3,9 @@
 The parameters live in shared memory (torch.multiprocessing); K
 worker processes each compute a minibatch gradient and write their update straight into them,
 with no lock: an update may be applied over parameters another worker is changing, which is the
-point (no waiting) and the paper's finding (it does not hurt convergence).
+point (no waiting) and the paper's finding (it does not hurt convergence). Any loss: with
+--loss sampled or nce each worker draws its own samples and runs its own row-wise Adam
+(`nnlm.neural.sampled.RowAdam`) over the shared rows.
 
 Work is handed out in the single-process order: a worker claims the next batch index of the
 epoch's permutation from a shared counter (the only lock, held for a few instructions), so when
@@ -32,14 +34,21 @@ from nnlm.neural import train as tr
 from nnlm.neural.distributed import START_METHOD
 from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.optim import Adam
+from nnlm.neural.sampled import RowAdam, SampledLoss
 
 
 def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps, recipe: tr.Recipe,
-            padded: torch.Tensor, k: int, batch: int, seed: int, bf16: bool, counters, commands, results) -> None:
-    """Wait for an epoch, claim batches until none is left (or told to stop), report loss sums."""
+            sampling: tuple[str, torch.Tensor, int] | None, padded: torch.Tensor, k: int, batch: int, seed: int,
+            bf16: bool, counters, commands, results) -> None:
+    """Wait for an epoch, claim batches until none is left (or told to stop), report loss sums.
+    `sampling` = (loss, proposal q, samples) for a sampled or NCE run, None for the full softmax."""
     torch.set_num_threads(1)
-    optimizer = tr.build_optimizer(net, recipe, recipe.lr)
-    if isinstance(optimizer, Adam):
+    if sampling is None:
+        loss_fn, optimizer = tr.batch_loss, tr.build_optimizer(net, recipe, recipe.lr)
+    else:  # this worker's own draws and its own row-wise Adam over the shared rows
+        loss_fn = SampledLoss(sampling[0], sampling[1], sampling[2])
+        optimizer = RowAdam(net, loss_fn, recipe.lr, recipe.weight_decay)
+    if moments is not None:
         optimizer.m, optimizer.v = moments  # this worker's own moments (in shared memory for checkpoints)
     n_examples = len(padded) - k
     n_batches = math.ceil(n_examples / batch)
@@ -49,7 +58,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
     while (command := commands.get()) is not None:
         epoch, lr, deadline = command
         optimizer.lr = lr
-        if isinstance(optimizer, Adam):
+        if moments is not None:
             optimizer.t = adam_steps[index]
         torch.manual_seed(int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, np.uint64)[0] >> 1))
         order = tr.epoch_order(seed, epoch, n_examples)
@@ -68,7 +77,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
                 with steps.get_lock():
                     steps.value += 1
             rows = tr.batch_rows(padded, order, b, batch, window)
-            loss = tr.batch_loss(net, rows[:, :k], rows[:, k], bf16)
+            loss = loss_fn(net, rows[:, :k], rows[:, k], bf16)
             value = float(loss.detach())
             if (failure := tr.diverged(value, explode_at)) is not None:
                 stop.value = 1
@@ -76,7 +85,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
             tr.update(net, optimizer, loss, seen, len(rows))
             loss_sum += value * len(rows)
             count += len(rows)
-            if isinstance(optimizer, Adam):
+            if moments is not None:
                 adam_steps[index] = optimizer.t
             if deadline is not None and time.time() >= deadline:
                 stop.value = 1
@@ -89,17 +98,17 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
     session = tr.session_options(requested)
     if session["device"] == "cuda":
         raise NnlmError("--parallel hogwild runs on the CPU (shared memory); use --parallel ddp for GPUs")
-    tr.require_full_softmax(requested, "--parallel hogwild")
     run, corpus = tr.prepare_run(out, {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}, resume)
     recipe = tr.RECIPES[run["recipe"]]
     torch.manual_seed(run["seed"])
     net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
     optimizer = tr.build_optimizer(net, recipe, tr.learning_rate(run))
+    loss_fn, optimizer = tr.build_loss(run, net, corpus, torch.device("cpu"), optimizer, tr.learning_rate(run))
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or tr._fresh_state()
     if tr.nothing_left_to_do(out, state, session, resume, log):
         return state
     state["parallel"] = {"mode": "hogwild", "world_size": workers}
-    trainer = HogwildTrainer(out, net, optimizer, run, corpus, torch.device("cpu"), workers)
+    trainer = HogwildTrainer(out, net, optimizer, run, corpus, torch.device("cpu"), workers, loss_fn)
     try:
         return tr.run_epochs(out, run, session, corpus, state, trainer, log, progress=False)
     finally:
@@ -111,14 +120,14 @@ class HogwildTrainer(tr.Trainer):
     batch counter) and update them without locks; it scores, logs and saves between epochs."""
 
     def __init__(self, out: Path, net: NPLM, optimizer: Any, run: dict[str, Any], corpus: Any,
-                 device: torch.device, workers: int) -> None:
-        super().__init__(out, net, optimizer, run, corpus, device)
+                 device: torch.device, workers: int, loss_fn: Any = tr.batch_loss) -> None:
+        super().__init__(out, net, optimizer, run, corpus, device, loss_fn)
         net.share_memory()
         self.padded.share_memory_()
         # Adam: each worker keeps its own moments. Shared ones would let a worker divide another's
         # fresh first moment by a second moment not yet updated (~0 early on): a step of ~1e5 x lr.
         # The checkpoint holds their mean; resuming starts every worker from it.
-        adam = isinstance(optimizer, Adam)
+        adam = isinstance(optimizer, (Adam, RowAdam))
         self.moments = [({n: t.clone().share_memory_() for n, t in optimizer.m.items()},
                          {n: t.clone().share_memory_() for n, t in optimizer.v.items()}) if adam else None
                         for _ in range(workers)]
@@ -126,10 +135,11 @@ class HogwildTrainer(tr.Trainer):
         self.counters = (ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("b", 0))
         self.adam_steps = ctx.Array("q", [getattr(optimizer, "t", 0)] * workers, lock=False)
         self.commands, self.results = ctx.SimpleQueue(), ctx.SimpleQueue()
+        sampling = (run["loss"], loss_fn.q.share_memory_(), run["samples"]) if run["loss"] != "full" else None
         self.procs = [ctx.Process(target=_worker, daemon=True,
                                   args=(i, net, self.moments[i], self.adam_steps, tr.RECIPES[run["recipe"]],
-                                        self.padded, self.k, self.batch, run["seed"], run["bf16"], self.counters,
-                                        self.commands, self.results)) for i in range(workers)]
+                                        sampling, self.padded, self.k, self.batch, run["seed"], run["bf16"],
+                                        self.counters, self.commands, self.results)) for i in range(workers)]
         for p in self.procs:
             p.start()
 
@@ -159,7 +169,7 @@ class HogwildTrainer(tr.Trainer):
     def whole(self) -> tuple[NPLM, Any]:
         """The shared parameters, and the optimizer holding the mean of the workers' Adam moments
         (the workers are idle between epochs)."""
-        if isinstance(self.optimizer, Adam):
+        if isinstance(self.optimizer, (Adam, RowAdam)):
             for store, kind in ((self.optimizer.m, 0), (self.optimizer.v, 1)):
                 for name, t in store.items():
                     t.copy_(torch.stack([own[kind][name] for own in self.moments]).mean(dim=0))

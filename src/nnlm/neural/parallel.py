@@ -59,7 +59,7 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     processes are started. Returns the final state (on rank 0; None on the other ranks)."""
     if mode not in MODES:
         raise NnlmError(f"--parallel must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode != "none":
+    if mode not in ("none", "hogwild"):  # (hogwild workers take any loss: sampled rows race like the rest)
         tr.require_full_softmax(requested, f"--parallel {mode}")
     if mode == "none":
         if dd.under_torchrun():

@@ -244,10 +244,10 @@ def _corpus_key(value: str) -> str:
 
 
 def require_full_softmax(requested: dict[str, Any], trainer: str) -> None:
-    """The parallel trainers train the full softmax only: say so before anything is written."""
+    """ddp and vocab train the full softmax only (hogwild takes any loss): say so before anything is written."""
     if requested.get("loss", "full") != "full":
-        raise NnlmError(f"--loss {requested['loss']} is for the single-process trainer; {trainer} trains the "
-                        "full softmax (drop --loss or --parallel)")
+        raise NnlmError(f"--loss {requested['loss']} trains in one process or with --parallel hogwild; {trainer} "
+                        "trains the full softmax only (drop --loss, or use --parallel hogwild)")
 
 
 def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
