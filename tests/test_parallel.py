@@ -312,7 +312,8 @@ def test_bad_input_is_one_line(random_corpus, tmp_path):
     with pytest.raises(NnlmError, match="leaves rank 2 no words"):
         vocab_slices(2, 3)
     for mode in ("ddp", "vocab"):  # the sampled losses: single process or hogwild
-        with pytest.raises(NnlmError, match=f"--loss nce trains in one process or with --parallel hogwild; --parallel {mode}"):
+        message = f"--loss nce trains in one process or with --parallel hogwild; --parallel {mode}"
+        with pytest.raises(NnlmError, match=message):
             _train(tmp_path / "x", corpus_dir, mode, loss="nce", samples=8)
     assert not (tmp_path / "x").exists()
 
