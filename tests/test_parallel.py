@@ -397,3 +397,18 @@ def test_training_under_torchrun_equals_one_process(mode, random_corpus, tmp_pat
     _assert_same_weights(tmp_path / "one", tmp_path / "tr")
     state = json.loads((tmp_path / "tr" / "state.json").read_text())
     assert state["epoch"] == 2 and state["parallel"] == {"mode": mode, "world_size": 2}
+
+
+def test_a_sampled_hogwild_run_resumes_from_its_checkpoint(random_corpus, tmp_path):
+    """A sampled Hogwild run stopped after an epoch continues from its weights and the workers' mean
+    row-wise Adam moments (not from a fresh start: the first resumed epoch starts where it ended)."""
+    corpus_dir = tmp_path / "rand"
+    options = {"loss": "sampled", "samples": 20, "batch_size": 16}
+    first = _train(tmp_path / "hs", corpus_dir, "hogwild", **options, epochs=1)
+    saved = load_file(str(tmp_path / "hs" / first["tensors"]))
+    assert any(k.startswith("optim.") and saved[k].abs().sum() > 0 for k in saved)  # moments were written
+    resumed = _train(tmp_path / "hs", corpus_dir, "hogwild", resume=True, epochs=2)
+    assert resumed["epoch"] == 2 and resumed["step"] == 2 * first["step"]
+    assert resumed["history"][0] == first["history"][0]
+    assert resumed["history"][1]["valid_ppl"] < 0.97 * first["history"][0]["valid_ppl"]  # (a fresh start: ~1.0x)
+    assert json.loads((tmp_path / "hs" / "run.json").read_text())["loss"] == "sampled"
