@@ -183,3 +183,18 @@ def test_a_net_the_budget_leaves_nothing_is_skipped_and_trained_by_the_next_call
     reproduce(corpus_dir, out, 0.1, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["mlp7"]["perplexity"]["test"] > 1 and rows["mlp8"]["perplexity"]["test"] > 1
+
+
+def test_hogwild_nets_are_trained_by_asynchronous_workers_and_the_report_says_so(random_corpus, tmp_path):
+    corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
+    logs: list[str] = []
+    readme = reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1,
+                       hogwild=2)
+    assert any("--parallel hogwild with 2 worker processes" in line for line in logs)
+    state = json.loads((out / "runs" / "mlp7" / "state.json").read_text())
+    assert state["parallel"] == {"mode": "hogwild", "world_size": 2} and state["finished"]
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert all(p > 1 for p in rows["mlp7"]["perplexity"].values())
+    assert "2 asynchronous Hogwild workers" in readme.read_text()
+    with pytest.raises(NnlmError, match="--hogwild must be at least 1"):
+        reproduce(corpus_dir, tmp_path / "r2", 0.1, "mlp7", False, "x", log=lambda s: None, hogwild=0)

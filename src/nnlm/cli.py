@@ -434,7 +434,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
                        progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
-                       samples=args.samples)
+                       samples=args.samples, hogwild=args.hogwild)
     print(f"report written to {report}")
     return 0
 
@@ -484,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the nets' output layer in training (default sampled: faster, and lower perplexity on Brown "
                         "than the full softmax; scoring is always exact)")
     p.add_argument("--samples", type=int, default=None, help="K for --loss sampled / nce (default 128)")
+    p.add_argument("--hogwild", type=int, default=None, metavar="WORKERS",
+                   help="train each net with this many asynchronous Hogwild workers (about WORKERS x faster on as "
+                        "many cores; runs are no longer reproducible bit for bit)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

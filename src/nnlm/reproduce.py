@@ -160,8 +160,12 @@ class Reproduction:
     def __init__(self, corpus_source: str, out: Path, budget_minutes: float | None, nets: list[str],
                  command: str, log: Callable[[str], None] = print, progress: bool = True,
                  threads: int | None = None, device: str = "auto", loss: str = "sampled",
-                 samples: int | None = None) -> None:
+                 samples: int | None = None, hogwild: int | None = None) -> None:
         from nnlm.neural.sampled import DEFAULT_SAMPLES, check_loss
+
+        if hogwild is not None and hogwild < 1:
+            raise NnlmError(f"--hogwild must be at least 1 worker, got {hogwild}")
+        self.hogwild = hogwild  # None: the plain, seeded trainer; N: N asynchronous workers
 
         check_loss(loss, samples)  # samples None: the trainer's default, min(DEFAULT_SAMPLES, |V|)
         self.loss, self.samples = loss, samples
@@ -371,8 +375,14 @@ class Reproduction:
             before = ck.read_json(run_dir / ck.STATE, "training state").get("elapsed", 0.0) \
                 if (run_dir / ck.STATE).exists() else 0.0
             requested["time_budget"] = round(before / 60.0 + minutes, 2)
-        state = train(run_dir, requested, resume=(run_dir / ck.RUN).exists(), progress=self.progress,
-                      log=self.row_log(net))
+        if self.hogwild:
+            from nnlm.neural.hogwild import train_hogwild
+
+            state = train_hogwild(run_dir, requested, self.hogwild, resume=(run_dir / ck.RUN).exists(),
+                                  progress=self.progress, log=self.row_log(net))
+        else:
+            state = train(run_dir, requested, resume=(run_dir / ck.RUN).exists(), progress=self.progress,
+                          log=self.row_log(net))
         model = self.trained(net)
         later = self.budget is not None  # the train split is scored at the end, if the budget allows
         ppl = {"train": None} | self.evaluate(net, model, ("valid", "test") if later else SPLITS)
@@ -421,8 +431,10 @@ class Reproduction:
         recipe = RECIPES[default_recipe(self.loss)]
         return (f"Nets: `nnlm train`'s {recipe.name} recipe (Adam with decoupled weight decay {recipe.weight_decay:g}, "
                 f"dropout {recipe.dropout_x:g}, learning rate {recipe.lr:g} x {recipe.lr_gamma:g} per epoch, early "
-                f"stopping on validation), trained with {layer}; "
-                "`nnlm reproduce --loss full` trains them with the full softmax as the paper did.")
+                f"stopping on validation), trained with {layer}"
+                + (f", by {self.hogwild} asynchronous Hogwild workers (`--hogwild {self.hogwild}`: faster on as many "
+                   "cores, but no two runs give the same weights)" if self.hogwild else "")
+                + "; `nnlm reproduce --loss full` trains them with the full softmax as the paper did.")
 
     def run(self) -> None:
         trigram = self.ngram_rows()
@@ -610,13 +622,13 @@ def _plot_bars(out: Path, rows: dict[str, dict[str, Any]], nets: list[str]) -> N
 def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None, models: str | None,
               full: bool, command: str, log: Callable[[str], None] = print, progress: bool = True,
               threads: int | None = None, device: str = "auto", loss: str = "sampled",
-              samples: int | None = None) -> Path:
+              samples: int | None = None, hogwild: int | None = None) -> Path:
     """Build/train/mix every row, write OUT/README.md; returns its path."""
     if budget_minutes is not None and budget_minutes <= 0:
         raise NnlmError(f"--budget-minutes must be positive, got {budget_minutes}")
     nets = parse_models(models, full)
     job = Reproduction(corpus_source, Path(out), None if full else (budget_minutes or DEFAULT_BUDGET_MINUTES),
                        nets, command, log=log, progress=progress, threads=threads, device=device, loss=loss,
-                       samples=samples)
+                       samples=samples, hogwild=hogwild)
     job.run()
     return Path(out) / "README.md"
