@@ -356,7 +356,7 @@ class Reproduction:
 
     def train_net(self, net: str, minutes: float | None) -> LanguageModel | None:
         """Train (or continue) `net` for `minutes` more and score it; None if it has no budget and no model."""
-        from nnlm.neural.train import train
+        from nnlm.neural.parallel import train_parallel
 
         run_dir = self.out / "runs" / net
         if minutes is not None and minutes < MIN_TRAIN_MINUTES:
@@ -375,14 +375,8 @@ class Reproduction:
             before = ck.read_json(run_dir / ck.STATE, "training state").get("elapsed", 0.0) \
                 if (run_dir / ck.STATE).exists() else 0.0
             requested["time_budget"] = round(before / 60.0 + minutes, 2)
-        if self.hogwild:
-            from nnlm.neural.hogwild import train_hogwild
-
-            state = train_hogwild(run_dir, requested, self.hogwild, resume=(run_dir / ck.RUN).exists(),
-                                  progress=self.progress, log=self.row_log(net))
-        else:
-            state = train(run_dir, requested, resume=(run_dir / ck.RUN).exists(), progress=self.progress,
-                          log=self.row_log(net))
+        state = train_parallel(run_dir, requested, "hogwild" if self.hogwild else "none", self.hogwild,
+                               resume=(run_dir / ck.RUN).exists(), progress=self.progress, log=self.row_log(net))
         model = self.trained(net)
         later = self.budget is not None  # the train split is scored at the end, if the budget allows
         ppl = {"train": None} | self.evaluate(net, model, ("valid", "test") if later else SPLITS)

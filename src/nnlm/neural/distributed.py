@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
@@ -118,6 +119,16 @@ def broadcast_object(value: Any, src: int = 0) -> Any:
     holder = [value]
     dist.broadcast_object_list(holder, src=src)
     return holder[0]
+
+
+def all_gather_rows(local: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Every rank's rows, concatenated in rank order, where rank r holds sizes[r] of them (uneven
+    shares are padded to the widest for the collective)."""
+    padded = local.new_zeros((max(sizes),) + tuple(local.shape[1:]))
+    padded[:len(local)] = local
+    parts = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:n] for part, n in zip(parts, sizes, strict=True)])
 
 
 def broadcast_tensors(tensors: dict[str, torch.Tensor] | None, device: torch.device) -> dict[str, torch.Tensor]:

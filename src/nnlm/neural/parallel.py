@@ -26,7 +26,6 @@ readable by every rank (`brown` from its cache, or the same directory path on ev
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -41,7 +40,7 @@ from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
 from nnlm.neural import train as tr
-from nnlm.lm import LanguageModel, perplexity
+from nnlm.lm import LanguageModel
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
@@ -220,14 +219,9 @@ class RowShardedLM(LanguageModel):
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         rank, world = dist.get_rank(), dist.get_world_size()
         bounds = np.linspace(0, len(targets), world + 1).astype(int)
-        widest = int(np.diff(bounds).max())
-        mine = torch.zeros(widest, dtype=torch.float64, device=self.device)
         lo, hi = bounds[rank], bounds[rank + 1]
-        mine[:hi - lo] = torch.as_tensor(self.lm.log_prob(contexts[lo:hi], targets[lo:hi]), device=self.device)
-        parts = [torch.empty_like(mine) for _ in range(world)]
-        dist.all_gather(parts, mine)
-        every = [part[:b - a] for part, a, b in zip(parts, bounds[:-1], bounds[1:], strict=True)]
-        return torch.cat(every).cpu().numpy()
+        mine = torch.as_tensor(self.lm.log_prob(contexts[lo:hi], targets[lo:hi]), device=self.device)
+        return dd.all_gather_rows(mine, np.diff(bounds).tolist()).cpu().numpy()
 
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
         return self.lm.distribution(contexts)
@@ -259,11 +253,10 @@ class DDPTrainer(_RankTrainer):
         recipe = tr.RECIPES[self.run["recipe"]]
         self.dropout = recipe.dropout_x > 0 or recipe.dropout_h > 0
 
-    def validate(self, whole_net: nn.Module, corpus: Corpus) -> tuple[float, float]:
+    def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel:
         """Every rank scores its share of the validation positions with its replica (a collective)."""
-        started = time.monotonic()
         lm = NeuralLM(self.net, corpus.vocab, corpus.pad_token, device=self.device, bf16=bool(self.run["bf16"]))
-        return perplexity(RowShardedLM(lm, self.device), corpus, "valid"), time.monotonic() - started
+        return RowShardedLM(lm, self.device)
 
     def describe(self) -> str:
         return (f"global batch {self.batch}, --parallel ddp on {self.world} processes ({dist.get_backend()}), "
@@ -289,11 +282,9 @@ class VocabTrainer(_RankTrainer):
         loss = self.net.loss(rows[:, :self.k], rows[:, self.k], self.run["bf16"])
         return loss, float(loss.detach()) * len(rows) if self.writer else 0.0  # the same loss on every rank
 
-    def validate(self, whole_net: nn.Module, corpus: Corpus) -> tuple[float, float]:
+    def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel:
         """Every rank scores its slice of the output layer (a collective), as in training."""
-        started = time.monotonic()
-        lm = VocabParallelLM(self.net, corpus.vocab, bf16=bool(self.run["bf16"]))
-        return perplexity(lm, corpus, "valid"), time.monotonic() - started
+        return VocabParallelLM(self.net, corpus.vocab, bf16=bool(self.run["bf16"]))
 
     def whole(self) -> tuple[NPLM, Any]:
         """The slices gathered (a collective: every rank calls it); meaningful on rank 0."""

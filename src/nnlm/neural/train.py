@@ -55,7 +55,7 @@ from torch import nn
 
 from nnlm.data.corpus import Corpus, load_corpus
 from nnlm.errors import NnlmError
-from nnlm.lm import perplexity
+from nnlm.lm import LanguageModel, perplexity
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.optim import Adam, PaperSGD
@@ -426,7 +426,9 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
         if bar is not None:
             bar.close()
         whole = trainer.whole()
-        valid = trainer.validate(whole[0], corpus)
+        started = time.monotonic()
+        lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
+        valid = None if lm is None else (perplexity(lm, corpus, "valid"), time.monotonic() - started)
         decision = end_epoch(out, whole[0], valid, run, state, trainer.n_batches, trainer.optimizer.lr,
                              clock.elapsed, log) if trainer.writer else None
         state, decision = trainer.share((state, decision))
@@ -457,7 +459,7 @@ def running_label(run: dict[str, Any]) -> str:
 def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: dict[str, Any], state: dict[str, Any],
               n_batches: int, lr: float, elapsed: Callable[[], float],
               log: Callable[[str], None]) -> tuple[bool, str | None]:
-    """Given the validation perplexity and the seconds it took (`Trainer.validate`), keep the best
+    """Given the validation perplexity and the seconds it took, keep the best
     weights, update the history and the early-stopping count. Returns (partial epoch, early-stopping
     reason or None)."""
     epoch = state["epoch"]
@@ -525,15 +527,13 @@ class Trainer:
         """The whole model and what gives the optimizer's state_tensors(), to score and to save."""
         return self.net, self.optimizer
 
-    def validate(self, whole_net: nn.Module, corpus: Corpus) -> tuple[float, float] | None:
-        """(validation perplexity, seconds it took) on the writer; here the writer scores the whole
-        model alone (bf16 products for a bf16 run, see NeuralLM) and the other processes get None."""
+    def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel | None:
+        """What this process scores for the per-epoch validation, or None if it takes no part. Here
+        the writer scores the whole model alone (bf16 products for a bf16 run, see NeuralLM)."""
         if not self.writer:
             return None
-        started = time.monotonic()
-        lm = NeuralLM(whole_net, corpus.vocab, corpus.pad_token, device=next(whole_net.parameters()).device,
-                      bf16=bool(self.run["bf16"]))
-        return perplexity(lm, corpus, "valid"), time.monotonic() - started
+        return NeuralLM(whole_net, corpus.vocab, corpus.pad_token, device=next(whole_net.parameters()).device,
+                        bf16=bool(self.run["bf16"]))
 
     def run_batches(self, state: dict[str, Any], order: torch.Tensor, clock: Clock,
                     save: Callable[[], None], bar: Any) -> bool:

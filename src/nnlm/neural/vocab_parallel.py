@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
+from nnlm.neural.distributed import all_gather_rows
 from nnlm.lm import LanguageModel
 from nnlm.neural.model import EVAL_ROWS, NPLM, ModelConfig, NPLMParameters
 
@@ -209,13 +210,7 @@ def vocab_softmax_cross_entropy(zs: list[torch.Tensor], ws: list[torch.Tensor], 
 
 def gather_rows(local: torch.Tensor, vocab_size: int, world: int) -> torch.Tensor:
     """Reassemble a tensor split by rows with `vocab_slices` (uneven slices padded for the collective)."""
-    slices = vocab_slices(vocab_size, world)
-    widest = max(hi - lo for lo, hi in slices)
-    padded = local.new_zeros((widest,) + tuple(local.shape[1:]))
-    padded[: len(local)] = local
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded.contiguous())
-    return torch.cat([part[: hi - lo] for part, (lo, hi) in zip(parts, slices, strict=True)])
+    return all_gather_rows(local, [hi - lo for lo, hi in vocab_slices(vocab_size, world)])
 
 
 def full_tensors(net: VocabParallelNPLM, extra: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
