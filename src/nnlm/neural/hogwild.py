@@ -46,7 +46,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
     if sampling is None:
         loss_fn, optimizer = tr.batch_loss, tr.build_optimizer(net, recipe, recipe.lr)
     else:  # this worker's own draws and its own row-wise Adam over the shared rows
-        loss_fn = SampledLoss(sampling[0], sampling[1], sampling[2])
+        loss_fn = SampledLoss(*sampling)
         optimizer = RowAdam(net, loss_fn, recipe.lr, recipe.weight_decay)
     if moments is not None:
         optimizer.m, optimizer.v = moments  # this worker's own moments (in shared memory for checkpoints)
@@ -169,7 +169,7 @@ class HogwildTrainer(tr.Trainer):
     def whole(self) -> tuple[NPLM, Any]:
         """The shared parameters, and the optimizer holding the mean of the workers' Adam moments
         (the workers are idle between epochs)."""
-        if isinstance(self.optimizer, (Adam, RowAdam)):
+        if self.moments[0] is not None:  # an Adam (or row-wise Adam) run
             for store, kind in ((self.optimizer.m, 0), (self.optimizer.v, 1)):
                 for name, t in store.items():
                     t.copy_(torch.stack([own[kind][name] for own in self.moments]).mean(dim=0))
