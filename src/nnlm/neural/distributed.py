@@ -9,6 +9,7 @@ dies the others stop with an error instead of waiting forever.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import socket
 import sys
@@ -66,7 +67,11 @@ def init_group(device: torch.device, timeout: float = DEFAULT_TIMEOUT, init_meth
 
 
 def leave_group() -> None:
+    """Destroy the group, after collecting garbage: DDP keeps itself alive in reference cycles, and if
+    its reducer (holding gloo work) is only freed at interpreter exit, after the group, the process
+    can abort there ("terminate called without an active exception", seen under torchrun)."""
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -102,7 +102,11 @@ def run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, prog
     """One rank's whole training run; turns a failed collective into one clear line."""
     log = log if (log is not None and dist.get_rank() == 0) else _quiet
     try:
-        return _run_rank(out, requested, mode, resume, progress and dist.get_rank() == 0, log)
+        state = _run_rank(out, requested, mode, resume, progress and dist.get_rank() == 0, log)
+        # Rank 0 writes the final checkpoint after the others are done: a rank that tore its group down
+        # meanwhile could abort in gloo's teardown (seen under torchrun) and get rank 0 killed mid-write.
+        dist.barrier()
+        return state
     except NnlmError:
         raise
     except RuntimeError as exc:  # gloo/NCCL: a peer closed its connection, or the timeout expired
