@@ -412,3 +412,15 @@ def test_a_sampled_hogwild_run_resumes_from_its_checkpoint(random_corpus, tmp_pa
     assert resumed["history"][0] == first["history"][0]
     assert resumed["history"][1]["valid_ppl"] < 0.97 * first["history"][0]["valid_ppl"]  # (a fresh start: ~1.0x)
     assert json.loads((tmp_path / "hs" / "run.json").read_text())["loss"] == "sampled"
+
+
+@pytest.mark.parametrize("mode", ["ddp", "vocab"])
+def test_a_sampled_run_is_not_resumed_by_ddp_or_vocab(mode, random_corpus, tmp_path):
+    """ddp and vocab compute the full softmax: resuming a sampled run with them is one clear error,
+    not a run that silently changes its loss, and the checkpoint is left as it was."""
+    corpus_dir = tmp_path / "rand"
+    first = _train(tmp_path / "s", corpus_dir, "none", workers=None, loss="sampled", samples=20, epochs=1)
+    before = (tmp_path / "s" / "state.json").read_bytes()
+    with pytest.raises(NnlmError, match=f"--loss sampled trains .* --parallel {mode} trains the full softmax only"):
+        _train(tmp_path / "s", corpus_dir, mode, resume=True, epochs=2)
+    assert (tmp_path / "s" / "state.json").read_bytes() == before and first["epoch"] == 1

@@ -287,7 +287,7 @@ def test_bad_values_are_one_line_and_exit_2(rand_dir, tmp_path, capsys):
         (["--loss", "magic"], "invalid choice"),
         (["--samples", "5"], "--samples applies to --loss sampled or nce"),
         (["--loss", "sampled", "--recipe", "paper"], "modern recipe"),
-        (["--loss", "sampled", "--parallel", "vocab"], "not with ddp or vocab"),
+        (["--loss", "sampled", "--parallel", "vocab"], "--parallel vocab trains the full softmax only"),
     ]:
         out = tmp_path / "x"
         try:

@@ -328,9 +328,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if getattr(args, "parallel", None) not in (None, "none") or getattr(args, "workers", None) is not None \
             or under_torchrun():
-        if requested.get("loss", "full") != "full" and args.parallel != "hogwild":
-            raise NnlmError("--loss sampled and nce train with the plain trainer or --parallel hogwild, "
-                            "not with ddp or vocab")
         from nnlm.neural.parallel import train_parallel
 
         state = train_parallel(args.out, requested, args.parallel or "none", args.workers, resume=args.resume,
@@ -560,12 +557,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "argv", False) is None and argv is not None:
         args.argv = list(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
     except NnlmError as exc:
         print(f"nnlm: error: {exc}", file=sys.stderr)
-        return 2
+        code = 2
     except KeyboardInterrupt:
         print("nnlm: interrupted", file=sys.stderr)
-        return 130
+        code = 130
     except BrokenPipeError:
-        return 0
+        code = 0
+    if args.func is cmd_train:  # a torchrun rank ends here, without interpreter finalization
+        from nnlm.neural.distributed import exit_torchrun_rank
+
+        exit_torchrun_rank(code)
+    return code

@@ -59,7 +59,7 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if mode not in MODES:
         raise NnlmError(f"--parallel must be one of {', '.join(MODES)}, got {mode!r}")
     if mode not in ("none", "hogwild"):  # (hogwild workers take any loss: sampled rows race like the rest)
-        tr.require_full_softmax(requested, f"--parallel {mode}")
+        tr.require_full_softmax(requested.get("loss", "full"), f"--parallel {mode}")
     if mode == "none":
         if dd.under_torchrun():
             raise NnlmError("under torchrun, choose --parallel ddp or --parallel vocab (otherwise every process "
@@ -141,6 +141,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
         try:
             defining = {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}
             run, corpus = tr.prepare_run(out, defining, resume, device)
+            tr.require_full_softmax(run["loss"], f"--parallel {mode}")  # (a resumed sampled run)
             recipe = tr.RECIPES[run["recipe"]]
             torch.manual_seed(run["seed"])  # the same initial weights as a single-process run
             net0 = NPLM(ModelConfig.from_dict(run["model"]))
