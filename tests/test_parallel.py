@@ -421,6 +421,6 @@ def test_a_sampled_run_is_not_resumed_by_ddp_or_vocab(mode, random_corpus, tmp_p
     corpus_dir = tmp_path / "rand"
     first = _train(tmp_path / "s", corpus_dir, "none", workers=None, loss="sampled", samples=20, epochs=1)
     before = (tmp_path / "s" / "state.json").read_bytes()
-    with pytest.raises(NnlmError, match=f"--loss sampled trains .* --parallel {mode} trains the full softmax only"):
+    with pytest.raises(NnlmError, match=f"--loss sampled trains .*; --parallel {mode} trains the full softmax only"):
         _train(tmp_path / "s", corpus_dir, mode, resume=True, epochs=2)
     assert (tmp_path / "s" / "state.json").read_bytes() == before and first["epoch"] == 1

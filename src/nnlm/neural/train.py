@@ -247,8 +247,8 @@ def require_full_softmax(loss: str, trainer: str) -> None:
     """ddp and vocab train the full softmax only (hogwild takes any loss): say so before anything is written,
     and when a run trained with another loss is resumed by them."""
     if loss != "full":
-        raise NnlmError(f"--loss {loss} trains in one process or with --parallel hogwild, not with ddp or vocab: "
-                        f"{trainer} trains the full softmax only")
+        raise NnlmError(f"--loss {loss} trains in one process or with --parallel hogwild; {trainer} trains the "
+                        "full softmax only")
 
 
 def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
