@@ -5,6 +5,7 @@ oversubscription note."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -170,3 +171,17 @@ def test_oversubscription_note_only_when_busy_cores_leave_too_few(load, threads,
     assert (note is not None) == warn
     if warn:
         assert "\n" not in note and f"--threads {max(1, cores - math.ceil(load - 0.5))}" in note
+
+
+def test_cores_busy_elsewhere_leaves_out_this_process(monkeypatch):
+    """The reading behind the note is the machine's busy CPU time minus this process's own, per second
+    of wall time: 0.4 s busy in a 0.2 s window, 0.2 s of it ours, is one core kept busy elsewhere (the
+    load average would have counted our own work too)."""
+    real = tr.cores_busy_elsewhere(0.05)
+    if real is None:
+        pytest.skip("no /proc/stat here")
+    assert 0.0 <= real <= (os.cpu_count() or 1) + 0.5
+    machine, own = iter([10.0, 10.4]), iter([5.0, 5.2])
+    monkeypatch.setattr(tr, "_machine_busy_seconds", lambda: next(machine))
+    monkeypatch.setattr(tr.time, "process_time", lambda: next(own))
+    assert tr.cores_busy_elsewhere(0.2) == pytest.approx(1.0, rel=0.2)

@@ -143,15 +143,35 @@ def bf16_is_fast(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def oversubscription_note(threads: int, load: float, cores: int) -> str | None:
-    """One line when other processes keep so many cores busy (1-minute load average) that `threads`
-    torch threads would share cores: its OpenMP threads then wait on each other at every kernel,
-    and a step can get slower than with fewer threads (see README, Training speed)."""
-    if threads <= 1 or load + threads <= cores + 0.5:
+def oversubscription_note(threads: int, busy: float, cores: int) -> str | None:
+    """One line when other processes keep so many cores busy (`busy`, in cores) that `threads` torch
+    threads would share cores: its OpenMP threads then wait on each other at every kernel, and a step
+    can get slower than with fewer threads (see README, Training speed)."""
+    if threads <= 1 or busy + threads <= cores + 0.5:
         return None
-    fewer = max(1, cores - math.ceil(load - 0.5))
-    return (f"note: load average {load:.1f} on {cores} cores: other processes are busy, so {threads} threads "
+    fewer = max(1, cores - math.ceil(busy - 0.5))
+    return (f"note: other processes keep {busy:.1f} of {cores} cores busy, so {threads} threads "
             f"may train slower than --threads {fewer}")
+
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds all cores have spent busy since boot (every /proc/stat state but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def cores_busy_elsewhere(window: float = 0.2) -> float | None:
+    """How many cores other processes keep busy now: the machine's busy CPU time over `window` seconds
+    (/proc/stat) minus this process's own. Not the load average, which still counts this process's own
+    work of the last minute (`nnlm reproduce` scores a net with every core just before training the
+    next). None where /proc/stat is missing."""
+    try:
+        machine, own, start = _machine_busy_seconds(), time.process_time(), time.monotonic()
+        time.sleep(window)
+        machine, own = _machine_busy_seconds() - machine, time.process_time() - own
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, (machine - own) / (time.monotonic() - start))
 
 
 def model_config(run: dict[str, Any], vocab_size: int) -> ModelConfig:
@@ -368,8 +388,9 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     run, corpus = prepare_run(out, {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume, device)
     if session["threads"] is not None:
         torch.set_num_threads(session["threads"])
-    if device.type == "cpu" and hasattr(os, "getloadavg"):
-        note = oversubscription_note(torch.get_num_threads(), os.getloadavg()[0], os.cpu_count() or 1)
+    if device.type == "cpu" and torch.get_num_threads() > 1:
+        busy = cores_busy_elsewhere()
+        note = None if busy is None else oversubscription_note(torch.get_num_threads(), busy, os.cpu_count() or 1)
         if note:
             log(note)
     recipe = RECIPES[run["recipe"]]
