@@ -132,10 +132,11 @@ def test_ngram_rows_under_the_budget_one_clustering_per_c_and_resume(random_corp
     assert rows["class8-3"]["perplexity"]["test"] == pytest.approx(perplexity(fresh, random_corpus, "test"), rel=1e-12)
 
 
-def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path):
+def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypatch):
     """--full: a session that dies during training leaves a run that the next call continues (not restarts);
-    a call after it finished trains nothing."""
+    a call after it finished trains nothing. The report names the commit of each call that built rows."""
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
+    monkeypatch.setattr("nnlm.reproduce._commit", lambda: "aaaaaaa")
 
     class SessionEnded(Exception):
         pass
@@ -149,6 +150,7 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path):
     assert "mlp7" not in json.loads((out / "results.json").read_text())["rows"]
 
     logs: list[str] = []
+    monkeypatch.setattr("nnlm.reproduce._commit", lambda: "bbbbbbb")  # the code changed between the sessions
     reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1)
     epochs = [line.split("epoch ")[1].split(":")[0] for line in logs if line.strip().startswith("epoch ")]
     assert epochs[0] == "2"  # continued after the checkpoint of epoch 1
@@ -158,7 +160,12 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path):
     assert rows["mlp7"]["perplexity"]["train"] > 1  # no budget: every split scored with the net
     history = [json.loads(line)["epoch"] for line in (out / "runs" / "mlp7" / "metrics.jsonl").read_text().splitlines()]
     assert history == list(range(1, len(history) + 1))
-    assert "Budget: none (`--full`)" in (out / "README.md").read_text()
+    report = (out / "README.md").read_text()
+    assert "Budget: none (`--full`)" in report
+    assert rows["kn5"]["commit"] == "aaaaaaa" and rows["mlp7"]["commit"] == "bbbbbbb"
+    commits = next(line for line in report.splitlines() if line.startswith("Commit"))
+    assert commits.startswith("Commits (rows built by calls at different commits")
+    assert "`bbbbbbb` (mlp7, mlp8, mlp7-em); `aaaaaaa` (interpolated, kn3, " in commits
 
     logs.clear()
     reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1)

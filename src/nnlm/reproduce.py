@@ -119,6 +119,7 @@ class Results:
     def __init__(self, out: Path, corpus: Corpus) -> None:
         self.path = out / "results.json"
         self.out = out
+        self.commit = _commit()  # read once, at the start: the code that builds this call's rows
         self.corpus_key = {"corpus": corpus.name, "vocab": corpus.vocab.fingerprint}
         if out.exists() and any(out.iterdir()):
             if not self.path.exists():
@@ -143,7 +144,7 @@ class Results:
                                                 indent=1))
 
     def put(self, row_id: str, entry: dict[str, Any]) -> None:
-        self.rows[row_id] = entry
+        self.rows[row_id] = {**entry, "commit": self.commit}
         self.save()
 
 
@@ -435,7 +436,8 @@ class Reproduction:
         self.neural_rows(trigram)
         self.train_split_rows()
         write_report(self.out, self.corpus, self.results.rows, self.nets, self.command,
-                     None if self.budget is None else self.budget / 60.0, self.training_text())
+                     None if self.budget is None else self.budget / 60.0, self.training_text(),
+                     commit=self.results.commit)
         left = self.left()
         self.log(f"done in {(time.monotonic() - self.start) / 60:.1f} min"
                  + ("" if left is None else f" of a {self.budget / 60:.1f}-minute budget"))
@@ -490,14 +492,14 @@ def budget_lines(rows: dict[str, dict[str, Any]], nets: list[str], budget_minute
 
 
 def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], nets: list[str], command: str,
-                 budget_minutes: float | None = None, training: str = "") -> None:
+                 budget_minutes: float | None = None, training: str = "", commit: str | None = None) -> None:
     best_id, best = best_ngram(rows)
     protocol = ", `bengio2003` protocol (docs/protocol.md)" if corpus.name == "brown" else ""
     lines = [
         f"# Table 1 of Bengio et al. (2003), reproduced on {corpus.name}",
         "",
         f"Command: `{command}`  ",
-        f"Commit: `{_commit()}`  ",
+        commit_line(rows, nets, commit or _commit()),
         f"Corpus: {corpus.name}{protocol}: "
         f"{len(corpus.train):,} / {len(corpus.valid):,} / {len(corpus.test):,} tokens, |V| = {len(corpus.vocab):,} "
         "(the paper's Brown: 800,000 / 200,000 / 181,041, |V| = 16,383; another tokenization, so compare ratios).",
@@ -529,6 +531,20 @@ def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], net
     atomic_write_text(out / "README.md", "\n".join(lines) + "\n")
     _plot_curves(out, nets)
     _plot_bars(out, rows, nets)
+
+
+def commit_line(rows: dict[str, dict[str, Any]], nets: list[str], current: str) -> str:
+    """The commit(s) whose code built the rows: a resumed reproduction may span several."""
+    built: dict[str, list[str]] = {}
+    for row, res in table_rows(rows, nets):
+        if res:
+            built.setdefault(res.get("commit", "unrecorded"), []).append(row.id)
+    if set(built) <= {"unrecorded"}:  # results.json from before rows were stamped
+        return f"Commit: `{current}`  "
+    if len(built) == 1:
+        return f"Commit: `{next(iter(built), current)}`  "
+    parts = [f"`{sha}` ({', '.join(ids)})" for sha, ids in built.items()]
+    return "Commits (rows built by calls at different commits; row ids as in results.json): " + "; ".join(parts) + "  "
 
 
 def _cell(text: str) -> str:
