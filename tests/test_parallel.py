@@ -237,13 +237,16 @@ def test_vocab_parallel_with_adam_and_dropout_matches_one_process(random_corpus,
     _assert_same_weights(tmp_path / "one", tmp_path / "vp")
 
 
-@pytest.mark.parametrize("recipe", [{"recipe": "paper", "lr": 0.05}, {"recipe": "modern", "lr": 0.01, "bf16": False},
+@pytest.mark.parametrize("recipe", [{"recipe": "paper", "lr": 0.02}, {"recipe": "modern", "lr": 0.01, "bf16": False},
                                     {"loss": "sampled", "samples": 20}, {"loss": "nce", "samples": 20}])
 def test_hogwild_trains_close_to_one_process(recipe, random_corpus, tmp_path):
-    """Asynchronous, so not equal: within 15% of the single-process perplexity after 3 epochs
-    (measured: 1% below to 8% above). With Adam, per-worker moments keep the early
-    steps sane (shared ones made the loss explode within 10 steps). Sampled and NCE runs: each
-    worker draws its own samples and runs its own row-wise Adam over the shared rows."""
+    """Asynchronous, so not equal: within 15% of the single-process perplexity after 3 epochs.
+    Measured over 20-40 runs each, partly on a loaded machine: paper SGD at lr 0.02 0.97-1.02x,
+    Adam 1.02-1.05x, sampled and NCE 1.01-1.05x. (Paper SGD at lr 0.05 ranged 0.96-1.16x, and
+    1.18x once under CI load: so noisy that a 15% bound failed now and then.) With Adam,
+    per-worker moments keep the early steps sane (shared ones made the loss explode within 10
+    steps). Sampled and NCE runs: each worker draws its own samples and runs its own row-wise Adam
+    over the shared rows."""
     corpus_dir = tmp_path / "rand"
     options = recipe | {"epochs": 3}
     single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
@@ -254,6 +257,20 @@ def test_hogwild_trains_close_to_one_process(recipe, random_corpus, tmp_path):
     single_ppl, hog_ppl = single["best"]["valid_ppl"], hog["best"]["valid_ppl"]
     assert hog_ppl < 0.5 * uniform
     assert hog_ppl == pytest.approx(single_ppl, rel=0.15)
+
+
+def test_one_hogwild_worker_with_paper_sgd_is_the_single_process_bit_for_bit(random_corpus, tmp_path):
+    """Nothing races with one worker, so its batches, their order and its SGD updates must be the
+    single process's exactly: the exact check behind the loose two-worker bound above. (Adam
+    and the sampled losses differ by design: per-worker row-wise moments and samples.)"""
+    corpus_dir = tmp_path / "rand"
+    options = {"recipe": "paper", "lr": 0.05, "epochs": 2}
+    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
+                      log=lambda s: None)
+    hog = _train(tmp_path / "hog", corpus_dir, "hogwild", workers=1, **options)
+    assert hog["best"] == single["best"] and hog["examples"] == single["examples"]
+    one, two = _weights(tmp_path / "one"), _weights(tmp_path / "hog")
+    assert set(one) == set(two) and all(torch.equal(one[name], two[name]) for name in one)
 
 
 def _die_on_rank_1() -> None:
