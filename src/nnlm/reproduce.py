@@ -492,14 +492,14 @@ def budget_lines(rows: dict[str, dict[str, Any]], nets: list[str], budget_minute
 
 
 def write_report(out: Path, corpus: Corpus, rows: dict[str, dict[str, Any]], nets: list[str], command: str,
-                 budget_minutes: float | None = None, training: str = "", commit: str | None = None) -> None:
+                 budget_minutes: float | None = None, training: str = "", *, commit: str) -> None:
     best_id, best = best_ngram(rows)
     protocol = ", `bengio2003` protocol (docs/protocol.md)" if corpus.name == "brown" else ""
     lines = [
         f"# Table 1 of Bengio et al. (2003), reproduced on {corpus.name}",
         "",
         f"Command: `{command}`  ",
-        commit_line(rows, nets, commit or _commit()),
+        commit_line(rows, nets, commit),
         f"Corpus: {corpus.name}{protocol}: "
         f"{len(corpus.train):,} / {len(corpus.valid):,} / {len(corpus.test):,} tokens, |V| = {len(corpus.vocab):,} "
         "(the paper's Brown: 800,000 / 200,000 / 181,041, |V| = 16,383; another tokenization, so compare ratios).",
@@ -542,7 +542,7 @@ def commit_line(rows: dict[str, dict[str, Any]], nets: list[str], current: str) 
     if set(built) <= {"unrecorded"}:  # results.json from before rows were stamped
         return f"Commit: `{current}`  "
     if len(built) == 1:
-        return f"Commit: `{next(iter(built), current)}`  "
+        return f"Commit: `{next(iter(built))}`  "
     parts = [f"`{sha}` ({', '.join(ids)})" for sha, ids in built.items()]
     return "Commits (rows built by calls at different commits; row ids as in results.json): " + "; ".join(parts) + "  "
 
