@@ -482,8 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "than the full softmax; scoring is always exact)")
     p.add_argument("--samples", type=int, default=None, help="K for --loss sampled / nce (default 128)")
     p.add_argument("--hogwild", type=int, default=None, metavar="WORKERS",
-                   help="train each net with this many asynchronous Hogwild workers (about WORKERS x faster on as "
-                        "many cores; runs are no longer reproducible bit for bit)")
+                   help="train each net with this many asynchronous Hogwild workers, one thread each (about "
+                        "WORKERS x a one-thread process on as many cores, less against torch's default "
+                        "threads; runs are no longer reproducible bit for bit)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
