@@ -1,0 +1,118 @@
+"""How many CPU threads torch should use *now*: as many cores as other processes leave free.
+
+Why: torch's OpenMP threads wait on each other at every kernel. On a 2-core machine where other
+processes keep the cores busy, two threads each get a slice of a core and a step can run 10-20x
+slower than with one thread (measured: 1.5k against 30k tokens/s for MLP1 at load 6-9). So the
+thread count is chosen from what other processes use (measured from /proc/stat, not the load
+average, which also counts this process's own recent work) and re-checked during long work.
+
+`ThreadGovernor.check()` needs no sleep: it compares the machine's and this process's CPU time
+with what they were at the previous check, so it can be called at every epoch or scoring chunk.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+
+# Busy cores elsewhere are rounded so that a core more than this much busy counts as taken:
+# sharing a core with another CPU-bound process costs an OpenMP team far more than a missing thread.
+MARGIN = 0.3
+RECHECK_SECONDS = 20.0
+
+
+def machine_cores() -> int:
+    """Cores this process may run on (the affinity mask, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores have spent busy since boot (every /proc/stat state but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _sample() -> tuple[float, float, float] | None:
+    """(machine busy seconds, this process's CPU seconds, wall clock), or None without /proc/stat."""
+    try:
+        return machine_busy_seconds(), time.process_time(), time.monotonic()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def busy_between(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+    """Cores other processes kept busy between two samples: machine busy time minus our own."""
+    wall = after[2] - before[2]
+    if wall <= 0:
+        return 0.0
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall)
+
+
+def cores_busy_elsewhere(window: float = 0.2) -> float | None:
+    """How many cores other processes keep busy, measured over `window` seconds; None where
+    /proc/stat is missing."""
+    before = _sample()
+    if before is None:
+        return None
+    time.sleep(window)
+    after = _sample()
+    return None if after is None else busy_between(before, after)
+
+
+def free_threads(cores: int, busy: float | None) -> int:
+    """Threads for the cores other processes leave free: at least 1, at most `cores`. A core
+    counts as taken when more than MARGIN of it is busy (pure, for the tests)."""
+    if busy is None or not math.isfinite(busy):
+        return cores
+    return max(1, min(cores, cores - max(0, math.ceil(busy - MARGIN))))
+
+
+class ThreadGovernor:
+    """Chooses torch's CPU thread count and re-chooses it as the machine's load changes.
+
+    `requested` (the user's --threads) wins and is never changed; on CUDA the count is left to
+    torch. Otherwise the count is set from the cores free now, and `check()` re-sets it when at
+    least RECHECK_SECONDS have passed since the last look."""
+
+    def __init__(self, requested: int | None = None, device: torch.device | str = "cpu",
+                 recheck_seconds: float = RECHECK_SECONDS, window: float = 0.2) -> None:
+        self.fixed = requested is not None or torch.device(device).type != "cpu"
+        self.recheck_seconds = recheck_seconds
+        self.cores = machine_cores()
+        self.busy: float | None = None
+        if requested is not None:
+            torch.set_num_threads(requested)
+        elif not self.fixed:
+            self.busy = cores_busy_elsewhere(window)
+            torch.set_num_threads(free_threads(self.cores, self.busy))
+        self._last = _sample()
+
+    @property
+    def threads(self) -> int:
+        return torch.get_num_threads()
+
+    def check(self) -> int:
+        """Re-measure (no sleep: the CPU time since the last check) and re-set the thread count if due."""
+        if self.fixed or self._last is None:
+            return self.threads
+        now = _sample()
+        if now is None or now[2] - self._last[2] < self.recheck_seconds:
+            return self.threads
+        self.busy = busy_between(self._last, now)
+        self._last = now
+        wanted = free_threads(self.cores, self.busy)
+        if wanted != torch.get_num_threads():
+            torch.set_num_threads(wanted)
+        return wanted
+
+    def describe(self) -> str:
+        if self.fixed:
+            return f"{self.threads} threads"
+        busy = "" if self.busy is None else f", {self.busy:.1f} of {self.cores} cores busy elsewhere"
+        return f"{self.threads} threads (chosen{busy})"
