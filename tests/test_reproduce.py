@@ -33,7 +33,7 @@ def test_reproduce_small_corpus_then_resume(random_corpus, tmp_path):
     text = readme.read_text()
     assert "| MLP7 | 3 | 50 | 30 | yes |" in text and "deleted interpolation trigram" in text
     # the nets train with the sampled softmax by default (scored exactly), and the report says so
-    assert json.loads((out / "runs" / "mlp7" / "run.json").read_text())["loss"] == "sampled"
+    assert json.loads((out / rows["mlp7"]["run"] / "run.json").read_text())["loss"] == "sampled"
     assert "`--loss sampled`" in text
     # the net's train split is scored last, if the budget has time left for it; the report says which
     assert (rows["mlp7"]["perplexity"]["train"] is None) == ("Train perplexity not scored" in text) \
@@ -66,14 +66,16 @@ def test_bad_budget(random_corpus, tmp_path):
 def small_class_rows(monkeypatch):
     """Table rows with class counts the 62-word synthetic corpus can hold: c = 8 at n = 3, 4, 5 (one
     clustering for the three), and c = 4."""
-    import nnlm.reproduce as rp
+    import nnlm.reproduce.ngram_rows as rp
+    import nnlm.reproduce.table as table
 
     rows = (NGRAM_ROWS[0], NGRAM_ROWS[1],
-            *(rp.NgramRow(f"class8-{n}", "class-based back-off, c = 8", n, (None, None, None), kind="class",
-                          classes=8) for n in (3, 4, 5)),
-            rp.NgramRow("class4-3", "class-based back-off, c = 4", 3, (None, None, None), kind="class", classes=4))
-    monkeypatch.setattr(rp, "NGRAM_ROWS", rows)
-    monkeypatch.setattr(rp, "NGRAM_BUILD_ORDER", tuple(r.id for r in rows))
+            *(table.NgramRow(f"class8-{n}", "class-based back-off, c = 8", n, (None, None, None), kind="class",
+                             classes=8) for n in (3, 4, 5)),
+            table.NgramRow("class4-3", "class-based back-off, c = 4", 3, (None, None, None), kind="class", classes=4))
+    monkeypatch.setattr(table, "NGRAM_ROWS", rows)
+    monkeypatch.setattr(table, "NGRAM_BUILD_ORDER", tuple(r.id for r in rows))
+    monkeypatch.setattr(table, "NGRAM_AFTER_NETS", ())
     return rp
 
 
@@ -136,7 +138,7 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
     """--full: a session that dies during training leaves a run that the next call continues (not restarts);
     a call after it finished trains nothing. The report names the commit of each call that built rows."""
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
-    monkeypatch.setattr("nnlm.reproduce._commit", lambda: "aaaaaaa")
+    monkeypatch.setattr("nnlm.reproduce.results.commit", lambda: "aaaaaaa")
 
     class SessionEnded(Exception):
         pass
@@ -150,7 +152,7 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
     assert "mlp7" not in json.loads((out / "results.json").read_text())["rows"]
 
     logs: list[str] = []
-    monkeypatch.setattr("nnlm.reproduce._commit", lambda: "bbbbbbb")  # the code changed between the sessions
+    monkeypatch.setattr("nnlm.reproduce.results.commit", lambda: "bbbbbbb")  # the code changed between the sessions
     reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1)
     epochs = [line.split("epoch ")[1].split(":")[0] for line in logs if line.strip().startswith("epoch ")]
     assert epochs[0] == "2"  # continued after the checkpoint of epoch 1
@@ -158,7 +160,7 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["mlp7"]["finished"] and {"mlp8", "mlp7-em"} <= set(rows)
     assert rows["mlp7"]["perplexity"]["train"] > 1  # no budget: every split scored with the net
-    history = [json.loads(line)["epoch"] for line in (out / "runs" / "mlp7" / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line)["epoch"] for line in (out / rows["mlp7"]["run"] / "metrics.jsonl").read_text().splitlines()]
     assert history == list(range(1, len(history) + 1))
     report = (out / "README.md").read_text()
     assert "Budget: none (`--full`)" in report
@@ -175,18 +177,19 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
 
 
 def test_a_net_the_budget_leaves_nothing_is_skipped_and_trained_by_the_next_call(random_corpus, tmp_path, monkeypatch):
-    import nnlm.reproduce as rp
+    import nnlm.reproduce.ngram_rows as ngram_rows
+    import nnlm.reproduce.planner as planner
 
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
-    monkeypatch.setattr(rp, "NGRAM_SHARE", 0.0)
-    monkeypatch.setattr(rp, "SCORING_SAFETY", 1e9)  # its scoring would take more than the budget
+    monkeypatch.setattr(ngram_rows, "NGRAM_SHARE", 0.0)
+    monkeypatch.setattr(planner, "SAFETY", 1e9)  # its scoring would take more than the budget
     reproduce(corpus_dir, out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
     rows = json.loads((out / "results.json").read_text())["rows"]
     for row_id in ("mlp7", "mlp8", "mlp7-em"):
         assert rows[row_id]["cut"] and rows[row_id]["note"].startswith("skipped for lack of budget")
     assert "MLP7 (n = 3), MLP8 (MLP7 + trigram, 0.5) (n = 3)" in (out / "README.md").read_text()
 
-    monkeypatch.setattr(rp, "SCORING_SAFETY", 1.2)
+    monkeypatch.setattr(planner, "SAFETY", 1.15)
     reproduce(corpus_dir, out, 0.1, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["mlp7"]["perplexity"]["test"] > 1 and rows["mlp8"]["perplexity"]["test"] > 1
@@ -198,9 +201,9 @@ def test_hogwild_nets_are_trained_by_asynchronous_workers_and_the_report_says_so
     readme = reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1,
                        hogwild=2)
     assert any("--parallel hogwild with 2 worker processes" in line for line in logs)
-    state = json.loads((out / "runs" / "mlp7" / "state.json").read_text())
-    assert state["parallel"] == {"mode": "hogwild", "world_size": 2} and state["finished"]
     rows = json.loads((out / "results.json").read_text())["rows"]
+    state = json.loads((out / rows["mlp7"]["run"] / "state.json").read_text())
+    assert state["parallel"] == {"mode": "hogwild", "world_size": 2} and state["finished"]
     assert all(p > 1 for p in rows["mlp7"]["perplexity"].values())
     assert "2 asynchronous Hogwild workers" in readme.read_text()
     with pytest.raises(NnlmError, match="--hogwild must be at least 1"):
