@@ -6,12 +6,13 @@ there), the reserve came to 18-23 minutes and every net got nothing while 19 min
 
 The rules, in order:
 1. Every row costs `fixed` seconds whatever happens (a net's scoring) plus work (training, clustering)
-   in tiers: `floor` (the least that gives a row at all), `useful`, `want` (what finishing takes).
+   in ascending tiers: the first is its floor (the least that gives a row at all), the last what
+   finishing it takes (a net: floor 0.5 epoch, then 1 epoch, 3 epochs, the 10 of an early-stopped run).
 2. Rows are taken in priority order (MLP1 before MLP3, the nets before the slowest class rows). First
    every row gets fixed + floor while they fit; a row whose fixed + floor does not fit in what the rows
    before it leave is skipped, and the reason gives both numbers.
-3. What is left raises every kept row to its `useful` tier, in priority order; then to `want`.
-   A row below `want` is shortened, never skipped, while its floor fits.
+3. What is left raises every kept row to its next tier, tier by tier, in priority order within a tier:
+   MLP3's first epoch comes before MLP1's third. A row below its last tier is shortened, not skipped.
 The caller plans again before every row with the time then left, so a row that ends early (early
 stopping) or late hands the difference to the rows after it.
 """
@@ -23,20 +24,25 @@ from typing import Sequence
 
 SAFETY = 1.15  # on every estimate: rates are measured on a slice, and the load moves
 EXPECTED_EPOCHS = 10  # a Table 1 net early-stops after 8-9 epochs on Brown (patience 3)
-USEFUL_EPOCHS = 3  # what a shortened net gets before a lower-priority net gets more than its floor
-FLOOR_EPOCHS = 0.5  # the least training that makes a row (its partial epoch is validated and scored)
+NET_TIERS = (0.5, 1, 3)  # epochs: the floor (a partial epoch is validated and scored), then steps before the rest
 
 
 @dataclass(frozen=True)
 class Need:
-    """What one pending row costs, in seconds: `fixed` whatever happens, then work in three tiers."""
+    """What one pending row costs, in seconds: `fixed` whatever happens, then work in tiers."""
 
     id: str
     fixed: float
-    floor: float
-    useful: float
-    want: float
+    tiers: tuple[float, ...]  # ascending: floor, ..., want
     unit: str = "training"  # what the work is, for the reasons
+
+    @property
+    def floor(self) -> float:
+        return self.tiers[0]
+
+    @property
+    def want(self) -> float:
+        return self.tiers[-1]
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,11 @@ def plan(left: float, needs: Sequence[Need]) -> list[Grant]:
             skipped[need.id] = (f"skipped for lack of budget: it needs at least {_min(least)} ({_min(need.fixed)} "
                                 f"of scoring, {_min(need.floor)} of {need.unit}), {_min(free)} left of "
                                 f"{_min(left)} after the rows before it")
-    for tier in ("useful", "want"):
+    for tier in range(1, max((len(n.tiers) for n in needs), default=1)):
         for need in needs:
             if need.id in kept and free > 0:
-                more = min(max(getattr(need, tier) - kept[need.id], 0.0), free)
+                level = need.tiers[min(tier, len(need.tiers) - 1)]
+                more = min(max(level - kept[need.id], 0.0), free)
                 kept[need.id] += more
                 free -= more
     grants = []
@@ -113,16 +120,17 @@ def net_need(net: str, rates: Rates, train_tokens: int, valid_tokens: int, test_
     score = 1.0 / rates.score
     fixed = SAFETY * score * (2 * valid_tokens + test_tokens)
     epoch = SAFETY * (train_tokens / rates.train + valid_tokens * score)
-    floor = SAFETY * FLOOR_EPOCHS * train_tokens / rates.train
-    want = max(EXPECTED_EPOCHS - done_epochs, 1.0)
-    return Need(net, fixed, floor, min(USEFUL_EPOCHS, want) * epoch, want * epoch)
+    floor = SAFETY * NET_TIERS[0] * train_tokens / rates.train  # its validation is in `fixed`
+    want = max(EXPECTED_EPOCHS - done_epochs, NET_TIERS[1])
+    return Need(net, fixed, (floor, *(min(e, want) * epoch for e in NET_TIERS[1:]), want * epoch))
 
 
 def clustering_need(row_id: str, classes: int, seconds_per_class: float, tail: float) -> Need:
     """A class row still to cluster: `tail` seconds to build and score it (fixed); a clustering cut at
-    its deadline still gives classes, so its floor is 0; it wants classes x the measured seconds per class."""
+    its deadline still gives classes, so its floor is 0; it wants classes x the measured seconds per class,
+    but only once the nets have had every tier below their last (its tiers are 0 until then)."""
     want = SAFETY * classes * seconds_per_class
-    return Need(row_id, SAFETY * tail, 0.0, 0.5 * want, want, unit="clustering")
+    return Need(row_id, SAFETY * tail, (0.0,) * len(NET_TIERS) + (want,), unit="clustering")
 
 
 def unused_share(left: float, grants: Sequence[Grant]) -> float:
