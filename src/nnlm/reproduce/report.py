@@ -60,9 +60,11 @@ def nets_lines(rows: Rows, nets: list[str]) -> list[str]:
     return ["Nets, each with its own options:", "", *(f"- {net.upper()}: {text}" for net, text in texts.items()), ""]
 
 
-def budget_lines(rows: Rows, ordered: list[Row], budget_minutes: float | None) -> list[str]:
+def budget_lines(rows: Rows, ordered: list[Row], call: dict[str, Any]) -> list[str]:
     """Which rows the budget shortened or skipped, and why, before the table."""
-    lines = ["Budget: " + (f"{budget_minutes:g} minutes for the whole call." if budget_minutes is not None
+    budget_minutes = call.get("budget_minutes")
+    lines = ["Budget: " + ("not recorded (a results.json from before calls were recorded)." if "nets" not in call
+                           else f"{budget_minutes:g} minutes for the whole call." if budget_minutes is not None
                            else "none (`--full`): every net trains until early stopping.")]
     cut = [(row, rows[row.id]) for row in ordered if row.id in rows and rows[row.id].get("cut")]
     for status, title in (("shortened", "Shortened for lack of budget"), ("skipped", "Skipped for lack of budget")):
@@ -148,7 +150,7 @@ def write_report(out: Path) -> Path:
         f"(paper: class-based c = 500, {PAPER_BEST_NGRAM_TEST:.0f}; ours: {best_id or 'none built'}, {fmt(best, 1)}).",
         "",
         *nets_lines(rows, nets),
-        *budget_lines(rows, ordered, call.get("budget_minutes")),
+        *budget_lines(rows, ordered, call),
         "| model | n | h | m | direct | mix | paper train | paper valid | paper test | ours train | ours valid "
         "| ours test | ratio paper | ratio ours | parameters | time | note |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
