@@ -137,6 +137,7 @@ def mix_row(job: Job, row: Row, mode: str, net: str, model: LanguageModel | None
     if model is None:  # the net was skipped
         job.results.put(row.id, RowResult({}, net_parameters(job, net) + trigram.parameter_count(), 0.0, "skipped",
                                           of_net["note"], of_net.get("options", {}), of_net.get("plan")))
+        job.log(f"    skipped: {net.upper()} was skipped")
         return
     splits = ("valid", "test")
     scored = {s: [job.scored(net, model, s), job.scored("interpolated", trigram, s)] for s in splits}

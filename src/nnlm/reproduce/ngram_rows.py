@@ -80,7 +80,8 @@ def early_rows(job: Job) -> LanguageModel:
             continue
         if not_applicable(job, row):
             continue
-        if row.id != "interpolated" and deadline is not None and time.monotonic() >= deadline:
+        reuses = row.classes is not None and row.classes in job.classes  # its classes are found: seconds to build
+        if row.id != "interpolated" and deadline is not None and time.monotonic() >= deadline and not reuses:
             note = (f"skipped for lack of budget: the rows before the nets may take {NGRAM_SHARE:.0%} of it "
                     f"({NGRAM_SHARE * job.budget / 60:.1f} min), used by the rows before this one")
             job.results.put(row.id, RowResult({}, None, 0.0, "skipped", note))
@@ -103,18 +104,21 @@ def class_rates(job: Job) -> tuple[float, float]:
     """(seconds per class of clustering, seconds to build and score a class row after it), from this
     call's c = 500 rows when they were built here, else the priors."""
     found = load_word_classes(job.out / "clusters" / "c500.npz")
-    per_class = found[1] / 500 if found and found[0].complete and found[1] > 0 else SECONDS_PER_CLASS
+    per_class = max(found[1] / 500 if found else 0.0, SECONDS_PER_CLASS)  # a cut clustering: a lower bound
     four = job.results.rows.get("class500-4", {})
     tail = four.get("seconds") if four.get("status") == "done" and four.get("commit") == job.results.commit else None
     return per_class, tail or CLASS_TAIL_SECONDS
 
 
 def late_needs(job: Job) -> list[planner.Need]:
-    """What the class rows after the nets still need (for the nets' plan, and their own)."""
+    """What the class rows after the nets still need (for the nets' plan, and their own), then the
+    nets' train-split scoring, which comes last."""
     per_class, tail = class_rates(job)
     by_id = {row.id: row for row in table.NGRAM_ROWS}
-    return [planner.clustering_need(i, by_id[i].classes or 0, per_class, tail) for i in table.NGRAM_AFTER_NETS
-            if i in by_id and job.results.pending(i) and (by_id[i].classes or 0) <= len(job.corpus.vocab)]
+    needs = [planner.clustering_need(i, by_id[i].classes or 0, per_class, tail) for i in table.NGRAM_AFTER_NETS
+             if i in by_id and job.results.pending(i) and (by_id[i].classes or 0) <= len(job.corpus.vocab)]
+    return needs + [planner.scoring_need(f"{net}-train", len(job.corpus.train), job.rates[net].score)
+                    for net in job.nets if job.results.rows.get(net, {}).get("train_pending") and net in job.rates]
 
 
 def late_rows(job: Job) -> None:

@@ -13,6 +13,8 @@ The rules, in order:
    before it leave is skipped, and the reason gives both numbers.
 3. What is left raises every kept row to its next tier, tier by tier, in priority order within a tier:
    MLP3's first epoch comes before MLP1's third. A row below its last tier is shortened, not skipped.
+4. What is still left is shared equally by the elastic rows (clusterings, which stop when they
+   converge), so no time is left unused because an estimate was low.
 The caller plans again before every row with the time then left, so a row that ends early (early
 stopping) or late hands the difference to the rows after it.
 """
@@ -35,6 +37,7 @@ class Need:
     fixed: float
     tiers: tuple[float, ...]  # ascending: floor, ..., want
     unit: str = "training"  # what the work is, for the reasons
+    elastic: bool = False  # more than `want` does no harm (a clustering stops when it converges)
 
     @property
     def floor(self) -> float:
@@ -86,6 +89,10 @@ def plan(left: float, needs: Sequence[Need]) -> list[Grant]:
                 more = min(max(level - kept[need.id], 0.0), free)
                 kept[need.id] += more
                 free -= more
+    elastic = [n.id for n in needs if n.elastic and n.id in kept]
+    for row_id in elastic:
+        kept[row_id] += free / len(elastic)
+    free = 0.0 if elastic else free
     grants = []
     for need in needs:
         if need.id in skipped:
@@ -93,8 +100,8 @@ def plan(left: float, needs: Sequence[Need]) -> list[Grant]:
             continue
         work = kept[need.id]
         if work >= need.want - 1e-9:
-            reason = (f"{_min(work)} of {need.unit}, the ~{_min(need.want)} it is estimated to need "
-                      f"({_min(left)} left, {_min(need.fixed)} of it kept for its scoring)")
+            reason = (f"{_min(work)} of {need.unit} (it is estimated to need ~{_min(need.want)}; "
+                      f"{_min(left)} left, {_min(need.fixed)} of it kept for its scoring)")
             grants.append(Grant(need.id, "full", work, need.fixed, reason))
         else:
             reason = (f"shortened for lack of budget: {_min(work)} of the ~{_min(need.want)} of {need.unit} it is "
@@ -130,7 +137,12 @@ def clustering_need(row_id: str, classes: int, seconds_per_class: float, tail: f
     its deadline still gives classes, so its floor is 0; it wants classes x the measured seconds per class,
     but only once the nets have had every tier below their last (its tiers are 0 until then)."""
     want = SAFETY * classes * seconds_per_class
-    return Need(row_id, SAFETY * tail, (0.0,) * len(NET_TIERS) + (want,), unit="clustering")
+    return Need(row_id, SAFETY * tail, (0.0,) * len(NET_TIERS) + (want,), unit="clustering", elastic=True)
+
+
+def scoring_need(row_id: str, tokens: int, score_rate: float) -> Need:
+    """Scoring alone (a net's train split, left for last): all fixed, no work."""
+    return Need(row_id, SAFETY * tokens / score_rate, (0.0,), unit="scoring")
 
 
 def unused_share(left: float, grants: Sequence[Grant]) -> float:
