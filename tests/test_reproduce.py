@@ -265,10 +265,12 @@ def test_the_report_names_each_nets_own_options(tmp_path):
     rows = {"mlp1": {"perplexity": {"train": None, "valid": 300.0, "test": 290.0}, "parameters": 10, "seconds": 5.0,
                      "status": "done", "note": "", "cut": False,
                      "options": requested_options("sampled", None, None, 100, "cpu")},
-            "mlp3": {"perplexity": {}, "parameters": 9, "seconds": 0.0, "status": "skipped", "cut": True,
+            "mlp3": {"perplexity": {"train": None, "valid": 320.0, "test": 310.0}, "parameters": 9, "seconds": 5.0,
+                     "status": "done", "note": "", "cut": False,
+                     "options": requested_options("full", None, 2, 100, "cpu")},
+            "mlp4": {"perplexity": {}, "parameters": 9, "seconds": 0.0, "status": "skipped", "cut": True,
                      "note": "skipped for lack of budget: it needs at least 9.0 min (8.2 min of scoring, 0.8 min "
-                             "of training), 3.1 min left of 12.0 min after the rows before it",
-                     "options": requested_options("full", None, 2, 100, "cpu")}}
+                             "of training), 3.1 min left of 12.0 min after the rows before it"}}
     (tmp_path / "results.json").write_text(json.dumps({
         "format": FORMAT, "corpus": {"corpus": "mine", "vocab": "x"}, "rows": rows,
         "corpus_info": {"name": "mine", "train": 1000, "valid": 100, "test": 100, "vocab": 100},
@@ -278,7 +280,8 @@ def test_the_report_names_each_nets_own_options(tmp_path):
     assert "Nets, each with its own options:" in text
     assert "- MLP1: `nnlm train`'s sampled recipe" in text and "`--loss sampled`" in text
     assert "- MLP3: `nnlm train`'s modern recipe" in text and "by 2 asynchronous Hogwild workers" in text
-    assert "**Skipped for lack of budget**: MLP3 (n = 5)" in text and "3.1 min left of 12.0 min" in text
+    assert "**Skipped for lack of budget**: MLP4 (MLP3 + trigram, 0.5) (n = 5)" in text
+    assert "| skipped | skipped for lack of budget: it needs at least 9.0 min" in text
     assert "reproduced on mine" in text
     assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "perplexities.png").stat().st_size > 0
 

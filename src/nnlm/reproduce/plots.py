@@ -75,7 +75,7 @@ def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id
         res = rows.get(row.id) or {}
         test = (res.get("perplexity") or {}).get("test")
         ours = test / best if (test and best) else None
-        mark = "" if ours is not None else ("not run" if not res else res.get("status", "not run"))
+        mark = res.get("status", "") if ours is not None else ("not run" if not res else res.get("status", "not run"))
         shown.append((row, row.paper[2] / PAPER_BEST_NGRAM_TEST, ours, mark))
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(shown)), 4.5))
     x = np.arange(len(shown))
@@ -84,6 +84,9 @@ def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id
     ours = ax.bar(x + 0.2, [o or 0.0 for _, _, o, _ in shown], 0.4,
                   label=f"nnlm (best n-gram {best_id or 'none'}, {best or 0:.1f})")
     ax.bar_label(ours, [f"{o:.2f}" if o else "" for _, _, o, _ in shown], fontsize=6, rotation=90, padding=2)
+    for bar, (_, _, o, mark) in zip(ours, shown, strict=True):
+        if o is not None and mark == "shortened":
+            bar.set_hatch("//")  # built, but the budget cut its training or clustering short
     ratios = [v for _, p, o, _ in shown for v in (p, o) if v]
     low = min(min(ratios, default=1.0), 1.0) - 0.05
     high = max(ratios, default=1.0)
@@ -94,7 +97,15 @@ def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(x, [row.id for row, _, _, _ in shown], rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("test perplexity / best n-gram's")
-    ax.legend(fontsize=8)
+    if any(mark == "shortened" for *_, mark in shown):
+        from matplotlib.patches import Patch
+
+        handles, labels = ax.get_legend_handles_labels()
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//"))
+        labels.append("shortened for lack of budget")
+        ax.legend(handles, labels, fontsize=8)
+    else:
+        ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title("Test perplexity relative to the best n-gram of each table (lower is better)")
     fig.tight_layout()

@@ -50,7 +50,7 @@ def training_text(options: dict[str, Any] | None) -> str:
 
 def nets_lines(rows: Rows, nets: list[str]) -> list[str]:
     """The 'Nets:' paragraph: one line when every net shares its options, else one per net."""
-    keyed = {net: rows[net].get("options") for net in nets if net in rows}
+    keyed = {net: rows[net].get("options") for net in nets if rows.get(net, {}).get("perplexity")}  # trained
     if not keyed:
         return []
     texts = {net: training_text(opts) for net, opts in keyed.items()}
