@@ -92,3 +92,16 @@ def test_invariants(left, rates):
             assert need.floor - 1e-9 <= grant.work and (need.elastic or grant.work <= need.want + 1e-9)
         if grant.status == "shortened" or (need.elastic and grant.status != "skipped"):
             assert unused <= 1e-6
+
+
+def test_a_grant_of_whole_epochs_ends_the_run_at_an_epoch_not_mid_epoch(tmp_path):
+    """A run cut mid-epoch validates the part epoch too; whole epochs avoid paying that validation."""
+    from types import SimpleNamespace
+
+    from nnlm.reproduce.net_rows import session_limits
+    from nnlm.reproduce.planner import Grant
+
+    job = SimpleNamespace(out=tmp_path, options={}, rates={"mlp1": Rates(1000, 100)},
+                          corpus=SimpleNamespace(train=[0] * 1000, valid=[0] * 100))  # epoch: 1.15 s + 1.15 s
+    assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 7.0, 0.0, "")) == {"epochs": 3, "time_budget": 0.15}
+    assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 1.5, 0.0, "")) == {"time_budget": 0.02}

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from nnlm.reproduce.job import Job
 
 MAX_EPOCHS = 100  # early stopping ends a run long before this
+GUARD = 1.3  # a run given whole epochs stops at this x its grant if the rates were measured too high
 
 
 def run_dir(job: Job, net: str) -> Path:
@@ -108,10 +109,8 @@ def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel 
                                  "epochs": MAX_EPOCHS, "threads": job.threads, "loss": job.loss}
     if job.samples is not None:
         requested["samples"] = job.samples
-    if grant is not None:  # the run's budget counts all its sessions: give it the grant more
-        before = ck.read_json(where / ck.STATE, "training state").get("elapsed", 0.0) \
-            if (where / ck.STATE).exists() else 0.0
-        requested["time_budget"] = round((before + grant.work) / 60.0, 2)
+    if grant is not None:
+        requested |= session_limits(job, net, grant)
     state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
                            resume=(where / ck.RUN).exists(), progress=job.progress, log=job.row_log(net))
     model = trained(job, net)
@@ -128,6 +127,21 @@ def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel 
                                     "run": str(where.relative_to(job.out))}))
     job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
     return model
+
+
+def session_limits(job: Job, net: str, grant: planner.Grant) -> dict[str, Any]:
+    """The trainer's limits for a grant: whole epochs when it holds one or more (a run cut mid-epoch
+    validates the part epoch as well, which costs as much as the validation of a whole one), with a
+    time budget only as a guard against a low estimate; else a part epoch, its validation following.
+    A run's time budget counts all its sessions."""
+    state = ck.read_json(run_dir(job, net) / ck.STATE, "training state") \
+        if (run_dir(job, net) / ck.STATE).exists() else {}
+    before, done = state.get("elapsed", 0.0), state.get("epoch", 0)
+    train, valid = planner.epoch_parts(job.rates[net], len(job.corpus.train), len(job.corpus.valid))
+    whole = int(grant.work // (train + valid))
+    if whole >= 1:
+        return {"epochs": min(done + whole, MAX_EPOCHS), "time_budget": round((before + GUARD * grant.work) / 60, 2)}
+    return {"time_budget": round((before + max(grant.work - valid, 1.0)) / 60, 2)}
 
 
 def mix_row(job: Job, row: Row, mode: str, net: str, model: LanguageModel | None, trigram: LanguageModel) -> None:

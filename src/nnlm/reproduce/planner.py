@@ -26,7 +26,7 @@ from typing import Sequence
 
 SAFETY = 1.15  # on every estimate: rates are measured on a slice, and the load moves
 EXPECTED_EPOCHS = 10  # a Table 1 net early-stops after 8-9 epochs on Brown (patience 3)
-NET_TIERS = (0.5, 1, 3)  # epochs: the floor (a partial epoch is validated and scored), then steps before the rest
+NET_TIERS = (0.5, 1, 3)  # epochs: the floor (a part epoch, validated), then steps before the rest
 
 
 @dataclass(frozen=True)
@@ -119,17 +119,24 @@ class Rates:
     score: float  # exact-softmax scoring, tokens per second
 
 
+def epoch_parts(rates: Rates, train_tokens: int, valid_tokens: int) -> tuple[float, float]:
+    """(training, validation) seconds of one epoch, with the safety factor."""
+    return SAFETY * train_tokens / rates.train, SAFETY * valid_tokens / rates.score
+
+
 def net_need(net: str, rates: Rates, train_tokens: int, valid_tokens: int, test_tokens: int,
              done_epochs: float = 0.0) -> Need:
-    """A net's cost: scoring valid and test after training, plus one validation that a budget cut
-    mid-epoch adds (fixed); epochs of training, each with its validation (work). A run continued
-    from an earlier call wants only the epochs it has not had."""
-    score = 1.0 / rates.score
-    fixed = SAFETY * score * (2 * valid_tokens + test_tokens)
-    epoch = SAFETY * (train_tokens / rates.train + valid_tokens * score)
-    floor = SAFETY * NET_TIERS[0] * train_tokens / rates.train  # its validation is in `fixed`
+    """A net's cost: scoring valid and test after training (fixed); whole epochs of training, each
+    with its validation (work). Whole epochs, because a run cut mid-epoch validates the part epoch
+    too: its floor is such a part epoch (half an epoch of training and a validation), the last resort.
+    A run continued from an earlier call wants only the epochs it has not had."""
+    train, valid = epoch_parts(rates, train_tokens, valid_tokens)
+    fixed = SAFETY * (valid_tokens + test_tokens) / rates.score
+    floor = NET_TIERS[0] * train + valid
     want = max(EXPECTED_EPOCHS - done_epochs, NET_TIERS[1])
-    return Need(net, fixed, (floor, *(min(e, want) * epoch for e in NET_TIERS[1:]), want * epoch))
+    epoch = train + valid
+    return Need(net, fixed, (floor, *(min(e, want) * epoch for e in NET_TIERS[1:]), want * epoch),
+                unit="training with its validation")
 
 
 def clustering_need(row_id: str, classes: int, seconds_per_class: float, tail: float) -> Need:
