@@ -38,8 +38,9 @@ def word_classes(job: Job, c: int, deadline: float | None) -> WordClasses:
     return found
 
 
-def build_row(job: Job, row: NgramRow, deadline: float | None) -> tuple[RowResult, LanguageModel]:
-    """Build and score one n-gram row (a class row clusters until `deadline` at most)."""
+def build_row(job: Job, row: NgramRow, deadline: float | None, why: str = "") -> tuple[RowResult, LanguageModel]:
+    """Build and score one n-gram row (a class row clusters until `deadline` at most; `why` says
+    where the deadline came from, for the note of a cut clustering)."""
     from nnlm.ngram.build import build_ngram
 
     t0 = time.perf_counter()
@@ -49,8 +50,8 @@ def build_row(job: Job, row: NgramRow, deadline: float | None) -> tuple[RowResul
         options = {"clusters": classes}
         if not classes.complete:
             status = "shortened"
-            note = (f"shortened: the budget stopped the clustering after {classes.passes} passes; "
-                    "a new call continues it")
+            note = (f"shortened: the budget stopped the clustering after {classes.passes} passes"
+                    + (f" ({why})" if why else "") + "; a new call continues it")
         elif row.n != 3:
             note = f"the classes of class{row.classes}-3, reused"
     model = build_ngram(row.kind, job.corpus, row.n, classes=row.classes, progress=job.progress, **options)
@@ -92,7 +93,9 @@ def early_rows(job: Job) -> LanguageModel:
 
             trigram = build_ngram(row.kind, job.corpus, row.n, progress=job.progress)
             continue
-        result, model = build_row(job, row, deadline)
+        why = "" if job.budget is None else (f"the rows before the nets may take {NGRAM_SHARE:.0%} of the budget, "
+                                             f"{NGRAM_SHARE * job.budget / 60:.1f} min")
+        result, model = build_row(job, row, deadline, why)
         if row.id == "interpolated":
             trigram = model
         job.results.put(row.id, result)
@@ -138,6 +141,6 @@ def late_rows(job: Job) -> None:
                 job.results.put(row.id, RowResult({}, None, 0.0, "skipped", grant.reason, plan=plan))
                 continue
             deadline = time.monotonic() + grant.work
-        result, _ = build_row(job, row, deadline)
+        result, _ = build_row(job, row, deadline, "" if plan is None else plan["reason"])
         result.plan = plan
         job.results.put(row.id, result)
