@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from nnlm.cli import main
 from nnlm.errors import NnlmError
 from nnlm.reproduce import NGRAM_ROWS, parse_models, reproduce
 
@@ -33,7 +34,7 @@ def test_reproduce_small_corpus_then_resume(random_corpus, tmp_path):
     text = readme.read_text()
     assert "| MLP7 | 3 | 50 | 30 | yes |" in text and "deleted interpolation trigram" in text
     # the nets train with the sampled softmax by default (scored exactly), and the report says so
-    assert json.loads((out / "runs" / "mlp7" / "run.json").read_text())["loss"] == "sampled"
+    assert json.loads((out / rows["mlp7"]["run"] / "run.json").read_text())["loss"] == "sampled"
     assert "`--loss sampled`" in text
     # the net's train split is scored last, if the budget has time left for it; the report says which
     assert (rows["mlp7"]["perplexity"]["train"] is None) == ("Train perplexity not scored" in text) \
@@ -66,14 +67,16 @@ def test_bad_budget(random_corpus, tmp_path):
 def small_class_rows(monkeypatch):
     """Table rows with class counts the 62-word synthetic corpus can hold: c = 8 at n = 3, 4, 5 (one
     clustering for the three), and c = 4."""
-    import nnlm.reproduce as rp
+    import nnlm.reproduce.ngram_rows as rp
+    import nnlm.reproduce.table as table
 
     rows = (NGRAM_ROWS[0], NGRAM_ROWS[1],
-            *(rp.NgramRow(f"class8-{n}", "class-based back-off, c = 8", n, (None, None, None), kind="class",
-                          classes=8) for n in (3, 4, 5)),
-            rp.NgramRow("class4-3", "class-based back-off, c = 4", 3, (None, None, None), kind="class", classes=4))
-    monkeypatch.setattr(rp, "NGRAM_ROWS", rows)
-    monkeypatch.setattr(rp, "NGRAM_BUILD_ORDER", tuple(r.id for r in rows))
+            *(table.NgramRow(f"class8-{n}", "class-based back-off, c = 8", n, (None, None, None), kind="class",
+                             classes=8) for n in (3, 4, 5)),
+            table.NgramRow("class4-3", "class-based back-off, c = 4", 3, (None, None, None), kind="class", classes=4))
+    monkeypatch.setattr(table, "NGRAM_ROWS", rows)
+    monkeypatch.setattr(table, "NGRAM_BUILD_ORDER", tuple(r.id for r in rows))
+    monkeypatch.setattr(table, "NGRAM_AFTER_NETS", ())
     return rp
 
 
@@ -136,7 +139,7 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
     """--full: a session that dies during training leaves a run that the next call continues (not restarts);
     a call after it finished trains nothing. The report names the commit of each call that built rows."""
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
-    monkeypatch.setattr("nnlm.reproduce._commit", lambda: "aaaaaaa")
+    monkeypatch.setattr("nnlm.reproduce.results.commit", lambda: "aaaaaaa")
 
     class SessionEnded(Exception):
         pass
@@ -150,7 +153,7 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
     assert "mlp7" not in json.loads((out / "results.json").read_text())["rows"]
 
     logs: list[str] = []
-    monkeypatch.setattr("nnlm.reproduce._commit", lambda: "bbbbbbb")  # the code changed between the sessions
+    monkeypatch.setattr("nnlm.reproduce.results.commit", lambda: "bbbbbbb")  # the code changed between the sessions
     reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1)
     epochs = [line.split("epoch ")[1].split(":")[0] for line in logs if line.strip().startswith("epoch ")]
     assert epochs[0] == "2"  # continued after the checkpoint of epoch 1
@@ -158,7 +161,8 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["mlp7"]["finished"] and {"mlp8", "mlp7-em"} <= set(rows)
     assert rows["mlp7"]["perplexity"]["train"] > 1  # no budget: every split scored with the net
-    history = [json.loads(line)["epoch"] for line in (out / "runs" / "mlp7" / "metrics.jsonl").read_text().splitlines()]
+    metrics = (out / rows["mlp7"]["run"] / "metrics.jsonl").read_text().splitlines()
+    history = [json.loads(line)["epoch"] for line in metrics]
     assert history == list(range(1, len(history) + 1))
     report = (out / "README.md").read_text()
     assert "Budget: none (`--full`)" in report
@@ -175,18 +179,30 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
 
 
 def test_a_net_the_budget_leaves_nothing_is_skipped_and_trained_by_the_next_call(random_corpus, tmp_path, monkeypatch):
-    import nnlm.reproduce as rp
+    import nnlm.reproduce.ngram_rows as ngram_rows
+    import nnlm.reproduce.planner as planner
 
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
-    monkeypatch.setattr(rp, "NGRAM_SHARE", 0.0)
-    monkeypatch.setattr(rp, "SCORING_SAFETY", 1e9)  # its scoring would take more than the budget
+    monkeypatch.setattr(ngram_rows, "NGRAM_SHARE", 0.0)
+    monkeypatch.setattr(planner, "SAFETY", 1e9)  # its scoring would take more than the budget
     reproduce(corpus_dir, out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
     rows = json.loads((out / "results.json").read_text())["rows"]
     for row_id in ("mlp7", "mlp8", "mlp7-em"):
-        assert rows[row_id]["cut"] and rows[row_id]["note"].startswith("skipped for lack of budget")
-    assert "MLP7 (n = 3), MLP8 (MLP7 + trigram, 0.5) (n = 3)" in (out / "README.md").read_text()
+        assert rows[row_id]["cut"] and rows[row_id]["note"].startswith("skipped for lack of budget: it needs at least")
+        assert rows[row_id]["parameters"] > 0  # known from the architecture
+    assert "min left of" in rows["mlp7"]["note"] and rows["mlp7"]["plan"]["status"] == "skipped"
+    readme = (out / "README.md").read_text()
+    assert "MLP7 (n = 3), MLP8 (MLP7 + trigram, 0.5) (n = 3)" in readme
+    mlp7_line = next(line for line in readme.splitlines() if line.startswith("| MLP7 |"))
+    assert "| skipped | skipped for lack of budget: it needs at least" in mlp7_line
 
-    monkeypatch.setattr(rp, "SCORING_SAFETY", 1.2)
+    # the report is a function of results.json alone: --report-only writes the same README
+    (out / "README.md").unlink()
+    (out / "curves.png").unlink()
+    assert main(["reproduce", "--out", str(out), "--report-only"]) == 0
+    assert (out / "README.md").read_text() == readme and (out / "curves.png").stat().st_size > 0
+
+    monkeypatch.setattr(planner, "SAFETY", 1.15)
     reproduce(corpus_dir, out, 0.1, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["mlp7"]["perplexity"]["test"] > 1 and rows["mlp8"]["perplexity"]["test"] > 1
@@ -198,10 +214,78 @@ def test_hogwild_nets_are_trained_by_asynchronous_workers_and_the_report_says_so
     readme = reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1,
                        hogwild=2)
     assert any("--parallel hogwild with 2 worker processes" in line for line in logs)
-    state = json.loads((out / "runs" / "mlp7" / "state.json").read_text())
-    assert state["parallel"] == {"mode": "hogwild", "world_size": 2} and state["finished"]
     rows = json.loads((out / "results.json").read_text())["rows"]
+    state = json.loads((out / rows["mlp7"]["run"] / "state.json").read_text())
+    assert state["parallel"] == {"mode": "hogwild", "world_size": 2} and state["finished"]
     assert all(p > 1 for p in rows["mlp7"]["perplexity"].values())
     assert "2 asynchronous Hogwild workers" in readme.read_text()
     with pytest.raises(NnlmError, match="--hogwild must be at least 1"):
         reproduce(corpus_dir, tmp_path / "r2", 0.1, "mlp7", False, "x", log=lambda s: None, hogwild=0)
+
+
+def test_a_row_built_under_other_options_is_rebuilt_not_relabelled(random_corpus, tmp_path):
+    """--full --loss sampled, then --loss full: the second call trains its own net (another run directory)
+    instead of reporting the finished sampled net as trained with the exact softmax (the second call
+    has a small budget, to keep the test short: what it trains is a shortened exact-softmax net)."""
+    corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
+    reproduce(corpus_dir, out, None, "mlp7", True, "x", log=lambda s: None, progress=False, threads=1, loss="sampled")
+    sampled = json.loads((out / "results.json").read_text())["rows"]
+    assert sampled["mlp7"]["options"]["loss"] == "sampled" and sampled["mlp7"]["finished"]
+    logs: list[str] = []
+    readme = reproduce(corpus_dir, out, 0.15, "mlp7", False, "x", log=logs.append, progress=False, threads=1,
+                       loss="full").read_text()
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert not any("done already" in line for line in logs)
+    assert rows["mlp7"]["run"] != sampled["mlp7"]["run"]
+    assert json.loads((out / rows["mlp7"]["run"] / "run.json").read_text())["loss"] == "full"
+    for row_id in ("mlp7", "mlp8", "mlp7-em"):
+        assert rows[row_id]["options"]["loss"] == "full" and rows[row_id]["options"]["recipe"]["name"] == "modern"
+    assert "trained with the exact softmax" in readme and "--loss sampled" not in readme
+    assert rows["kn5"] == sampled["kn5"]  # n-gram rows do not depend on the nets' options
+
+
+def test_the_results_key_covers_hogwild_samples_and_recipe_values():
+    from nnlm.reproduce.results import net_options, requested_options
+
+    base = requested_options("sampled", None, None, 62, "cpu")
+    assert base["samples"] == 62 and base["recipe"]["name"] == "sampled"
+    assert requested_options("sampled", None, 2, 62, "cpu") != base
+    assert requested_options("sampled", 16, None, 62, "cpu") != base
+    # a run.json that records its recipe's values (a recipe changed since) keys with them
+    run = {"loss": "sampled", "samples": 62, "recipe": "sampled", "bf16": base["recipe"]["bf16"]}
+    assert net_options(run, None) == base
+    assert net_options(run | {"weight_decay": 0.1}, None)["recipe"]["weight_decay"] == 0.1
+
+
+def test_the_report_names_each_nets_own_options(tmp_path):
+    """Nets trained under different options (rows kept from calls with other options) get one line each."""
+    from nnlm.reproduce import report_only
+    from nnlm.reproduce.results import FORMAT, requested_options
+
+    rows = {"mlp1": {"perplexity": {"train": None, "valid": 300.0, "test": 290.0}, "parameters": 10, "seconds": 5.0,
+                     "status": "done", "note": "", "cut": False,
+                     "options": requested_options("sampled", None, None, 100, "cpu")},
+            "mlp3": {"perplexity": {"train": None, "valid": 320.0, "test": 310.0}, "parameters": 9, "seconds": 5.0,
+                     "status": "done", "note": "", "cut": False,
+                     "options": requested_options("full", None, 2, 100, "cpu")},
+            "mlp4": {"perplexity": {}, "parameters": 9, "seconds": 0.0, "status": "skipped", "cut": True,
+                     "note": "skipped for lack of budget: it needs at least 9.0 min (8.2 min of scoring, 0.8 min "
+                             "of training), 3.1 min left of 12.0 min after the rows before it"}}
+    (tmp_path / "results.json").write_text(json.dumps({
+        "format": FORMAT, "corpus": {"corpus": "mine", "vocab": "x"}, "rows": rows,
+        "corpus_info": {"name": "mine", "train": 1000, "valid": 100, "test": 100, "vocab": 100},
+        "call": {"command": "nnlm reproduce --out r", "budget_minutes": 12.0, "nets": ["mlp1", "mlp3"],
+                 "commit": "abc"}}))
+    text = report_only(tmp_path).read_text()
+    assert "Nets, each with its own options:" in text
+    assert "- MLP1: `nnlm train`'s sampled recipe" in text and "`--loss sampled`" in text
+    assert "- MLP3: `nnlm train`'s modern recipe" in text and "by 2 asynchronous Hogwild workers" in text
+    assert "**Skipped for lack of budget**: MLP4 (MLP3 + trigram, 0.5) (n = 5)" in text
+    assert "| skipped | skipped for lack of budget: it needs at least 9.0 min" in text
+    assert "reproduced on mine" in text
+    assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "perplexities.png").stat().st_size > 0
+
+
+def test_report_only_without_results_is_one_line_error(tmp_path, capsys):
+    assert main(["reproduce", "--out", str(tmp_path / "none"), "--report-only"]) == 2
+    assert "holds no results.json" in capsys.readouterr().err

@@ -426,8 +426,11 @@ def _add_train_parser(sub) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     import shlex
 
-    from nnlm.reproduce import reproduce
+    from nnlm.reproduce import report_only, reproduce
 
+    if args.report_only:
+        print(f"report written to {report_only(args.out)}")
+        return 0
     command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
                        progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
@@ -488,6 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite OUT/README.md and its plots from OUT/results.json; build and train nothing")
     p.set_defaults(func=cmd_reproduce, argv=None)
 
     p = sub.add_parser("score", help="score text, one line (paragraph) at a time, like KenLM's query")

@@ -1,0 +1,95 @@
+"""One `nnlm reproduce` call: its options, its clock, its log, and the order of the work.
+
+The rows themselves are built by `ngram_rows` and `net_rows`; how much time each gets is the
+planner's (`planner.plan`); the report is written from results.json alone (`report`)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from nnlm.data.corpus import load_corpus
+from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
+from nnlm.ngram.clusters import WordClasses
+from nnlm.reproduce.planner import Rates
+from nnlm.reproduce.results import Results, requested_options
+from nnlm.reproduce import table
+from nnlm.reproduce.table import Row
+
+SPLITS = ("train", "valid", "test")
+
+
+class Job:
+    """The call's context, shared by the row runners."""
+
+    def __init__(self, corpus_source: str, out: Path, budget_minutes: float | None, nets: list[str],
+                 command: str, log: Callable[[str], None] = print, progress: bool = True,
+                 threads: int | None = None, device: str = "auto", loss: str = "sampled",
+                 samples: int | None = None, hogwild: int | None = None) -> None:
+        from nnlm.neural.sampled import check_loss
+
+        if hogwild is not None and hogwild < 1:
+            raise NnlmError(f"--hogwild must be at least 1 worker, got {hogwild}")
+        check_loss(loss, samples)  # samples None: the trainer's default, min(DEFAULT_SAMPLES, |V|)
+        self.hogwild, self.loss, self.samples = hogwild, loss, samples
+        self.corpus_source, self.command = corpus_source, command
+        self.corpus = load_corpus(corpus_source)
+        self.out, self.nets, self.log = out, nets, log
+        self.budget = None if budget_minutes is None else 60.0 * budget_minutes
+        self.progress, self.threads, self.device = progress, threads, device
+        self.options = requested_options(loss, samples, hogwild, len(self.corpus.vocab), device)
+        self.results = Results(out, self.corpus, {"command": command, "budget_minutes": budget_minutes,
+                                                  "nets": nets})
+        self.start = time.monotonic()
+        self.total_rows = len(table.NGRAM_ROWS) + 3 * len(nets)
+        self.done_rows = 0
+        self.rates: dict[str, Rates] = {}  # net -> measured this call
+        self._scored: dict[tuple[str, str], np.ndarray] = {}
+        self.classes: dict[int, WordClasses] = {}  # c -> found (or cut) in this call
+
+    def left(self) -> float | None:
+        """Seconds left in the budget (None: no budget)."""
+        return None if self.budget is None else self.budget - (time.monotonic() - self.start)
+
+    def budget_text(self) -> str:
+        left = self.left()
+        return "" if left is None else f"budget left {max(left, 0) / 60:.1f} min"
+
+    def announce(self, row: Row, extra: str = "") -> None:
+        self.done_rows += 1
+        tail = ", ".join(t for t in (self.budget_text(), extra) if t)
+        self.log(f"[{self.done_rows}/{self.total_rows}] {row.label} (n={row.n})" + (f" - {tail}" if tail else ""))
+
+    def row_log(self, row_id: str) -> Callable[[str], None]:
+        """Log lines of a row's work, each saying which row it is and the budget left."""
+        return lambda line: self.log(f"    {line}  [{row_id}{'; ' + self.budget_text() if self.budget else ''}]")
+
+    def device_name(self) -> str:
+        from nnlm.neural.train import pick_device
+
+        return str(pick_device(self.device))
+
+    def scored(self, key: str, model: LanguageModel, split: str) -> np.ndarray:
+        """log P of every token of a split, computed once per model and split."""
+        if (key, split) not in self._scored:
+            self._scored[key, split] = split_log_probs(model, self.corpus, split)
+        return self._scored[key, split]
+
+    def evaluate(self, key: str, model: LanguageModel, splits: tuple[str, ...] = SPLITS) -> dict[str, float]:
+        return {s: perplexity_from_log_probs(self.scored(key, model, s)) for s in splits}
+
+    def run(self) -> None:
+        from nnlm.reproduce import net_rows, ngram_rows
+        from nnlm.reproduce.report import write_report
+
+        trigram = ngram_rows.early_rows(self)
+        net_rows.neural_rows(self, trigram)
+        ngram_rows.late_rows(self)
+        net_rows.train_split_rows(self)
+        write_report(self.out)
+        left = self.left()
+        self.log(f"done in {(time.monotonic() - self.start) / 60:.1f} min"
+                 + ("" if left is None else f" of a {self.budget / 60:.1f}-minute budget"))

@@ -1,0 +1,188 @@
+"""The nets' rows: train each net for what the planner grants it, score it, mix it with the trigram.
+
+Each net of a call trains in runs/<net>-<tag>, the tag naming its options key (loss, samples, Hogwild,
+recipe values), so a call with other options trains its own net instead of relabelling another's."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nnlm.lm import LanguageModel, perplexity_from_log_probs
+from nnlm.neural import checkpoint as ck
+from nnlm.reproduce import planner, rates
+from nnlm.reproduce.ngram_rows import late_needs
+from nnlm.reproduce.results import RowResult, net_options, options_tag
+from nnlm.reproduce.table import Row, mlp_rows
+from nnlm.threads import ThreadGovernor
+
+if TYPE_CHECKING:
+    from nnlm.reproduce.job import Job
+
+MAX_EPOCHS = 100  # early stopping ends a run long before this
+GUARD = 1.3  # a run given whole epochs stops at this x its grant if the rates were measured too high
+
+
+def run_dir(job: Job, net: str) -> Path:
+    return job.out / "runs" / f"{net}-{options_tag(job.options)}"
+
+
+def net_parameters(job: Job, net: str) -> int:
+    """Known from the architecture, trained or not."""
+    from nnlm.neural.presets import preset
+
+    return preset(net, len(job.corpus.vocab)).parameter_count()
+
+
+def epochs_done(job: Job, net: str) -> float:
+    state = run_dir(job, net) / ck.STATE
+    return ck.read_json(state, "training state").get("examples", 0) / len(job.corpus.train) if state.exists() else 0.0
+
+
+def rates_of(job: Job, net: str, fresh: bool = False) -> planner.Rates:
+    """The net's measured rates; `fresh` re-measures (the load may have changed since)."""
+    if fresh or net not in job.rates:
+        job.rates[net] = rates.measure(net, job.corpus, job.device_name(), job.threads, job.loss, job.samples)
+    return job.rates[net]
+
+
+def plan_net(job: Job, i: int) -> planner.Grant | None:
+    """The grant of the i-th net, planned with every net still to train and the class rows after them."""
+    left = job.left()
+    if left is None:
+        return None
+    c = job.corpus
+    needs = []
+    for k, net in enumerate(job.nets[i:]):
+        if k == 0 or job.results.pending(net, job.options):
+            need = planner.net_need(net, rates_of(job, net, fresh=k == 0), len(c.train), len(c.valid), len(c.test),
+                                    epochs_done(job, net))
+            needs.append(need)
+    return next(g for g in planner.plan(left, needs + late_needs(job)) if g.id == job.nets[i])
+
+
+def neural_rows(job: Job, trigram: LanguageModel) -> None:
+    for i, net in enumerate(job.nets):
+        alone, mixed, em = mlp_rows(net)
+        model = None
+        if job.results.pending(net, job.options):
+            grant = plan_net(job, i)
+            job.announce(alone, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
+            if grant is not None:
+                job.log(f"    plan: {grant.reason}")
+            model = train_net(job, net, grant)
+            job.results.rows.pop(mixed.id, None)
+            job.results.rows.pop(em.id, None)
+        else:
+            job.announce(alone, "done already")
+        for row, mode in ((mixed, "fixed"), (em, "em-buckets")):
+            job.announce(row)
+            if not job.results.pending(row.id, job.options):
+                continue
+            if model is None and job.results.rows[net]["perplexity"]:  # trained by an earlier call
+                model = trained(job, net)
+            mix_row(job, row, mode, net, model, trigram)
+
+
+def trained(job: Job, net: str) -> LanguageModel:
+    from nnlm.neural.checkpoint import load_neural
+
+    return load_neural(run_dir(job, net), device=job.device_name())
+
+
+def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel | None:
+    """Train (or continue) `net` for what `grant` gives it and score it; None if skipped with no model."""
+    from nnlm.neural.parallel import train_parallel
+
+    where = run_dir(job, net)
+    plan = None if grant is None else grant.to_dict() | {
+        "left_minutes": round((job.left() or 0) / 60, 2),
+        "rates": {"train_tokens_per_s": round(job.rates[net].train), "score_tokens_per_s": round(job.rates[net].score)}}
+    if grant is not None and grant.status == "skipped":
+        if (where / ck.WEIGHTS).exists() and net in job.results.rows:
+            job.log("    no budget left to continue it: keeping what it had")
+            return trained(job, net)
+        job.results.put(net, RowResult({}, net_parameters(job, net), 0.0, "skipped", grant.reason, job.options, plan))
+        job.log(f"    {grant.reason}")
+        return None
+    requested: dict[str, Any] = {"corpus": job.corpus_source, "preset": net, "device": job.device,
+                                 "epochs": MAX_EPOCHS, "threads": job.threads, "loss": job.loss}
+    if job.samples is not None:
+        requested["samples"] = job.samples
+    if grant is not None:
+        requested |= session_limits(job, net, grant)
+    state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
+                           resume=(where / ck.RUN).exists(), progress=job.progress, log=job.row_log(net))
+    model = trained(job, net)
+    ThreadGovernor(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
+    later = job.budget is not None  # the train split is scored at the end, if the budget allows
+    ppl = {"train": None} | job.evaluate(net, model, ("valid", "test") if later else ("train", "valid", "test"))
+    note = "" if state["finished"] else f"shortened: {state['stop_reason']}" + (
+        f" ({grant.reason.removeprefix('shortened for lack of budget: ')})" if grant is not None else "")
+    options = net_options(ck.read_json(where / ck.RUN, "run options"), job.hogwild)
+    job.results.put(net, RowResult(ppl, model.parameter_count(), state["elapsed"], "done" if state["finished"]
+                                   else "shortened", note, options, plan,
+                                   {"finished": state["finished"], "train_pending": later, "best": state["best"],
+                                    "epochs": round(state["examples"] / len(job.corpus.train), 2),
+                                    "run": str(where.relative_to(job.out))}))
+    job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
+    return model
+
+
+def session_limits(job: Job, net: str, grant: planner.Grant) -> dict[str, Any]:
+    """The trainer's limits for a grant: whole epochs when it holds one or more (a run cut mid-epoch
+    validates the part epoch as well, which costs as much as the validation of a whole one), with a
+    time budget only as a guard against a low estimate; else a part epoch, its validation following.
+    A run's time budget counts all its sessions."""
+    state = ck.read_json(run_dir(job, net) / ck.STATE, "training state") \
+        if (run_dir(job, net) / ck.STATE).exists() else {}
+    before, done = state.get("elapsed", 0.0), state.get("epoch", 0)
+    train, valid = planner.epoch_parts(job.rates[net], len(job.corpus.train), len(job.corpus.valid))
+    whole = int(grant.work // (train + valid))
+    if whole >= 1:
+        return {"epochs": min(done + whole, MAX_EPOCHS), "time_budget": round((before + GUARD * grant.work) / 60, 2)}
+    return {"time_budget": round((before + max(grant.work - valid, 1.0)) / 60, 2)}
+
+
+def mix_row(job: Job, row: Row, mode: str, net: str, model: LanguageModel | None, trigram: LanguageModel) -> None:
+    from nnlm.mixture import mix_scored
+
+    of_net = job.results.rows[net]
+    if model is None:  # the net was skipped
+        job.results.put(row.id, RowResult({}, net_parameters(job, net) + trigram.parameter_count(), 0.0, "skipped",
+                                          of_net["note"], of_net.get("options", {}), of_net.get("plan")))
+        job.log(f"    skipped: {net.upper()} was skipped")
+        return
+    splits = ("valid", "test")
+    scored = {s: [job.scored(net, model, s), job.scored("interpolated", trigram, s)] for s in splits}
+    t0 = time.perf_counter()
+    fitted = mix_scored([model, trigram], job.corpus, scored, mode, [0.5, 0.5] if mode == "fixed" else None)
+    ppl = {s: perplexity_from_log_probs(lp) for s, lp in fitted.split_log_probs.items()}
+    weight = float(fitted.model.weights[:, 0].mean())  # on the net; mean over the context-frequency buckets
+    job.results.put(row.id, RowResult({"train": None, **ppl}, fitted.model.parameter_count(),
+                                      time.perf_counter() - t0, of_net.get("status", "done"), of_net["note"],
+                                      of_net.get("options", {}), extra={"weight": weight}))
+    job.log(f"    weight on the net {weight:.3f}: valid {ppl['valid']:.1f}  test {ppl['test']:.1f}")
+
+
+def train_split_rows(job: Job) -> None:
+    """The nets' train perplexity, left for last under a budget (the train split is four times
+    validation's size): scored while the budget allows, else left blank, and the report says so."""
+    for net in job.nets:
+        entry = job.results.rows.get(net, {})
+        if not entry.get("train_pending") or entry.get("options") != job.options:
+            continue
+        need = planner.SAFETY * len(job.corpus.train) / rates_of(job, net).score
+        left = job.left()
+        if left is not None and left < need:
+            entry["train_note"] = (f"train perplexity not scored: it needs ~{need / 60:.1f} min, "
+                                   f"{max(left, 0) / 60:.1f} min left")
+            job.log(f"{net}: {entry['train_note']}")
+            job.results.save()
+            continue
+        job.log(f"{net}: train perplexity" + (f" - {job.budget_text()}" if job.budget else ""))
+        ThreadGovernor(requested=job.threads, device=job.device_name())
+        entry["perplexity"]["train"] = perplexity_from_log_probs(job.scored(net, trained(job, net), "train"))
+        entry.pop("train_pending")
+        entry.pop("train_note", None)
+        job.results.save()

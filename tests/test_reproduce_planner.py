@@ -1,0 +1,107 @@
+"""The budget planner, pure: simulated rates on Brown's split sizes (idle, loaded, very slow)."""
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nnlm.reproduce.planner import Need, Rates, clustering_need, net_need, plan, unused_share
+
+BROWN = (800_000, 200_000, 177_359)  # train, valid, test tokens
+# Rates, tokens/s. "loaded": measured on the 2-core machine at load 4.6-4.8 with one thread
+# (rates.training_rate / scoring_rate; MLP1 12,008 / 1,355, MLP3 32,539 / 2,629).
+LOADED = {"mlp1": Rates(12_000, 1_355), "mlp3": Rates(32_500, 2_630)}
+IDLE = {net: Rates(r.train * 4, r.score * 10) for net, r in LOADED.items()}
+VERY_SLOW = {net: Rates(r.train / 10, r.score / 10) for net, r in LOADED.items()}
+LATE_CLASS = [clustering_need(f"class{c}-3", c, 0.2, 20.0) for c in (150, 200, 1000, 2000)]
+
+
+def needs(rates: dict[str, Rates]) -> list[Need]:
+    return [net_need(net, r, *BROWN) for net, r in rates.items()] + LATE_CLASS
+
+
+def by_id(grants):
+    return {g.id: g for g in grants}
+
+
+def test_idle_every_row_gets_what_it_wants():
+    grants = by_id(plan(28 * 60, needs(IDLE)))
+    assert all(g.status == "full" for g in grants.values())
+    assert "min of training" in grants["mlp1"].reason
+
+
+def test_loaded_both_nets_train_an_epoch_or_more_and_mlp1_comes_first():
+    left = 25 * 60  # a 30-minute budget after the n-gram rows before the nets (under 35% of it)
+    grants = by_id(plan(left, needs(LOADED)))
+    mlp1, mlp3 = net_need("mlp1", LOADED["mlp1"], *BROWN), net_need("mlp3", LOADED["mlp3"], *BROWN)
+    assert grants["mlp1"].status == grants["mlp3"].status == "shortened"  # not skipped
+    assert grants["mlp3"].work >= mlp3.tiers[1]  # MLP3's first epoch ...
+    assert grants["mlp1"].work > mlp1.tiers[1]  # ... before MLP1 gets more than its first
+    assert all(g.status != "skipped" for g in grants.values())
+    assert unused_share(left, grants.values()) == pytest.approx(0, abs=1e-6)
+    assert "shortened for lack of budget" in grants["mlp1"].reason and "min left" in grants["mlp1"].reason
+
+
+def test_the_issues_case_a_net_alone_with_nine_minutes_left_is_shortened_not_skipped():
+    # `--models mlp1 --threads 1 --budget-minutes 14`: 9.0 min left; the old reserve took all of it
+    grant = plan(9 * 60, [net_need("mlp1", LOADED["mlp1"], *BROWN)])[0]
+    assert grant.status == "shortened" and grant.work > 0
+
+
+def test_very_slow_keeps_the_first_net_and_says_why_the_second_is_skipped():
+    first = net_need("mlp1", VERY_SLOW["mlp1"], *BROWN)
+    # room for MLP1's scoring and half an epoch, and the class rows' model building, not for MLP3's scoring
+    left = first.fixed + first.floor + sum(n.fixed for n in LATE_CLASS) + 60
+    grants = by_id(plan(left, needs(VERY_SLOW)))
+    assert grants["mlp1"].status == "shortened"
+    assert grants["mlp3"].status == "skipped"
+    reason = grants["mlp3"].reason
+    assert reason.startswith("skipped for lack of budget: it needs at least") and "min left of" in reason
+    assert all(grants[n.id].status == "shortened" for n in LATE_CLASS)  # no clustering, but a row each
+
+
+def test_slow_class_rows_get_time_only_after_the_nets_have_all_they_want():
+    left = 25 * 60
+    grants = by_id(plan(left, needs(LOADED)))
+    assert all(grants[n.id].work == 0 and grants[n.id].status == "shortened" for n in LATE_CLASS)
+    grants = by_id(plan(10 * 3600, needs(LOADED)))
+    assert all(g.status == "full" for g in grants.values())
+    # what the nets do not want is shared by the class rows, not left unused on a low estimate
+    assert unused_share(10 * 3600, grants.values()) == pytest.approx(0, abs=1e-6)
+    assert all(grants[n.id].work > n.want for n in LATE_CLASS)
+
+
+def test_a_run_continued_wants_only_the_epochs_it_has_not_had():
+    fresh = net_need("mlp1", LOADED["mlp1"], *BROWN)
+    later = net_need("mlp1", LOADED["mlp1"], *BROWN, done_epochs=9.5)
+    assert later.want == pytest.approx(fresh.tiers[1]) and later.fixed == fresh.fixed
+
+
+@given(left=st.floats(0, 4 * 3600),
+       rates=st.lists(st.tuples(st.floats(100, 1e6), st.floats(10, 1e5)), min_size=1, max_size=5))
+def test_invariants(left, rates):
+    """Never more than what is left; a row is skipped only if it fits nowhere (so no row is skipped while
+    its least need is unused); no row is shortened while time is unassigned; with a class row kept,
+    nothing is left unassigned (its estimate may be low: the clustering stops when it converges)."""
+    all_needs = [net_need(f"mlp{2 * i + 1}", Rates(*r), *BROWN) for i, r in enumerate(rates)] + LATE_CLASS
+    grants = plan(left, all_needs)
+    unused = unused_share(left, grants)
+    assert unused >= -1e-6
+    for need, grant in zip(all_needs, grants, strict=True):
+        if grant.status == "skipped":
+            assert need.fixed + need.floor > unused
+        else:
+            assert need.floor - 1e-9 <= grant.work and (need.elastic or grant.work <= need.want + 1e-9)
+        if grant.status == "shortened" or (need.elastic and grant.status != "skipped"):
+            assert unused <= 1e-6
+
+
+def test_a_grant_of_whole_epochs_ends_the_run_at_an_epoch_not_mid_epoch(tmp_path):
+    """A run cut mid-epoch validates the part epoch too; whole epochs avoid paying that validation."""
+    from types import SimpleNamespace
+
+    from nnlm.reproduce.net_rows import session_limits
+    from nnlm.reproduce.planner import Grant
+
+    job = SimpleNamespace(out=tmp_path, options={}, rates={"mlp1": Rates(1000, 100)},
+                          corpus=SimpleNamespace(train=[0] * 1000, valid=[0] * 100))  # epoch: 1.15 s + 1.15 s
+    assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 7.0, 0.0, "")) == {"epochs": 3, "time_budget": 0.15}
+    assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 1.5, 0.0, "")) == {"time_budget": 0.02}
