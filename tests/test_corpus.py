@@ -113,8 +113,8 @@ def test_failed_cache_write_leaves_nothing_behind(toy_dir, tmp_path, monkeypatch
         raise OSError("disk full")
 
     monkeypatch.setattr(np, "savez", boom)
-    with pytest.raises(OSError):
-        load_corpus(str(toy_dir))
+    corpus = load_corpus(str(toy_dir))  # a cache that cannot be written is a note, not a failure
+    assert len(corpus.train) > 0
     assert list((tmp_path / "cache").iterdir()) == []
 
 

@@ -113,10 +113,9 @@ def _read_lines(source: str) -> list[str]:
     """Lines of a UTF-8 file or stdin ('-'); undecodable lines are kept as None-free markers."""
     from pathlib import Path
 
-    try:
-        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise NnlmError(f"cannot read {source}: {exc.strerror}") from None
+    from nnlm.io import read_input
+
+    raw = read_input(source, "text file", streams=True)
     lines = []
     for number, chunk in enumerate(raw.split(b"\n"), start=1):
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +26,7 @@ from safetensors.torch import save_file
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.io import atomic_path, atomic_write_text
+from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, require_regular
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 
 RUN_FORMAT = "nnlm-neural-run/1"
@@ -57,8 +58,9 @@ def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[st
 
 def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Read a file written by `save_tensors`; refuse it if unreadable or if its digest disagrees."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise NnlmError(f"{path} is missing")
+    require_regular(path, "tensor file")
     try:
         with safe_open(str(path), framework="pt") as fh:
             meta = fh.metadata() or {}
@@ -71,11 +73,12 @@ def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
+    if not os.path.lexists(path):
+        raise NnlmError(f"{path} is missing: not a complete nnlm training run")
+    raw = read_input(path, what, JSON_LIMIT)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NnlmError(f"{path} is missing: not a complete nnlm training run") from None
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw)
+    except ValueError as exc:
         raise NnlmError(f"cannot read {what} {path} ({exc})") from None
     if not isinstance(data, dict):
         raise NnlmError(f"{path} is not a {what}")
