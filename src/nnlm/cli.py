@@ -83,6 +83,13 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     from nnlm.lm import perplexity
     from nnlm.ngram.build import save_ngram
 
+    from nnlm.io import check_output
+    from nnlm.ngram.store import save_target
+
+    if args.save:  # refused before the (long) build, not after it
+        save_target(Path(args.save))
+    if args.arpa:
+        check_output(args.arpa)
     corpus = _load_corpus(args)
     t0 = time.perf_counter()
     model, kind = _ngram_model(args, corpus)
@@ -107,6 +114,11 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     if hasattr(model, "details"):  # what the build did, e.g. EM steps or clustering time
         result["details"], text = model.details()
         lines.append("  " + text)
+    fallback = getattr(model, "params", {}).get("fallback_orders")
+    if fallback:  # as KenLM's --discount_fallback: the data are too small or too odd for estimated discounts
+        result["discount_fallback"] = fallback
+        print(f"nnlm: note: modified Kneser-Ney used the fallback discounts 0.5, 1, 1.5 for order(s) "
+              f"{', '.join(map(str, fallback))}: too few distinct counts in train to estimate them", file=sys.stderr)
     _emit(args, result, lines)
     return 0
 
@@ -149,6 +161,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     lines = ["" if line.startswith("\x00bad-utf8") else line for line in lines]
     scores, bad = score_lines(model, lines, carry_context=not args.independent, skip_bad=args.skip_bad,
                               oov_vector=args.oov_vector)
+    if not scores:  # a perplexity of nothing is no number: say so instead of printing nan
+        raise NnlmError(f"{'standard input' if args.file == '-' else args.file} has no line to score"
+                        + (f" ({len(bad)} skipped)" if bad else ""))
     for number, reason in bad:
         if number not in bad_bytes:
             print(f"nnlm: skipped line {number}: {reason}", file=sys.stderr)
@@ -234,6 +249,9 @@ def cmd_map(args: argparse.Namespace) -> int:
     from nnlm.loading import load
     from nnlm.neural.features import draw_map, most_frequent_words, pca_2d, read_word_list, word_features
 
+    from nnlm.io import check_output
+
+    check_output(args.out)
     model = load(args.model)
     features = word_features(model)
     words = read_word_list(args.words, model.vocab) if args.words else most_frequent_words(model.vocab, args.top)
@@ -249,8 +267,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from nnlm.ngram.arpa import write_arpa
     from nnlm.ngram.backoff import BackoffModel
 
+    from nnlm.io import check_output
+
     if not (args.embeddings or args.arpa):
         raise NnlmError("nothing to export: give --embeddings FILE and/or --arpa FILE")
+    for target in (args.embeddings, args.arpa):
+        if target:
+            check_output(target)
     model = load(args.model)
     if args.embeddings:
         word_features(model)  # refuse a model without features before writing anything
@@ -267,15 +290,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    import itertools
+
     from nnlm.loading import load
-    from nnlm.use import generate, render
+    from nnlm.use import render_stream, sample
 
     model = load(args.model)
     prompt = args.prompt.split()
     if prompt and all(w not in model.vocab for w in prompt):
         raise NnlmError("every word of the prompt is outside the model's vocabulary")
-    tokens = generate(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
-    print(render(prompt + tokens))
+    tokens = sample(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
+    for i, piece in enumerate(render_stream(itertools.chain(prompt, tokens))):  # printed as it is drawn
+        sys.stdout.write(piece)
+        if i % 64 == 63:
+            sys.stdout.flush()
+    print()
     return 0
 
 

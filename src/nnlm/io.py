@@ -65,7 +65,7 @@ def _output(path: Path) -> tuple[Path, os.stat_result | None]:
     """Where a write to `path` lands (symlinks followed) and what is there now (None: nothing)."""
     real = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
-        st = os.stat(real)
+        st = os.stat(path)  # through links, /proc/self/fd/N ones too (their realpath is no usable name)
     except FileNotFoundError:
         return real, None
     except OSError as exc:
@@ -74,7 +74,7 @@ def _output(path: Path) -> tuple[Path, os.stat_result | None]:
         raise NnlmError(f"{path} is a directory; give a file name to write")
     if stat.S_ISSOCK(st.st_mode):
         raise NnlmError(f"{path} is a socket; give a file name to write")
-    return real, st
+    return (real if stat.S_ISREG(st.st_mode) else path), st
 
 
 def _copy_into(tmp: Path, target: Path) -> None:
