@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "class (class-based back-off)")
     p.add_argument("--classes", type=T.positive_int, default=None, metavar="C",
                    help="--kind class: number of word classes (default 500)")
-    p.add_argument("--order", type=T.int_range(1, 1000), default=None, help="n-gram order (default: the kind's own)")
+    p.add_argument("--order", type=T.ngram_order, default=None, help="n-gram order (default: the kind's own)")
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--arpa", metavar="FILE", help="also write the model as an ARPA file (back-off models: kn)")
     p.add_argument("--load", metavar="DIR", help="evaluate a model saved with --save instead of building one")

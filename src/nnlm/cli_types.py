@@ -62,6 +62,7 @@ nonnegative_int = int_range(0)
 seed = int_range(0, SEED_MAX)
 threads = int_range(1, 1024)
 procs = int_range(1, 256)         # local processes (--workers, --hogwild): a typo must not fork a million
+ngram_order = int_range(1, 6)     # nnlm.ngram.counts.MAX_ORDER (not imported: parsing stays numpy-free)
 count = positive_int              # a size or a number of things: 1 or more
 positive_float = float_range(0.0, lo_open=True)
 learning_rate = float_range(0.0, 1e6, lo_open=True)
