@@ -56,6 +56,7 @@ class Case:
     stdin: bytes = b""
     setup: Callable[[Path], None] | None = None
     protect: list[str] = field(default_factory=list)  # paths ({D} = case dir) that must not change
+    protect_if_refused: list[str] = field(default_factory=list)  # old outputs: kept if the command fails
     env: dict[str, str] = field(default_factory=dict)
     after: list[list[str]] = field(default_factory=list)  # commands that must still succeed afterwards
     timeout: float = 30.0
@@ -113,7 +114,8 @@ def build_fixtures(shared: Path) -> None:
     (shared / "text.txt").write_text("w1 w2 w3\nw4 w5\n")
     (shared / "words.txt").write_text("w1 w2 w3 w4\n")
     subprocess.run([sys.executable, "-c", SETUP, str(shared)], check=True, stdout=subprocess.DEVNULL,
-                   env=os.environ | {"NNLM_CACHE_DIR": str(shared / "cache")})
+                   stderr=subprocess.DEVNULL, env=os.environ | {"NNLM_CACHE_DIR": str(shared / "cache")})
+    shutil.copytree(shared / "cache", shared / "cache-of-rand")  # its one entry, for the damaged-cache cases
 
 
 # --- case families --------------------------------------------------------------------------
@@ -165,6 +167,9 @@ def argument_cases(S: Path) -> list[Case]:
             timeout = 8.0 if option == "--tokens" else 30.0
             cases.append(Case("arguments", f"{base[0]} {option} {value!r}", [*base, f"{option}={value}"],
                               invalid=not valid, protect=[str(S)], timeout=timeout))
+    for model in (kn, run):  # valid but endless: must print as it goes (killed at the limit), not hang silent
+        cases.append(Case("arguments", f"generate {Path(model).name} --tokens 1000000000",
+                          ["generate", model, "--tokens", "1000000000"], invalid=False, timeout=8.0))
     return cases
 
 
@@ -407,7 +412,7 @@ def corpus_cases(S: Path) -> list[Case]:
 
     def cache(damage: str) -> Callable[[Path], None]:
         def setup(d: Path) -> None:
-            shutil.copytree(S / "cache", d / "cache")
+            shutil.copytree(S / "cache-of-rand", d / "cache")
             (entry,) = [p for p in (d / "cache").iterdir() if (p / "meta.json").exists()]
             if damage == "truncated splits.npz":
                 data = (entry / "splits.npz").read_bytes()
@@ -476,8 +481,9 @@ def special_file_cases(S: Path) -> list[Case]:
         for use, argv in uses.items():
             def setup(d: Path, kind: str = kind) -> None:
                 special(kind)(d)
-            cases.append(Case("special files", f"{use}: {kind}", [a.replace("{X}", "{D}/x") for a in argv], True,
-                              setup=setup, protect=[str(S)], timeout=20.0))
+            text_file = use == "score FILE" and kind == "/proc/self/status"  # a readable text: scoring it is fine
+            cases.append(Case("special files", f"{use}: {kind}", [a.replace("{X}", "{D}/x") for a in argv],
+                              not text_file, setup=setup, protect=[str(S)], timeout=20.0))
         for member in ("run.json", "vocab.json", "state.json", "model.safetensors"):
             def setup(d: Path, kind: str = kind, member: str = member) -> None:
                 target = copy_run(S, d) / member
@@ -611,8 +617,8 @@ def full_disk_cases(S: Path, mount: Path) -> list[Case]:
     for name, argv, old, protect, after in jobs:
         for free in (0, 1024, 4096, 16_384, 40_000, 100_000, 250_000):
             env = {"NNLM_CACHE_DIR": f"{M}/cache"} if name == "corpus cache" else {}
-            cases.append(Case("full disk", f"{name}, {free:,} bytes free", argv, False,
-                              setup=fill(free, old), protect=protect + [str(S)], after=after, env=env))
+            cases.append(Case("full disk", f"{name}, {free:,} bytes free", argv, False, setup=fill(free, old),
+                              protect=[str(S)], protect_if_refused=protect, after=after, env=env))
     return cases
 
 
@@ -796,7 +802,8 @@ def main() -> int:
             if "{D}/target" in " ".join(case.argv) or (d / "target").exists():
                 argv = [a.replace("{T}", (d / "target").read_text()) for a in argv]
             guarded = [sub(p) for p in case.protect]
-            before = {p: snapshot(p) for p in guarded}
+            kept = [sub(p) for p in case.protect_if_refused]
+            before = {p: snapshot(p) for p in guarded + kept}
             r = run_child(argv, case.stdin, d, {k: sub(v) for k, v in case.env.items()},
                           args.timeout or case.timeout)
             outcome = classify(case, r)
@@ -805,7 +812,7 @@ def main() -> int:
                 if f["code"] != 0:
                     outcome = "damaged (a later command fails)"
                     r["stderr"] += "\n[after] " + f["stderr"]
-            moved = [p for p in guarded if snapshot(p) != before[p]]
+            moved = [p for p in guarded + (kept if r["code"] != 0 else []) if snapshot(p) != before[p]]
             moved += [p for p, s in devices.items() if snapshot(p) != s]
             if moved:
                 changed[case.family] += 1
