@@ -368,3 +368,11 @@ def test_a_full_disk_while_training_keeps_the_run_resumable(fixtures, tiny_disk,
     (tiny_disk / "filler").unlink()
     code, _, err = nnlm("eval", run)
     assert code == 0, err
+
+
+# ---- fallbacks are said -------------------------------------------------------------------------
+
+def test_kneser_ney_fallback_discounts_are_said_on_stderr_and_in_json(fixtures, nnlm):
+    code, out, err = nnlm("ngram", "--corpus", fixtures["corpus"], "--kind", "kn", "--order", "3", "--json")
+    assert code == 0 and "fallback discounts 0.5, 1, 1.5 for order(s) 1, 2" in err
+    assert json.loads(out)["discount_fallback"] == [1, 2]
