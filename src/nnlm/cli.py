@@ -80,10 +80,9 @@ def _kind_options(args: argparse.Namespace) -> dict:
 
 
 def cmd_ngram(args: argparse.Namespace) -> int:
+    from nnlm.io import check_output
     from nnlm.lm import perplexity
     from nnlm.ngram.build import save_ngram
-
-    from nnlm.io import check_output
     from nnlm.ngram.store import save_target
 
     if args.save:  # refused before the (long) build, not after it
@@ -246,10 +245,9 @@ def cmd_neighbors(args: argparse.Namespace) -> int:
 
 
 def cmd_map(args: argparse.Namespace) -> int:
+    from nnlm.io import check_output
     from nnlm.loading import load
     from nnlm.neural.features import draw_map, most_frequent_words, pca_2d, read_word_list, word_features
-
-    from nnlm.io import check_output
 
     check_output(args.out)
     model = load(args.model)
@@ -262,12 +260,11 @@ def cmd_map(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from nnlm.io import check_output
     from nnlm.loading import load
     from nnlm.neural.features import word_features, write_embeddings
     from nnlm.ngram.arpa import write_arpa
     from nnlm.ngram.backoff import BackoffModel
-
-    from nnlm.io import check_output
 
     if not (args.embeddings or args.arpa):
         raise NnlmError("nothing to export: give --embeddings FILE and/or --arpa FILE")

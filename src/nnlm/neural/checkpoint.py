@@ -167,7 +167,8 @@ def validate(data: dict[str, Any], schema: dict[str, tuple[bool, Check, str]], p
                 raise NnlmError(f"{path} is damaged: it lacks {key!r}")
             continue
         if not check(data[key]):
-            raise NnlmError(f"{path} is damaged: {key} = {data[key]!r}, expected {what}")
+            shown = repr(data[key]) if len(repr(data[key])) <= 60 else repr(data[key])[:57] + "..."
+            raise NnlmError(f"{path} is damaged: {key} = {shown}, expected {what}")
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

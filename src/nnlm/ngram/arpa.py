@@ -275,8 +275,15 @@ def check_probabilities(path: Path, model: BackoffModel, contexts_per_order: int
     if total > 1.0 + 1e-3:
         raise NnlmError(f"{path}: its unigram probabilities sum to {total:.4g}, more than 1: not a language model")
     for order in range(1, tables.order):
-        top = np.argsort(-tables.log10_backoff[order - 1], kind="stable")[:contexts_per_order]
-        words = tables.words(order)[top]
+        backoff = tables.log10_backoff[order - 1]
+        n = min(contexts_per_order, len(backoff))
+        top = np.argpartition(-backoff, n - 1)[:n] if 0 < n < len(backoff) else np.arange(len(backoff))
+        words = np.empty((len(top), order), dtype=np.int64)
+        rows = top
+        for j in range(order, 0, -1):  # unpack the packed keys of just these rows (see BackoffTables.words)
+            key = tables.keys[j - 1][rows]
+            words[:, j - 1] = key % tables.vocab_size
+            rows = key // tables.vocab_size
         upto = order + 1  # the model cut at order + 1: these contexts are then exactly the listed ones
         cut = BackoffModel(model.vocab, BackoffTables(tables.vocab_size, tables.keys[:upto], tables.log10_prob[:upto],
                                                       tables.log10_backoff[:upto]), {})
