@@ -114,7 +114,7 @@ def test_the_small_good_file_reads(tmp_path):
     (lambda t: t.replace("-0.6\ta", "x0.6\ta"), "'x0.6' is not a number"),
     (lambda t: t.replace("a\t-0.2", "a\tnope"), "'nope' is not a number"),
     (lambda t: t.replace("-0.2\ta b", "0.2\ta b"), "must be a log10 value <= 0"),
-    (lambda t: t.replace("-0.2\ta b", "nan\ta b"), "must be a log10 value <= 0"),
+    (lambda t: t.replace("-0.2\ta b", "nan\ta b"), "'nan' is not a number"),
     (lambda t: t.split("\\2-grams:")[0], "file ends before \\end\\"),
     (lambda t: t.replace("\\end\\\n", ""), "file ends before \\end\\"),
     (lambda t: t.replace("\\2-grams:", "\\3-grams:"), "expected the \\2-grams: section"),

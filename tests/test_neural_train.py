@@ -162,7 +162,10 @@ def test_early_stopping_keeps_the_best_epoch(rand_dir, tmp_path, monkeypatch):
 
 
 def cli(argv, capsys) -> tuple[int, str]:
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # a usage error found while parsing (range checks of nnlm.cli_types)
+        code = exc.code
     err = capsys.readouterr().err
     return code, err
 
@@ -171,9 +174,9 @@ def test_bad_input_is_one_line_and_exit_2(rand_dir, tmp_path, capsys):
     base = ["train", "--corpus", str(rand_dir), "--no-progress", "--threads", "1"]
     for extra, message in [
         (["--preset", "mlp99"], "unknown preset"),
-        (["--order", "1"], "order n must be at least 2"),
-        (["--features", "0"], "m must be at least 1"),
-        (["--hidden", "-1"], "h must be 0"),
+        (["--order", "1"], "argument --order: must be between 2 and 64, got 1"),
+        (["--features", "0"], "argument --features: must be between 1"),
+        (["--hidden", "-1"], "argument --hidden: must be between 0"),
         (["--recipe", "magic"], "unknown recipe"),
     ]:
         code, err = cli(base + ["--out", str(tmp_path / "x"), *extra], capsys)

@@ -204,12 +204,14 @@ def test_export_arpa_of_a_backoff_model(random_corpus, tmp_path, neural_run, cli
     one_line_error(cli("export", str(tmp_path / "kn3")), "nothing to export")
 
 
-def test_neural_generation_same_seed_same_text(neural_run, cli):
+def test_neural_generation_same_seed_same_text(neural_run, cli, capsys):
     args = ("generate", str(neural_run[0]), "--prompt", "w1 w2", "--tokens", "30", "--seed", "5", "--top-k", "10")
     a, b = run(*args), run(*args)  # two separate processes
     assert a.returncode == 0 and a.stdout == b.stdout and a.stdout.startswith("w1 w2")
     one_line_error(cli("generate", neural_run[0], "--prompt", "zebra okapi"), "outside the model's vocabulary")
-    one_line_error(cli("generate", neural_run[0], "--temperature", "0"), "temperature")
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing: argparse ends the process (2, one line)
+        cli("generate", neural_run[0], "--temperature", "0")
+    assert exit_.value.code == 2 and "argument --temperature: must be > 0" in capsys.readouterr().err
 
 
 def test_score_options_may_come_before_the_file(saved_addone, tmp_path, cli, capsys):

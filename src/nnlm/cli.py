@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
+from nnlm import cli_types as T
 from nnlm.errors import NnlmError
 
 
@@ -22,9 +24,9 @@ def _add_corpus_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("corpus")
     g.add_argument("--corpus", default="brown",
                    help="'brown' (the bengio2003 protocol) or a directory with train.txt, valid.txt, test.txt")
-    g.add_argument("--min-count", type=int, default=None,
+    g.add_argument("--min-count", type=T.positive_int, default=None,
                    help="text directories: tokens seen fewer times become <unk> (default 1)")
-    g.add_argument("--max-vocab", type=int, default=None, help="text directories: keep at most this many tokens")
+    g.add_argument("--max-vocab", type=T.count, default=None, help="text directories: keep at most this many tokens")
     g.add_argument("--vocab-from", choices=("train", "all"), default="train",
                    help="text directories: count the vocabulary on train (default) or on all splits")
     g.add_argument("--no-cache", action="store_true", help="rebuild the corpus instead of using the cache")
@@ -78,9 +80,15 @@ def _kind_options(args: argparse.Namespace) -> dict:
 
 
 def cmd_ngram(args: argparse.Namespace) -> int:
+    from nnlm.io import check_output
     from nnlm.lm import perplexity
     from nnlm.ngram.build import save_ngram
+    from nnlm.ngram.store import save_target
 
+    if args.save:  # refused before the (long) build, not after it
+        save_target(Path(args.save))
+    if args.arpa:
+        check_output(args.arpa)
     corpus = _load_corpus(args)
     t0 = time.perf_counter()
     model, kind = _ngram_model(args, corpus)
@@ -105,18 +113,20 @@ def cmd_ngram(args: argparse.Namespace) -> int:
     if hasattr(model, "details"):  # what the build did, e.g. EM steps or clustering time
         result["details"], text = model.details()
         lines.append("  " + text)
+    fallback = getattr(model, "params", {}).get("fallback_orders")
+    if fallback:  # as KenLM's --discount_fallback: the data are too small or too odd for estimated discounts
+        result["discount_fallback"] = fallback
+        print(f"nnlm: note: modified Kneser-Ney used the fallback discounts 0.5, 1, 1.5 for order(s) "
+              f"{', '.join(map(str, fallback))}: too few distinct counts in train to estimate them", file=sys.stderr)
     _emit(args, result, lines)
     return 0
 
 
 def _read_lines(source: str) -> list[str]:
     """Lines of a UTF-8 file or stdin ('-'); undecodable lines are kept as None-free markers."""
-    from pathlib import Path
+    from nnlm.io import read_input
 
-    try:
-        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise NnlmError(f"cannot read {source}: {exc.strerror}") from None
+    raw = read_input(source, "text file", streams=True)
     lines = []
     for number, chunk in enumerate(raw.split(b"\n"), start=1):
         try:
@@ -150,6 +160,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     lines = ["" if line.startswith("\x00bad-utf8") else line for line in lines]
     scores, bad = score_lines(model, lines, carry_context=not args.independent, skip_bad=args.skip_bad,
                               oov_vector=args.oov_vector)
+    if not scores:  # a perplexity of nothing is no number: say so instead of printing nan
+        raise NnlmError(f"{'standard input' if args.file == '-' else args.file} has no line to score"
+                        + (f" ({len(bad)} skipped)" if bad else ""))
     for number, reason in bad:
         if number not in bad_bytes:
             print(f"nnlm: skipped line {number}: {reason}", file=sys.stderr)
@@ -232,9 +245,11 @@ def cmd_neighbors(args: argparse.Namespace) -> int:
 
 
 def cmd_map(args: argparse.Namespace) -> int:
+    from nnlm.io import check_output
     from nnlm.loading import load
     from nnlm.neural.features import draw_map, most_frequent_words, pca_2d, read_word_list, word_features
 
+    check_output(args.out)
     model = load(args.model)
     features = word_features(model)
     words = read_word_list(args.words, model.vocab) if args.words else most_frequent_words(model.vocab, args.top)
@@ -245,6 +260,7 @@ def cmd_map(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from nnlm.io import check_output
     from nnlm.loading import load
     from nnlm.neural.features import word_features, write_embeddings
     from nnlm.ngram.arpa import write_arpa
@@ -252,6 +268,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if not (args.embeddings or args.arpa):
         raise NnlmError("nothing to export: give --embeddings FILE and/or --arpa FILE")
+    for target in (args.embeddings, args.arpa):
+        if target:
+            check_output(target)
     model = load(args.model)
     if args.embeddings:
         word_features(model)  # refuse a model without features before writing anything
@@ -268,15 +287,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    import itertools
+
     from nnlm.loading import load
-    from nnlm.use import generate, render
+    from nnlm.use import render_stream, sample
 
     model = load(args.model)
     prompt = args.prompt.split()
     if prompt and all(w not in model.vocab for w in prompt):
         raise NnlmError("every word of the prompt is outside the model's vocabulary")
-    tokens = generate(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
-    print(render(prompt + tokens))
+    tokens = sample(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
+    for i, piece in enumerate(render_stream(itertools.chain(prompt, tokens))):  # printed as it is drawn
+        sys.stdout.write(piece)
+        if i % 64 == 63:
+            sys.stdout.flush()
+    print()
     return 0
 
 
@@ -379,35 +404,36 @@ def _add_train_parser(sub) -> None:
     p.set_defaults(corpus=None)
     p.add_argument("--out", required=True, help="run directory (weights, config, vocabulary, checkpoints, metrics)")
     p.add_argument("--preset", help="mlp1 ... mlp10 (Table 1; default mlp1)")
-    p.add_argument("--order", type=int, help="n, overriding the preset")
-    p.add_argument("--hidden", type=int, help="h (0 = no hidden layer), overriding the preset")
-    p.add_argument("--features", type=int, help="m, overriding the preset")
+    p.add_argument("--order", type=T.int_range(2, 64), help="n, overriding the preset")
+    p.add_argument("--hidden", type=T.int_range(0, 100_000), help="h (0 = no hidden layer), overriding the preset")
+    p.add_argument("--features", type=T.int_range(1, 100_000), help="m, overriding the preset")
     p.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
                    help="direct connections W, overriding the preset")
     p.add_argument("--recipe", help="paper, modern or sampled (default: modern with --loss full, sampled with "
                                     "--loss sampled / nce)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="bf16 output layer and softmax in training (default: modern recipe on bf16 hardware)")
-    p.add_argument("--epochs", type=int, help="stop after this many epochs (default 30)")
-    p.add_argument("--time-budget", type=float, metavar="MINUTES", help="stop after this much training time")
-    p.add_argument("--batch-size", type=int, help="examples per update (default 256)")
-    p.add_argument("--lr", type=float, help="learning rate (default: the recipe's)")
-    p.add_argument("--patience", type=int, help="early stopping: epochs without a better valid perplexity (default 3)")
-    p.add_argument("--seed", type=int, help="random seed (default 0)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--epochs", type=T.int_range(1, 1_000_000), help="stop after this many epochs (default 30)")
+    p.add_argument("--time-budget", type=T.minutes, metavar="MINUTES", help="stop after this much training time")
+    p.add_argument("--batch-size", type=T.int_range(1, 1 << 24), help="examples per update (default 256)")
+    p.add_argument("--lr", type=T.learning_rate, help="learning rate (default: the recipe's)")
+    p.add_argument("--patience", type=T.count,
+                   help="early stopping: epochs without a better valid perplexity (default 3)")
+    p.add_argument("--seed", type=T.seed, help="random seed (default 0)")
+    p.add_argument("--threads", type=T.threads, help="torch CPU threads (default: torch's)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto: CUDA when present")
-    p.add_argument("--checkpoint-minutes", type=float, help="checkpoint every this many minutes (default 5)")
+    p.add_argument("--checkpoint-minutes", type=T.minutes, help="checkpoint every this many minutes (default 5)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     p.add_argument("--parallel", choices=("none", "hogwild", "ddp", "vocab"),
                    help="hogwild: asynchronous shared-memory workers; ddp: synchronous data-parallel; vocab: "
                         "output layer split by words over the processes (under torchrun, or --workers local ones)")
-    p.add_argument("--workers", type=int, help="local processes for --parallel (default 2; torchrun sets its own)")
-    p.add_argument("--dist-timeout", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--workers", type=T.procs, help="local processes for --parallel (default 2; torchrun sets its own)")
+    p.add_argument("--dist-timeout", type=T.seconds, default=600.0, metavar="SECONDS",
                    help="ddp/vocab: how long a rank waits for the others before stopping with an error (default 600)")
     p.add_argument("--loss", choices=("full", "sampled", "nce"),
                    help="output layer in training: full softmax (default), sampled (importance-sampled softmax) "
                         "or nce (noise-contrastive estimation); validation and eval are always exact")
-    p.add_argument("--samples", type=int, metavar="K",
+    p.add_argument("--samples", type=T.positive_int, metavar="K",
                    help="--loss sampled/nce: words drawn per batch from unigram^0.75 (default 128)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the final state as one JSON object")
@@ -416,7 +442,7 @@ def _add_train_parser(sub) -> None:
     p = sub.add_parser("eval", help="train/valid/test perplexity of a trained neural run")
     p.add_argument("run", help="run directory written by `nnlm train`")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--threads", type=T.threads, help="torch CPU threads")
     p.add_argument("--log-z", action="store_true",
                    help="also report mean and std of log Z on valid (always done for --loss sampled/nce runs)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -453,9 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", default="addone",
                    help="uniform, addone, kn (modified Kneser-Ney), interpolated (deleted-interpolation trigram), "
                         "class (class-based back-off)")
-    p.add_argument("--classes", type=int, default=None, metavar="C",
+    p.add_argument("--classes", type=T.positive_int, default=None, metavar="C",
                    help="--kind class: number of word classes (default 500)")
-    p.add_argument("--order", type=int, default=None, help="n-gram order (default: the kind's own)")
+    p.add_argument("--order", type=T.ngram_order, default=None, help="n-gram order (default: the kind's own)")
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--arpa", metavar="FILE", help="also write the model as an ARPA file (back-off models: kn)")
     p.add_argument("--load", metavar="DIR", help="evaluate a model saved with --save instead of building one")
@@ -476,19 +502,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="Table 1 of the paper on Brown: n-gram rows, MLPs, mixtures, report")
     p.add_argument("--corpus", default="brown", help="'brown' (default) or a text directory")
     p.add_argument("--out", required=True, help="report directory (README.md, plots, results.json, runs/)")
-    p.add_argument("--budget-minutes", type=float, default=None,
+    p.add_argument("--budget-minutes", type=T.minutes, default=None,
                    help="wall-clock budget for the whole call (default 30); rows it shortens are marked")
     p.add_argument("--models", default=None, help="nets to train, e.g. mlp1,mlp3 (default mlp1,mlp3; --full: all)")
     p.add_argument("--full", action="store_true", help="all five nets, each trained until early stopping")
     p.add_argument("--loss", default="sampled", choices=("sampled", "nce", "full"),
                    help="the nets' output layer in training (default sampled: faster, and lower perplexity on Brown "
                         "than the full softmax; scoring is always exact)")
-    p.add_argument("--samples", type=int, default=None, help="K for --loss sampled / nce (default 128)")
-    p.add_argument("--hogwild", type=int, default=None, metavar="WORKERS",
+    p.add_argument("--samples", type=T.positive_int, default=None, help="K for --loss sampled / nce (default 128)")
+    p.add_argument("--hogwild", type=T.procs, default=None, metavar="WORKERS",
                    help="train each net with this many asynchronous Hogwild workers, one thread each (about "
                         "WORKERS x a one-thread process on as many cores, less against torch's default "
                         "threads; runs are no longer reproducible bit for bit)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--threads", type=T.threads, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--report-only", action="store_true",
@@ -517,23 +543,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="sample text from a model")
     p.add_argument("model")
     p.add_argument("--prompt", default="", help="words to continue")
-    p.add_argument("--tokens", type=int, default=50)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokens", type=T.int_range(1, 10**9), default=50)
+    p.add_argument("--temperature", type=T.float_range(0.0, 1e6, lo_open=True), default=1.0)
+    p.add_argument("--top-k", type=T.positive_int, default=None)
+    p.add_argument("--seed", type=T.seed, default=0)
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("next", help="the most likely next words after a context")
     p.add_argument("model")
     p.add_argument("context", help="the preceding words")
-    p.add_argument("-k", type=int, default=10)
+    p.add_argument("-k", type=T.positive_int, default=10)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_next)
 
     p = sub.add_parser("neighbors", help="nearest words in a neural model's feature space (cosine)")
     p.add_argument("model", help="a neural run directory")
     p.add_argument("word")
-    p.add_argument("-k", type=int, default=10)
+    p.add_argument("-k", type=T.positive_int, default=10)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_neighbors)
 
@@ -541,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a neural run directory")
     p.add_argument("--out", required=True, help="PNG file to write")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--top", type=int, default=100, help="the N most frequent words (default 100)")
+    which.add_argument("--top", type=T.positive_int, default=100, help="the N most frequent words (default 100)")
     which.add_argument("--words", metavar="FILE", help="the words listed in FILE (whitespace-separated)")
     p.set_defaults(func=cmd_map)
 
@@ -551,6 +577,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arpa", metavar="FILE", help="back-off n-gram models: an ARPA file")
     p.set_defaults(func=cmd_export)
     return parser
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0][:200] if text else "") or type(exc).__name__
+
+
+def _report_unexpected(exc: Exception) -> int:
+    """An exception no check turned into an NnlmError: out of memory and OS errors the user can act on
+    are one line, exit 2; anything else is an internal error, exit 1, with the trace kept in a log file."""
+    import errno
+    import traceback
+
+    if isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or "not enough memory" in str(exc):
+        print(f"nnlm: error: out of memory ({_first_line(exc)}): use smaller options or a machine with more memory",
+              file=sys.stderr)
+        return 2
+    if isinstance(exc, OSError):
+        where = f" {exc.filename}" if exc.filename else ""
+        reason = "no space left on device" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
+        print(f"nnlm: error: cannot access{where}: {reason or _first_line(exc)}", file=sys.stderr)
+        return 2
+    trace = "".join(traceback.format_exception(exc))
+    try:
+        import tempfile
+
+        fd, log = tempfile.mkstemp(prefix="nnlm-crash-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"nnlm {' '.join(sys.argv[1:])}\n{trace}")
+        where = f"the full trace is in {log}"
+    except OSError:
+        where = "run again with NNLM_DEBUG=1 to see the full trace"
+    print(f"nnlm: internal error: {type(exc).__name__}: {_first_line(exc)} ({where}; please report it)",
+          file=sys.stderr)
+    return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -572,6 +633,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = 130
     except BrokenPipeError:
         code = 0
+    except Exception as exc:  # never a traceback: one line, the trace in a log file (NNLM_DEBUG=1: on stderr)
+        if os.environ.get("NNLM_DEBUG") == "1":
+            raise
+        code = _report_unexpected(exc)
     if args.func is cmd_train:  # a torchrun rank ends here, without interpreter finalization
         from nnlm.neural.distributed import exit_torchrun_rank
 

@@ -1,12 +1,33 @@
-"""Atomic file writes: a crash never leaves a half-written file under the final name."""
+"""Safe file writes and reads: nothing half-written, nothing nnlm did not write destroyed, no hangs.
+
+Writes: a regular file (or a new name) is written to a temporary file beside it and renamed over
+it, so a crash or a full disk leaves the old file. A symlink is written through (its target is
+replaced, the link stays); a device node or a FIFO is written into, never replaced by a file.
+A directory given as an output file is refused. A full disk is one line naming the path.
+
+Reads: inputs are checked for what they are before they are opened, so a FIFO or a device given
+as a model file is refused instead of blocking forever or filling memory; text inputs are read
+with a size cap.
+"""
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import shutil
+import stat
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
+
+from nnlm.errors import NnlmError
+
+TEXT_LIMIT = int(os.environ.get("NNLM_MAX_INPUT_BYTES") or 2 << 30)  # text to score or a word list
+JSON_LIMIT = 256 << 20  # run.json, state.json, vocab.json, config.json: far above any real one
+_CHUNK = 1 << 20
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _umask() -> int:
@@ -15,20 +36,97 @@ def _umask() -> int:
     return mask
 
 
+def kind_of(mode: int) -> str:
+    """A file type in words, for messages."""
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "named pipe (FIFO)"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISREG, "regular file")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def write_error(path: Path | str, exc: BaseException) -> NnlmError:
+    """One line for a failed write: a full disk says so (the previous file is untouched)."""
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    if code in NO_SPACE or "No space left" in text or "os error 28" in text:
+        return NnlmError(f"cannot write {path}: no space left on device (nothing was replaced)")
+    reason = getattr(exc, "strerror", None) or (text.splitlines()[0][:160] if text else type(exc).__name__)
+    return NnlmError(f"cannot write {path}: {reason}")
+
+
+def check_output(path: Path | str) -> None:
+    """Refuse an output file name that cannot be written (a directory, a socket) before any work is done."""
+    _output(Path(path))
+
+
+def _output(path: Path) -> tuple[Path, os.stat_result | None]:
+    """Where a write to `path` lands (symlinks followed) and what is there now (None: nothing)."""
+    real = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        st = os.stat(path)  # through links, /proc/self/fd/N ones too (their realpath is no usable name)
+    except FileNotFoundError:
+        return real, None
+    except OSError as exc:
+        raise NnlmError(f"cannot write {path}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise NnlmError(f"{path} is a directory; give a file name to write")
+    if stat.S_ISSOCK(st.st_mode):
+        raise NnlmError(f"{path} is a socket; give a file name to write")
+    return (real if stat.S_ISREG(st.st_mode) else path), st
+
+
+def _copy_into(tmp: Path, target: Path) -> None:
+    """Write the finished temporary file into a device or FIFO (which is never replaced)."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise NnlmError(f"cannot write {target}: no process is reading that FIFO") from None
+        raise write_error(target, exc) from None
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        with open(tmp, "rb") as src, os.fdopen(fd, "wb", closefd=False) as dst:
+            shutil.copyfileobj(src, dst, _CHUNK)
+    except OSError as exc:
+        raise write_error(target, exc) from None
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it is renamed onto `path`."""
+    """Yield a temporary path beside where `path` lands; on success it becomes `path` (see module doc)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp_path = Path(tmp)
-    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; the result is an ordinary file
+    target, st = _output(path)
+    special = st is not None and not stat.S_ISREG(st.st_mode)
+    parent = Path(tempfile.gettempdir()) if special else target.parent
     try:
-        yield tmp_path
-        with open(tmp_path, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp_path, path)
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    tmp_path = Path(tmp)
+    try:
+        try:
+            yield tmp_path
+        except Exception as exc:  # safetensors reports a full disk as its own SafetensorError
+            if isinstance(exc, OSError) or "No space left" in str(exc) or "os error 28" in str(exc):
+                raise write_error(path, exc) from None
+            raise
+        if special:
+            _copy_into(tmp_path, target)
+            return
+        # mkstemp (and some writers, e.g. safetensors) make 0600: keep an existing file's mode, else the umask's
+        os.chmod(tmp_path, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+        try:
+            with open(tmp_path, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp_path, target)
+        except OSError as exc:
+            raise write_error(path, exc) from None
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -43,16 +141,22 @@ def atomic_dir(path: Path | str, replace: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside `path`; on success it becomes `path` in one rename.
 
     If `path` exists meanwhile: with replace=False another writer won and ours is dropped (caches);
-    with replace=True the old directory is swapped out and removed (a user saving again)."""
+    with replace=True the old directory is swapped out and removed (a user saving again: the caller
+    checks first that it is nnlm's own, see `nnlm.ngram.store`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    except OSError as exc:
+        raise write_error(path, exc) from None
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the result is an ordinary directory
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as exc:
+            raise write_error(path, exc) from None
         if replace and path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
             os.replace(path, old)
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
@@ -66,3 +170,65 @@ def atomic_dir(path: Path | str, replace: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_temps(directory: Path) -> list[Path]:
+    """Delete the temporary files `atomic_path` left in `directory` when a process was killed mid-write."""
+    removed = []
+    for p in directory.glob(".*.tmp"):
+        if p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+def require_regular(path: Path | str, what: str) -> os.stat_result:
+    """The stat of `path` if it is a regular file; else one line saying what it is (nothing is opened)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise NnlmError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise NnlmError(f"{what} {path} is a {kind_of(st.st_mode)}, not a regular file")
+    return st
+
+
+def _read_capped(fh: BinaryIO, source: str, limit: int, binary_ok: bool) -> bytes:
+    chunks, size = [], 0
+    while chunk := fh.read(_CHUNK):
+        if not binary_ok and b"\x00" in chunk:
+            raise NnlmError(f"{source} looks like a binary file (it holds NUL bytes), not UTF-8 text")
+        size += len(chunk)
+        if size > limit:
+            raise NnlmError(f"{source} is larger than {limit:,} bytes; split it (or raise NNLM_MAX_INPUT_BYTES)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_input(source: Path | str, what: str, limit: int = TEXT_LIMIT, streams: bool = False,
+               binary_ok: bool = False) -> bytes:
+    """The bytes of an input file, at most `limit` of them. `streams`: also stdin ('-') and pipes
+    (opened without blocking: `<(command)` works, a FIFO nobody writes to reads as empty).
+    Devices, sockets and directories are refused without opening them."""
+    if streams and str(source) == "-":
+        try:
+            return _read_capped(sys.stdin.buffer, "standard input", limit, binary_ok)
+        except OSError as exc:
+            raise NnlmError(f"cannot read standard input: {exc.strerror}") from None
+    try:
+        st = os.stat(source)
+    except OSError as exc:
+        raise NnlmError(f"cannot read {what} {source}: {exc.strerror}") from None
+    pipe = stat.S_ISFIFO(st.st_mode)
+    if not (stat.S_ISREG(st.st_mode) or (streams and pipe)):
+        raise NnlmError(f"{what} {source} is a {kind_of(st.st_mode)}, not a regular file")
+    try:
+        fd = os.open(source, os.O_RDONLY | (os.O_NONBLOCK if pipe else 0))
+        if pipe:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            return _read_capped(fh, f"{what} {source}", limit, binary_ok)
+    except OSError as exc:
+        raise NnlmError(f"cannot read {what} {source}: {exc.strerror}") from None

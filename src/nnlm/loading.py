@@ -32,8 +32,11 @@ def _load_ngram(path: Path) -> LanguageModel:
 def _is_arpa(path: Path) -> bool:
     if not path.is_file():
         return False
-    with open(path, "rb") as fh:
-        return fh.read(64).lstrip().startswith(b"\\data\\")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(64).lstrip().startswith(b"\\data\\")
+    except OSError as exc:
+        raise NnlmError(f"cannot read {path}: {exc.strerror}") from None
 
 
 def _load_arpa(path: Path) -> LanguageModel:

@@ -6,7 +6,9 @@ previous line, as in the corpus); the stream starts after the text marker.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -121,27 +123,57 @@ def _context_ids(model: LanguageModel, history: list[str]) -> np.ndarray:
 def generate(model: LanguageModel, prompt: list[str], tokens: int, temperature: float = 1.0,
              top_k: int | None = None, seed: int = 0) -> list[str]:
     """Sample `tokens` tokens after `prompt`; the same seed gives the same text."""
-    if temperature <= 0:
-        raise NnlmError(f"temperature must be > 0, got {temperature}")
+    return list(sample(model, prompt, tokens, temperature, top_k, seed))
+
+
+def sample(model: LanguageModel, prompt: list[str], tokens: int, temperature: float = 1.0,
+           top_k: int | None = None, seed: int = 0) -> Iterator[str]:
+    """`generate`, one token at a time as it is drawn (a long text is printed while it is made).
+    The arguments are checked before the first token is drawn."""
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise NnlmError(f"temperature must be a finite number > 0, got {temperature}")
     if top_k is not None and not 1 <= top_k <= len(model.vocab):
         raise NnlmError(f"--top-k must be between 1 and |V| = {len(model.vocab)}, got {top_k}")
     if tokens < 1:
         raise NnlmError(f"--tokens must be at least 1, got {tokens}")
-    rng = np.random.default_rng(seed)
-    history = list(prompt)
-    out: list[str] = []
+    return _draw(model, list(prompt), tokens, temperature, top_k, np.random.default_rng(seed))
+
+
+def _draw(model: LanguageModel, history: list[str], tokens: int, temperature: float, top_k: int | None,
+          rng: np.random.Generator) -> Iterator[str]:
+    k = model.context_size
     for _ in range(tokens):  # one model call per generated token: generation is sequential
         p = model.distribution(_context_ids(model, history)[None, :])[0]
-        logits = np.log(np.maximum(p, 1e-300)) / temperature
+        if not np.all(np.isfinite(p)):
+            raise NnlmError("the model gives a non-finite probability: its weights are damaged")
+        logits = np.log(np.maximum(p, 1e-300))
+        with np.errstate(over="ignore"):  # a tiny temperature sends all but the top to -inf: greedy, as meant
+            logits = (logits - logits.max()) / temperature  # <= 0, the top at 0: never nan at any temperature
         if top_k is not None:
             cut = np.partition(logits, -top_k)[-top_k]
             logits = np.where(logits >= cut, logits, -np.inf)
-        q = np.exp(logits - logits.max())
+        q = np.exp(logits)
         q /= q.sum()
         word = model.vocab.tokens[int(rng.choice(len(q), p=q))]
-        out.append(word)
         history.append(word)
-    return out
+        del history[:-k - 1]  # only the last words are context: memory stays flat for any --tokens
+        yield word
+
+
+def render_stream(tokens: Iterable[str]) -> Iterator[str]:
+    """Pieces of `render(list(tokens))`, each as soon as its token is known."""
+    started = in_paragraph = False
+    for tok in tokens:
+        if tok in (PARAGRAPH, TEXT):
+            in_paragraph = False
+            if tok == TEXT:
+                yield "\n\n---" if started else "---"
+                started = True
+        elif in_paragraph:
+            yield " " + tok
+        else:
+            yield ("\n\n" if started else "") + tok
+            started = in_paragraph = True
 
 
 def render(tokens: list[str]) -> str:

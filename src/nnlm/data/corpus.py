@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 
 from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.io import atomic_dir
+from nnlm.io import JSON_LIMIT, TEXT_LIMIT, atomic_dir, read_input, require_regular
 
 SPLITS = ("train", "valid", "test")
 CACHE_VERSION = 1
@@ -106,11 +107,19 @@ def load_corpus(
     key["version"] = CACHE_VERSION
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     cache_dir = cache_root() / digest
-    if use_cache and cache_dir.exists():
-        return _read_cache(cache_dir)
+    damaged = False
+    if use_cache and os.path.lexists(cache_dir):
+        try:
+            return _read_cache(cache_dir)
+        except NnlmError as exc:  # a cache is only a cache: build it again
+            print(f"nnlm: note: {exc}; rebuilding it", file=sys.stderr)
+            damaged = True
     corpus = builder()
     if use_cache:
-        _write_cache(cache_dir, corpus, key)
+        try:
+            _write_cache(cache_dir, corpus, key, replace=damaged)
+        except NnlmError as exc:  # e.g. a full disk: the corpus is built, only the cache is missing
+            print(f"nnlm: note: corpus cache not written ({exc})", file=sys.stderr)
     return corpus
 
 
@@ -119,8 +128,10 @@ def _file_id(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _write_cache(cache_dir: Path, corpus: Corpus, key: dict) -> None:
-    with atomic_dir(cache_dir) as tmp:
+def _write_cache(cache_dir: Path, corpus: Corpus, key: dict, replace: bool = False) -> None:
+    if replace and os.path.lexists(cache_dir) and (cache_dir.is_symlink() or not cache_dir.is_dir()):
+        os.unlink(cache_dir)  # a damaged entry that is not a directory: the cache's own name, nothing else's
+    with atomic_dir(cache_dir, replace=replace) as tmp:
         corpus.vocab.save(tmp / "vocab.json")
         np.savez(tmp / "splits.npz", train=corpus.train, valid=corpus.valid, test=corpus.test)
         (tmp / "meta.json").write_text(json.dumps({"name": corpus.name, "pad_token": corpus.pad_token, "key": key}))
@@ -128,8 +139,9 @@ def _write_cache(cache_dir: Path, corpus: Corpus, key: dict) -> None:
 
 def _read_cache(cache_dir: Path) -> Corpus:
     try:
-        meta = json.loads((cache_dir / "meta.json").read_text())
+        meta = json.loads(read_input(cache_dir / "meta.json", "cache file", JSON_LIMIT))
         vocab = Vocabulary.load(cache_dir / "vocab.json")
+        require_regular(cache_dir / "splits.npz", "cache file")
         with np.load(cache_dir / "splits.npz", allow_pickle=False) as arrays:
             splits = {s: arrays[s] for s in SPLITS}
         corpus = Corpus(meta["name"], vocab, pad_token=meta["pad_token"], **splits)
@@ -138,9 +150,9 @@ def _read_cache(cache_dir: Path) -> Corpus:
             if ids.dtype != np.int32 or ids.ndim != 1 or (len(ids) and (ids.min() < 0 or ids.max() >= len(vocab))):
                 raise ValueError(f"split {s} holds ids outside the vocabulary")
         return corpus
-    except (OSError, ValueError, KeyError, TypeError, NnlmError) as exc:
-        raise NnlmError(f"unreadable corpus cache {cache_dir} ({exc}); delete that directory "
-                        "and run again") from None
+    except Exception as exc:  # BadZipFile, OSError, ValueError, KeyError, NnlmError...: a damaged cache
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise NnlmError(f"unreadable corpus cache {cache_dir} ({reason})") from None
 
 
 # --- Brown, bengio2003 protocol -------------------------------------------------------------
@@ -194,12 +206,7 @@ def _build_brown() -> Corpus:
 
 def read_text_file(path: Path) -> list[str]:
     """Whitespace tokens of a UTF-8 file, `<p>` at the end of every non-blank line."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise NnlmError(f"cannot read {path}: {exc.strerror}") from None
-    if b"\x00" in raw:
-        raise NnlmError(f"{path} looks like a binary file (it holds NUL bytes), not UTF-8 text")
+    raw = read_input(path, "corpus file", TEXT_LIMIT)  # NUL bytes: refused as binary
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

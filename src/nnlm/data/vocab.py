@@ -88,8 +88,14 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: Path) -> "Vocabulary":
+        from nnlm.io import JSON_LIMIT, read_input
+
+        raw = read_input(path, "vocabulary file", JSON_LIMIT)
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(tuple(data["tokens"]), unk=data["unk"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            data = json.loads(raw)
+            tokens, unk = data["tokens"], data["unk"]
+            if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens) or not isinstance(unk, str):
+                raise TypeError("tokens must be a list of strings and unk a string")
+            return cls(tuple(tokens), unk=unk)
+        except (ValueError, KeyError, TypeError) as exc:
             raise NnlmError(f"cannot read vocabulary file {path}: {exc}") from None

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 from safetensors import safe_open
@@ -25,7 +27,7 @@ from safetensors.torch import save_file
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.io import atomic_path, atomic_write_text
+from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 
 RUN_FORMAT = "nnlm-neural-run/1"
@@ -57,8 +59,9 @@ def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[st
 
 def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Read a file written by `save_tensors`; refuse it if unreadable or if its digest disagrees."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise NnlmError(f"{path} is missing")
+    require_regular(path, "tensor file")
     try:
         with safe_open(str(path), framework="pt") as fh:
             meta = fh.metadata() or {}
@@ -71,15 +74,101 @@ def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
+    if not os.path.lexists(path):
+        raise NnlmError(f"{path} is missing: not a complete nnlm training run")
+    raw = read_input(path, what, JSON_LIMIT)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NnlmError(f"{path} is missing: not a complete nnlm training run") from None
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw)
+    except ValueError as exc:
         raise NnlmError(f"cannot read {what} {path} ({exc})") from None
     if not isinstance(data, dict):
         raise NnlmError(f"{path} is not a {what}")
     return data
+
+
+# --- one typed schema for run.json and state.json: field -> (required, check, what it must be) -----
+# Unknown keys are tolerated (newer versions add fields); known keys are checked for type and range,
+# so a hand-edited or damaged file is one line naming the field, never a TypeError deep in training.
+
+Check = Callable[[Any], bool]
+MAX_PARAMETERS = 4_000_000_000  # a run.json asking for more is damaged (or no machine holds it)
+
+
+def _int(lo: int, hi: int | None = None, optional: bool = False) -> Check:
+    return lambda v: (optional and v is None) or (isinstance(v, int) and not isinstance(v, bool)
+                                                  and v >= lo and (hi is None or v <= hi))
+
+
+def _number(lo: float, optional: bool = False, positive: bool = False) -> Check:
+    return lambda v: (optional and v is None) or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  and math.isfinite(v) and v >= lo and (not positive or v > lo))
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and v != ""
+
+
+def _bool(optional: bool = False) -> Check:
+    return lambda v: (optional and v is None) or isinstance(v, bool)
+
+
+def _one_of(*values: Any) -> Check:
+    return lambda v: v in values
+
+
+RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
+    "format": (True, _one_of(RUN_FORMAT), RUN_FORMAT),
+    "corpus": (True, _text, "a corpus name or directory"),
+    "min_count": (True, _int(1, optional=True), "null or an integer >= 1"),
+    "max_vocab": (True, _int(1, optional=True), "null or an integer >= 1"),
+    "vocab_from": (True, _one_of("train", "all"), "'train' or 'all'"),
+    "preset": (True, _text, "a preset name"),
+    "recipe": (True, lambda v: _text(v) or isinstance(v, dict), "a recipe name"),
+    "batch_size": (True, _int(1), "an integer >= 1"),
+    "seed": (True, _int(0, 2**64 - 1), "an integer in [0, 2^64)"),
+    "patience": (True, _int(1), "an integer >= 1"),
+    "model": (True, lambda v: isinstance(v, dict), "an object (the model config)"),
+    "vocab_fingerprint": (True, _text, "a vocabulary fingerprint"),
+    "pad_token": (True, _text, "a token"),
+    "order": (False, _int(2, optional=True), "null or an integer >= 2"),
+    "hidden": (False, _int(0, optional=True), "null or an integer >= 0"),
+    "features": (False, _int(1, optional=True), "null or an integer >= 1"),
+    "direct": (False, _bool(optional=True), "null, true or false"),
+    "lr": (False, _number(0.0, optional=True, positive=True), "null or a finite number > 0"),
+    "bf16": (False, _bool(optional=True), "null, true or false"),
+    "loss": (False, _one_of("full", "sampled", "nce"), "'full', 'sampled' or 'nce'"),
+    "samples": (False, _int(1, optional=True), "null or an integer >= 1"),
+    "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
+}
+STATE_SCHEMA: dict[str, tuple[bool, Check, str]] = {
+    "step": (True, _int(0), "an integer >= 0"),
+    "epoch": (True, _int(0), "an integer >= 0"),
+    "batch": (True, _int(0), "an integer >= 0"),
+    "examples": (True, _int(0), "an integer >= 0"),
+    "loss_count": (True, _int(0), "an integer >= 0"),
+    "loss_sum": (True, _number(-math.inf), "a finite number"),
+    "history": (True, lambda v: isinstance(v, list) and all(isinstance(h, dict) for h in v), "a list of objects"),
+    "best": (True, lambda v: v is None or (isinstance(v, dict) and _number(0.0)(v.get("valid_ppl"))),
+             "null or an object with a valid_ppl"),
+    "stop_reason": (False, lambda v: v is None or isinstance(v, str), "null or a string"),
+    "bad_epochs": (True, _int(0), "an integer >= 0"),
+    "elapsed": (True, _number(0.0), "a finite number >= 0"),
+    "finished": (True, _bool(), "true or false"),
+    "tensors": (True, lambda v: isinstance(v, str) and v.startswith("checkpoint-") and "/" not in v,
+                "the name of a checkpoint-*.safetensors file"),
+}
+
+
+def validate(data: dict[str, Any], schema: dict[str, tuple[bool, Check, str]], path: Path) -> None:
+    """Refuse the first field of `data` that the schema's check rejects (unknown fields pass)."""
+    for key, (required, check, what) in schema.items():
+        if key not in data:
+            if required:
+                raise NnlmError(f"{path} is damaged: it lacks {key!r}")
+            continue
+        if not check(data[key]):
+            shown = repr(data[key]) if len(repr(data[key])) <= 60 else repr(data[key])[:57] + "..."
+            raise NnlmError(f"{path} is damaged: {key} = {shown}, expected {what}")
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -100,6 +189,8 @@ def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], sou
                             f"the config needs {list(shape)}")
         if not tensors[name].is_floating_point():
             raise NnlmError(f"{source}: {name} is not a floating-point tensor")
+        if not bool(torch.isfinite(tensors[name]).all()):
+            raise NnlmError(f"{source}: {name} holds NaN or infinite values (a damaged or diverged model)")
 
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], Vocabulary, ModelConfig]:
@@ -109,10 +200,13 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], Vocabulary, ModelConfig]:
     run = read_json(run_dir / RUN, "run config")
     if run.get("format") != RUN_FORMAT:
         raise NnlmError(f"{run_dir / RUN} is not an nnlm neural run config (format {RUN_FORMAT})")
+    validate(run, RUN_SCHEMA, run_dir / RUN)
     vocab = Vocabulary.load(run_dir / VOCAB)
     if vocab.fingerprint != run.get("vocab_fingerprint"):
         raise NnlmError(f"{run_dir}: vocab.json does not match run.json (another vocabulary)")
-    config = ModelConfig.from_dict(run.get("model") or {})
+    config = ModelConfig.from_dict(run["model"])
+    if config.parameter_count() > MAX_PARAMETERS:
+        raise NnlmError(f"{run_dir / RUN} is damaged: its model has {config.parameter_count():,} parameters")
     if config.vocab_size != len(vocab):
         raise NnlmError(f"{run_dir}: the model config has {config.vocab_size} outputs, "
                         f"the vocabulary {len(vocab)} words")
@@ -142,7 +236,8 @@ def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
 # --- exact resume ----------------------------------------------------------------------------
 
 def read_state(out: Path) -> dict[str, Any]:
-    return read_json(out / STATE, "training state") if (out / STATE).exists() else {}
+    """state.json, or {} if there is none (a symlink loop or a FIFO is there, and refused)."""
+    return read_json(out / STATE, "training state") if os.path.lexists(out / STATE) else {}
 
 
 def save_training_state(out: Path, net: NPLM, optimizer: Optimizer, state: dict[str, Any]) -> None:
@@ -163,15 +258,15 @@ def save_training_state(out: Path, net: NPLM, optimizer: Optimizer, state: dict[
 
 def load_training_state(out: Path, net: NPLM, optimizer: Optimizer) -> dict[str, Any] | None:
     """Put the saved weights, optimizer and RNG state back; the progress dict, or None if nothing was saved."""
+    remove_stale_temps(out)  # what a kill -9 mid-write left: never renamed, never read
     state = read_state(out)
-    if not state.get("tensors"):
-        return None
-    for key in ("step", "epoch", "batch", "examples", "loss_count"):
-        if isinstance(state.get(key), bool) or not isinstance(state.get(key), int) or state[key] < 0:
-            raise NnlmError(f"{out / STATE} is damaged: {key} = {state.get(key)!r}")
-    source = out / str(state["tensors"])
-    if source.parent != out or not source.name.startswith("checkpoint-"):
-        raise NnlmError(f"{out / STATE} is damaged: it names {state['tensors']!r} as its checkpoint")
+    if not state:
+        if os.path.lexists(out / WEIGHTS):  # starting again would overwrite the best model
+            raise NnlmError(f"--resume: {out} holds {WEIGHTS} but no {STATE}: the run is damaged; it is not "
+                            f"restarted over its best model (copy {WEIGHTS} away, or choose another --out)")
+        return None  # killed before its first checkpoint: nothing to resume, nothing to lose
+    validate(state, STATE_SCHEMA, out / STATE)
+    source = out / state["tensors"]
     tensors, _ = load_tensors(source)
     model = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     check_weights(net.config, model, source)

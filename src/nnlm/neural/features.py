@@ -12,7 +12,7 @@ import numpy as np
 
 from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.io import atomic_path, atomic_write_text
+from nnlm.io import atomic_path, atomic_write_text, read_input
 from nnlm.lm import LanguageModel
 
 SPECIALS = (UNK, PARAGRAPH, TEXT)
@@ -60,8 +60,8 @@ def most_frequent_words(vocab: Vocabulary, n: int) -> list[str]:
 def read_word_list(path: Path | str, vocab: Vocabulary) -> list[str]:
     """Words from a file (whitespace-separated), in order, without repeats; all must be in V."""
     try:
-        words = list(dict.fromkeys(Path(path).read_text(encoding="utf-8").split()))
-    except (OSError, UnicodeDecodeError) as exc:
+        words = list(dict.fromkeys(read_input(path, "word list", streams=True).decode("utf-8").split()))
+    except UnicodeDecodeError as exc:
         raise NnlmError(f"cannot read word list {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if not words:
         raise NnlmError(f"{path} lists no words")

@@ -21,15 +21,19 @@ import numpy as np
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.io import atomic_path
+from nnlm.io import atomic_path, require_regular
 from nnlm.ngram.backoff import BackoffModel, BackoffTables
 from nnlm.ngram.keys import lookup
 from nnlm.ngram.counts import MAX_ORDER
 
 MARKERS = ("<s>", "</s>")
 NEVER = -99.0  # log10 probability of a marker the model never predicts
-_COUNT_LINE = re.compile(r"^ngram\s+(\d+)\s*=\s*(\d+)$")
-_HEADER = re.compile(r"^\\(\d+)-grams:$")
+_COUNT_LINE = re.compile(r"^ngram\s+(\d+)\s*=\s*(\d+)$", re.ASCII)
+_HEADER = re.compile(r"^\\(\d+)-grams:$", re.ASCII)
+# A number as ARPA writers print it: ASCII digits only (float() would also take '١٢', '1_0', 'inf', 'nan').
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+MIN_LOG10 = -99.0   # the ARPA convention for "never": anything lower would overflow a perplexity
+MAX_BACKOFF = 10.0  # |log10 back-off| above this is no model (a back-off of 10^10 makes P > 1)
 
 
 def write_arpa(model: BackoffModel, path: Path | str) -> None:
@@ -128,15 +132,16 @@ class _Reader:
                     raise self.error(f"{k}-grams are the highest order and cannot have a back-off weight")
                 raise self.error(f"a {k}-gram line needs a probability, {k} word(s) and an optional back-off, "
                                  f"got {n} field(s)")
-            try:
-                prob, backoff = float(parts[0]), float(parts[-1]) if n == k + 2 else 0.0
-            except ValueError:
+            if not _is_number(parts[0]) or (n == k + 2 and not _is_number(parts[-1])):
                 bad = parts[0] if not _is_number(parts[0]) else parts[-1]
-                raise self.error(f"{bad!r} is not a number", lineno) from None
-            if not prob <= 0.0:  # also refuses nan
-                raise self.error(f"log10 probability {parts[0]!r} must be a log10 value <= 0", lineno)
-            if not abs(backoff) < np.inf:
-                raise self.error(f"log10 back-off {parts[-1]!r} must be a finite number", lineno)
+                raise self.error(f"{bad!r} is not a number", lineno)
+            prob, backoff = float(parts[0]), float(parts[-1]) if n == k + 2 else 0.0
+            if not MIN_LOG10 <= prob <= 0.0:
+                raise self.error(f"log10 probability {parts[0]!r} must be a log10 value <= 0 "
+                                 f"(and >= {MIN_LOG10:g})", lineno)
+            if not abs(backoff) <= MAX_BACKOFF:
+                raise self.error(f"log10 back-off {parts[-1]!r} must be a finite number in "
+                                 f"[-{MAX_BACKOFF:g}, {MAX_BACKOFF:g}]", lineno)
             if index is None:
                 words.append(parts[1])
                 row = none
@@ -176,11 +181,7 @@ class _Reader:
 
 
 def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    return _NUMBER.fullmatch(text) is not None
 
 
 def _vocabulary(path: Path, unigrams: _Section, vocab: Vocabulary | None) -> Vocabulary:
@@ -216,6 +217,7 @@ def read_arpa(path: Path | str, vocab: Vocabulary | None = None) -> BackoffModel
     With a vocabulary, the file must list exactly its words (plus <s> / </s> markers it lacks,
     with probability <= -99); anything else is an NnlmError naming the file and line."""
     path = Path(path)
+    require_regular(path, "ARPA file")  # a FIFO or a device is refused before it is opened
     try:
         fh = open(path, encoding="utf-8")
     except OSError as exc:
@@ -257,4 +259,36 @@ def read_arpa(path: Path | str, vocab: Vocabulary | None = None) -> BackoffModel
                 raise r.error(f"expected \\end\\ after the {order}-grams, got {line!r}")
     except UnicodeDecodeError:
         raise r.error("not a UTF-8 text file") from None
-    return BackoffModel(vocab, BackoffTables(len(vocab), keys, probs, backoffs), {"arpa": str(path)})
+    except OSError as exc:
+        raise NnlmError(f"cannot read ARPA file {path}: {exc.strerror}") from None
+    model = BackoffModel(vocab, BackoffTables(len(vocab), keys, probs, backoffs), {"arpa": str(path)})
+    check_probabilities(path, model)
+    return model
+
+
+def check_probabilities(path: Path, model: BackoffModel, contexts_per_order: int = 32) -> None:
+    """Refuse a file whose numbers are each in range but make no distribution: unigrams summing
+    above 1, or back-off weights that lift a probability above 1 (checked on the contexts with the
+    largest back-off weights of each order: they are where a probability exceeds 1 first)."""
+    tables = model.tables
+    total = float(np.sum(10.0 ** tables.log10_prob[0]))
+    if total > 1.0 + 1e-3:
+        raise NnlmError(f"{path}: its unigram probabilities sum to {total:.4g}, more than 1: not a language model")
+    for order in range(1, tables.order):
+        backoff = tables.log10_backoff[order - 1]
+        n = min(contexts_per_order, len(backoff))
+        top = np.argpartition(-backoff, n - 1)[:n] if 0 < n < len(backoff) else np.arange(len(backoff))
+        words = np.empty((len(top), order), dtype=np.int64)
+        rows = top
+        for j in range(order, 0, -1):  # unpack the packed keys of just these rows (see BackoffTables.words)
+            key = tables.keys[j - 1][rows]
+            words[:, j - 1] = key % tables.vocab_size
+            rows = key // tables.vocab_size
+        upto = order + 1  # the model cut at order + 1: these contexts are then exactly the listed ones
+        cut = BackoffModel(model.vocab, BackoffTables(tables.vocab_size, tables.keys[:upto], tables.log10_prob[:upto],
+                                                      tables.log10_backoff[:upto]), {})
+        peak = float(cut.distribution(words).max()) if len(words) else 0.0
+        if peak > 1.0 + 1e-3:
+            raise NnlmError(f"{path}: its back-off weights give a probability of {peak:.4g}, more than 1 "
+                            f"(after the {order}-gram context {' '.join(model.vocab.decode(words[0]))!r} or "
+                            "another): not a language model")

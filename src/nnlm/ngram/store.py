@@ -6,6 +6,7 @@ executes code from the file. `config.json` names the model kind; `load_ngram` di
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.io import atomic_dir
+from nnlm.io import JSON_LIMIT, atomic_dir, read_input, require_regular
 
 FORMAT = "nnlm-ngram/1"
 
@@ -21,7 +22,7 @@ FORMAT = "nnlm-ngram/1"
 def save_arrays(directory: Path | str, kind: str, order: int, vocab: Vocabulary,
                 arrays: dict[str, np.ndarray], params: dict[str, Any] | None = None) -> None:
     """Write a model directory in one atomic step (a crash leaves the old one, or none)."""
-    directory = Path(directory)
+    directory = save_target(Path(directory))
     config = {"format": FORMAT, "kind": kind, "order": order, "vocab_size": len(vocab),
               "vocab_fingerprint": vocab.fingerprint, "params": params or {}}
     with atomic_dir(directory, replace=True) as tmp:
@@ -30,21 +31,44 @@ def save_arrays(directory: Path | str, kind: str, order: int, vocab: Vocabulary,
         np.savez(tmp / "arrays.npz", **arrays)
 
 
+def _is_saved_model(directory: Path) -> bool:
+    try:
+        return json.loads(read_input(directory / "config.json", "config", JSON_LIMIT)).get("format") == FORMAT
+    except (NnlmError, ValueError, AttributeError):
+        return False
+
+
+def save_target(directory: Path) -> Path:
+    """Where `--save DIR` writes (a symlink is followed): a new name, an empty directory or a model
+    nnlm saved before; anything else (files, a run directory, /) is refused and left as it is."""
+    real = Path(os.path.realpath(directory))
+    if not real.name:
+        raise NnlmError(f"cannot save a model as {directory}: give a new directory name")
+    if os.path.lexists(real) and not real.is_dir():
+        raise NnlmError(f"{directory} exists and is not a directory; it is not replaced (choose another --save)")
+    if real.is_dir() and any(real.iterdir()) and not _is_saved_model(real):
+        raise NnlmError(f"{directory} exists and is not a model saved by nnlm; it is not replaced "
+                        "(choose another --save)")
+    return real
+
+
 def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict[str, np.ndarray]]:
     """Read what `save_arrays` wrote, checking that config, vocabulary and arrays agree."""
     directory = Path(directory)
     try:
-        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        config = json.loads(read_input(directory / "config.json", "config", JSON_LIMIT))
+    except (NnlmError, ValueError) as exc:
         raise NnlmError(f"{directory} is not a saved n-gram model (config.json: {exc})") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise NnlmError(f"{directory} is not a saved n-gram model of format {FORMAT}")
     vocab = Vocabulary.load(directory / "vocab.json")
     if vocab.fingerprint != config.get("vocab_fingerprint") or len(vocab) != config.get("vocab_size"):
         raise NnlmError(f"{directory}: vocab.json does not match config.json")
+    require_regular(directory / "arrays.npz", "model arrays")
     try:
         with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
-    except (OSError, ValueError) as exc:
-        raise NnlmError(f"{directory}: unreadable arrays.npz ({exc})") from None
+    except Exception as exc:  # zipfile.BadZipFile, OSError, ValueError: a damaged file, one line
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise NnlmError(f"{directory}: unreadable arrays.npz ({reason})") from None
     return config, vocab, arrays
