@@ -99,13 +99,13 @@ def test_a_200k_token_line_is_scored_in_bounded_chunks(neural_run, saved_addone,
     line = " ".join(words)
     model = load(neural_run[0])
     rows: list[int] = []
-    forward = model.net.logits_from_features
-    monkeypatch.setattr(model.net, "logits_from_features", lambda x: rows.append(len(x)) or forward(x))
+    forward = model.net.output_operands_from_features  # what every scoring path calls per block
+    monkeypatch.setattr(model.net, "output_operands_from_features", lambda x: rows.append(len(x)) or forward(x))
     for oov_vector in (False, True):
         rows.clear()
         (score,), _ = score_lines(model, [line], oov_vector=oov_vector)
         assert score.tokens == 200_001 and score.oov == 200 and np.isfinite(score.word_log10).all()
-        assert max(rows) <= neural_model.EVAL_ROWS
+        assert rows and max(rows) <= neural_model.score_rows(len(model.vocab))
     ngram = load(saved_addone)
     calls: list[int] = []
     log_prob = ngram.log_prob
