@@ -21,7 +21,7 @@ import torch
 # Busy cores elsewhere are rounded so that a core more than this much busy counts as taken:
 # sharing a core with another CPU-bound process costs an OpenMP team far more than a missing thread.
 MARGIN = 0.3
-RECHECK_SECONDS = 20.0
+RECHECK_SECONDS = 5.0  # a clock read per check(); /proc/stat only this often
 
 
 def machine_cores() -> int:

@@ -116,7 +116,7 @@ SESSION_DEFAULTS: dict[str, Any] = {
 }
 EXPLODED = 3.0  # a batch loss above EXPLODED * log|V| (3x a uniform guess) means training diverged
 CPU = torch.device("cpu")  # the default device of prepare_run
-CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every ~20 s)
+CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every RECHECK_SECONDS)
 
 
 class TrainingDiverged(NnlmError):
