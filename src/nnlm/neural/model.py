@@ -256,7 +256,7 @@ class NeuralLM(LanguageModel):
 
     def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
         """The exact fp32 path: y = b + [x, tanh(d + Hx)] [W, U]^T as ONE product into a buffer reused
-        for every block, then log-sum-exp in place (max, subtract, exp, sum: no [rows, |V|] temporaries).
+        for every block, then log_softmax in place (torch.logsumexp made two [rows, |V|] temporaries).
         The same formula as `logits_from_features` with its two products summed in one (fp32 rounding)."""
         net = self.net
         rows = score_rows(len(net.b))
@@ -270,11 +270,8 @@ class NeuralLM(LanguageModel):
             zs, _ = net.output_operands_from_features(x)
             y = buf[:len(x)]
             torch.addmm(net.b, torch.cat(zs, dim=1), weights, out=y)
-            picked = y.gather(1, targets[lo:lo + rows, None])[:, 0]
-            top = y.amax(dim=1, keepdim=True)
-            y.sub_(top).exp_()
-            lse = y.sum(dim=1).log_().add_(top[:, 0])
-            out[lo:lo + len(x)] = (picked - lse).double().cpu()
+            torch.log_softmax(y, dim=1, out=y)  # one fused pass per row (max, sum of exp, subtract), in place
+            out[lo:lo + len(x)] = y.gather(1, targets[lo:lo + rows, None])[:, 0].double().cpu()
         return out.numpy()
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
