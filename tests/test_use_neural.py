@@ -231,3 +231,15 @@ def test_score_a_brown_split_is_the_perplexity_function(brown, tmp_path, cli):
     scored = json.loads(out)
     assert scored["perplexity"] == perplexity(model, brown, "test")
     assert (scored["tokens"], scored["oov"]) == (177_359, int((brown.test == brown.vocab.unk_id).sum()))
+
+
+def test_eval_scores_the_splits_asked_for(neural_run, cli):
+    run_dir, _ = neural_run
+    default = json.loads(cli("eval", run_dir, "--json")[1])
+    assert list(default["perplexity"]) == ["valid", "test"]  # the long train split only when asked
+    asked = json.loads(cli("eval", run_dir, "--split", "test,train", "--threads", "1", "--json")[1])
+    assert list(asked["perplexity"]) == ["test", "train"] and asked["threads"] == "1 thread (--threads 1)"
+    assert asked["perplexity"]["test"] == pytest.approx(default["perplexity"]["test"], rel=1e-6)
+    for bad in (["--split", "dev"], ["--split", ","], ["--threads", "0"]):
+        code, _, err = cli("eval", run_dir, *bad)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("nnlm: error:")
