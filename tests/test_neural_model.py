@@ -157,6 +157,10 @@ def test_fast_exact_scoring_is_the_plain_formula(monkeypatch, h, direct):
     monkeypatch.setattr(model, "SCORE_BYTES", 1)  # 16-row blocks, the last one partial
     for got in (lm.log_prob(ctx, targets), NeuralLM(net, vocab_of(97), "<p>").log_prob(ctx[:5], targets[:5])):
         np.testing.assert_allclose(got, expected[:len(got)], rtol=1e-5, atol=1e-5)  # fp32 rounding only
+    p = {k: v.detach().double() for k, v in net.named_parameters()}
+    x = p["C"][torch.as_tensor(ctx)].flatten(1)
+    y = p["b"] + (x @ p["W"].t() if direct else 0.0) + (torch.tanh(p["d"] + x @ p["H"].t()) @ p["U"].t() if h else 0.0)
+    np.testing.assert_allclose(lm.log_partition(ctx), torch.logsumexp(y, 1).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_fast_exact_scoring_sums_to_one_over_the_vocabulary():

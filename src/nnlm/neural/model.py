@@ -254,28 +254,30 @@ class NeuralLM(LanguageModel):
             out[lo:lo + len(picked)] = (picked - lse).double().cpu().numpy()
         return out
 
-    def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
+    def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor | None, table: torch.Tensor) -> np.ndarray:
         """The exact fp32 path: y^T = b + [W, U] [x, tanh(d + Hx)]^T as ONE product, |V| x rows -- the
         orientation in which the CPU's GEMM runs at its large-matrix rate (rows x |V| ran ~1/3 slower at
         MLP1's K = 290) -- into one buffer reused for every block, then the log-sum-exp of each column
         in place (max, subtract, exp, sum: torch.logsumexp made two |V|-wide temporaries).
-        The same formula as `logits_from_features`, its two products summed in one (fp32 rounding)."""
+        The same formula as `logits_from_features`, its two products summed in one (fp32 rounding).
+        targets=None gives log Z = log sum_w exp(y_w) of each context instead."""
         net = self.net
-        rows, v = score_rows(len(net.b)), len(net.b)
-        out = torch.empty(len(targets), dtype=torch.float64)
+        rows, v, n = score_rows(len(net.b)), len(net.b), len(ctx)
+        out = torch.empty(n, dtype=torch.float64)
         weights = torch.cat([w for w in (net.W, net.U) if w is not None], dim=1)  # [|V|, K], zs' order
         bias = net.b[:, None]
-        flat = torch.empty(v * min(rows, len(targets)), dtype=weights.dtype, device=weights.device)
-        for lo in range(0, len(targets), rows):
+        flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
+        for lo in range(0, n, rows):
             threads.check()
             x = F.embedding(ctx[lo:lo + rows], table).flatten(1)
             zs, _ = net.output_operands_from_features(x)
             y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
             torch.addmm(bias, weights, torch.cat(zs, dim=1).t(), out=y)
-            picked = y.gather(0, targets[None, lo:lo + rows])[0]
+            picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
             top = y.amax(dim=0, keepdim=True)
             y.sub_(top).exp_()
-            out[lo:lo + len(x)] = (picked - y.sum(dim=0).log_().add_(top[0])).double().cpu()
+            lse = y.sum(dim=0).log_().add_(top[0])
+            out[lo:lo + len(x)] = (lse if picked is None else picked - lse).double().cpu()
         return out.numpy()
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -293,6 +295,8 @@ class NeuralLM(LanguageModel):
         """log Z = log sum_w exp(y_w), float64 [N]: 0 for a perfectly self-normalized model."""
         ctx = self._check(contexts)
         self.net.eval()
+        if self.net.W is not None or self.net.H is not None:
+            return self._exact_log_probs(ctx, None, self.net.C.detach())
         out = np.empty(len(ctx), dtype=np.float64)
         for lo in range(0, len(ctx), EVAL_ROWS):
             threads.check()
