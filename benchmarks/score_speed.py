@@ -129,7 +129,8 @@ def split_scoring(model: NeuralLM, tokens: int, slice_tokens: int = 10_000) -> N
         print(f"  {label:<32} {speed:10,.0f} tokens/s  {speed * flops / 1e9:6.1f} GFLOP/s  "
               f"{speed * flops / rate:5.1%} of the large-matmul rate")
     fast = totals["fast"][0] / totals["fast"][1]
-    print(f"  -> Brown valid + test (377,452 tokens) at this speed: {377_452 / fast:.1f} s")
+    both = len(corpus.valid) + len(corpus.test)
+    print(f"  -> Brown valid + test ({both:,} tokens, `nnlm eval`'s default) at this speed: {both / fast:.1f} s")
 
 
 def main() -> None:
