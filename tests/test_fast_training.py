@@ -1,11 +1,8 @@
 """The fast training step: the fused output-layer softmax loss equals autograd of the plain
 formulation, the model hands it the same operands as its forward pass, the torch.optim Adam does
-the recipe's update and restores from its named tensors, batches cover each epoch once, and the
-oversubscription note."""
+the recipe's update and restores from its named tensors, and batches cover each epoch once."""
 from __future__ import annotations
 
-import math
-import os
 
 import numpy as np
 import pytest
@@ -162,26 +159,3 @@ def test_epoch_batches_visit_every_position_once_with_its_context():
     np.testing.assert_array_equal(ctx, lm_contexts(ids.astype(np.int64), positions, k, pad))
     later = list(tr.epoch_batches(padded, k, batch=8, seed=0, epoch=3, first=3))
     assert all(torch.equal(a[1], b[1]) for a, b in zip(batches[3:], later, strict=True))
-
-
-@pytest.mark.parametrize("load,threads,cores,warn", [(0.1, 2, 2, False), (1.2, 2, 2, True), (1.2, 1, 2, False),
-                                                     (3.0, 4, 8, False), (6.5, 4, 8, True)])
-def test_oversubscription_note_only_when_busy_cores_leave_too_few(load, threads, cores, warn):
-    note = tr.oversubscription_note(threads, load, cores)
-    assert (note is not None) == warn
-    if warn:
-        assert "\n" not in note and f"--threads {max(1, cores - math.ceil(load - 0.5))}" in note
-
-
-def test_cores_busy_elsewhere_leaves_out_this_process(monkeypatch):
-    """The reading behind the note is the machine's busy CPU time minus this process's own, per second
-    of wall time: 0.4 s busy in a 0.2 s window, 0.2 s of it ours, is one core kept busy elsewhere (the
-    load average would have counted our own work too)."""
-    real = tr.cores_busy_elsewhere(0.05)
-    if real is None:
-        pytest.skip("no /proc/stat here")
-    assert 0.0 <= real <= (os.cpu_count() or 1) + 0.5
-    machine, own = iter([10.0, 10.4]), iter([5.0, 5.2])
-    monkeypatch.setattr(tr, "_machine_busy_seconds", lambda: next(machine))
-    monkeypatch.setattr(tr.time, "process_time", lambda: next(own))
-    assert tr.cores_busy_elsewhere(0.2) == pytest.approx(1.0, rel=0.2)

@@ -127,7 +127,52 @@ def test_scoring_in_chunks_equals_one_pass(monkeypatch):
     targets = np.random.default_rng(1).integers(0, 11, size=50)
     whole = lm.log_prob(ctx, targets)
     monkeypatch.setattr(model, "EVAL_ROWS", 7)
+    monkeypatch.setattr(model, "SCORE_BYTES", 1)  # exact fp32 blocks of 16 rows
     np.testing.assert_allclose(lm.log_prob(ctx, targets), whole, rtol=1e-6)  # float32 matmul blocking
+
+
+def plain_log_softmax(net: NPLM, ctx: np.ndarray) -> np.ndarray:
+    """log softmax(b + W x + U tanh(d + H x)) written out in float64, each term on its own."""
+    p = {k: v.detach().double() for k, v in net.named_parameters()}
+    x = p["C"][torch.as_tensor(ctx)].flatten(1)
+    y = p["b"] + (x @ p["W"].t() if "W" in p else 0.0)
+    if "H" in p:
+        y = y + torch.tanh(p["d"] + x @ p["H"].t()) @ p["U"].t()
+    return torch.log_softmax(y, dim=1).numpy()
+
+
+@pytest.mark.parametrize("h,direct", [(6, True), (6, False), (0, True)])
+def test_fast_exact_scoring_is_the_plain_formula(monkeypatch, h, direct):
+    import nnlm.neural.model as model
+
+    torch.manual_seed(3)
+    net = NPLM(ModelConfig(vocab_size=97, order=4, hidden=h, features=5, direct=direct))
+    with torch.no_grad():
+        for w in net.parameters():
+            w.normal_(0, 1.0)  # logits of several units either way: rounding would show
+    lm = NeuralLM(net, vocab_of(97), "<p>")
+    rng = np.random.default_rng(0)
+    ctx, targets = rng.integers(0, 97, size=(203, 3)), rng.integers(0, 97, size=203)
+    expected = plain_log_softmax(net, ctx)[np.arange(203), targets]
+    monkeypatch.setattr(model, "SCORE_BYTES", 1)  # 16-row blocks, the last one partial
+    for got in (lm.log_prob(ctx, targets), NeuralLM(net, vocab_of(97), "<p>").log_prob(ctx[:5], targets[:5])):
+        np.testing.assert_allclose(got, expected[:len(got)], rtol=1e-5, atol=1e-5)  # fp32 rounding only
+    p = {k: v.detach().double() for k, v in net.named_parameters()}
+    x = p["C"][torch.as_tensor(ctx)].flatten(1)
+    y = p["b"] + (x @ p["W"].t() if direct else 0.0) + (torch.tanh(p["d"] + x @ p["H"].t()) @ p["U"].t() if h else 0.0)
+    np.testing.assert_allclose(lm.log_partition(ctx), torch.logsumexp(y, 1).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_fast_exact_scoring_sums_to_one_over_the_vocabulary():
+    torch.manual_seed(4)
+    net = NPLM(ModelConfig(vocab_size=61, order=3, hidden=4, features=3, direct=True))
+    with torch.no_grad():
+        net.b.normal_(0, 5.0)  # peaked
+    lm = NeuralLM(net, vocab_of(61), "<p>")
+    ctx = np.repeat(np.random.default_rng(1).integers(0, 61, size=(7, 2)), 61, axis=0)
+    log_probs = lm.log_prob(ctx, np.tile(np.arange(61), 7)).reshape(7, 61)
+    np.testing.assert_allclose(np.exp(log_probs).sum(axis=1), 1.0, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.exp(log_probs), lm.distribution(ctx[::61]), rtol=0, atol=1e-6)
 
 
 def test_bf16_scoring_is_close_to_fp32_and_leaves_the_weights_alone():

@@ -99,13 +99,13 @@ def test_a_200k_token_line_is_scored_in_bounded_chunks(neural_run, saved_addone,
     line = " ".join(words)
     model = load(neural_run[0])
     rows: list[int] = []
-    forward = model.net.logits_from_features
-    monkeypatch.setattr(model.net, "logits_from_features", lambda x: rows.append(len(x)) or forward(x))
+    forward = model.net.output_operands_from_features  # what every scoring path calls per block
+    monkeypatch.setattr(model.net, "output_operands_from_features", lambda x: rows.append(len(x)) or forward(x))
     for oov_vector in (False, True):
         rows.clear()
         (score,), _ = score_lines(model, [line], oov_vector=oov_vector)
         assert score.tokens == 200_001 and score.oov == 200 and np.isfinite(score.word_log10).all()
-        assert max(rows) <= neural_model.EVAL_ROWS
+        assert rows and max(rows) <= neural_model.score_rows(len(model.vocab))
     ngram = load(saved_addone)
     calls: list[int] = []
     log_prob = ngram.log_prob
@@ -233,3 +233,15 @@ def test_score_a_brown_split_is_the_perplexity_function(brown, tmp_path, cli):
     scored = json.loads(out)
     assert scored["perplexity"] == perplexity(model, brown, "test")
     assert (scored["tokens"], scored["oov"]) == (177_359, int((brown.test == brown.vocab.unk_id).sum()))
+
+
+def test_eval_scores_the_splits_asked_for(neural_run, cli):
+    run_dir, _ = neural_run
+    default = json.loads(cli("eval", run_dir, "--json")[1])
+    assert list(default["perplexity"]) == ["valid", "test"]  # the long train split only when asked
+    asked = json.loads(cli("eval", run_dir, "--split", "test,train", "--threads", "1", "--json")[1])
+    assert list(asked["perplexity"]) == ["test", "train"] and asked["threads"] == "1 thread (--threads 1)"
+    assert asked["perplexity"]["test"] == pytest.approx(default["perplexity"]["test"], rel=1e-6)
+    for bad in (["--split", "dev"], ["--split", ","], ["--threads", "0"]):
+        code, _, err = cli("eval", run_dir, *bad)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("nnlm: error:")

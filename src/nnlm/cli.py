@@ -143,6 +143,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from nnlm.use import score_lines
 
     model = load(args.model)
+    _govern(args)
     if getattr(args, "unnormalized", False):
         from nnlm.neural.model import NeuralLM
 
@@ -323,6 +324,7 @@ def cmd_mix(args: argparse.Namespace) -> int:
 
     corpus = _load_corpus(args)
     components = [load_or_build(spec, corpus) for spec in args.models]
+    _govern(args)
     if args.weights in ("em", "em-buckets"):
         mode, fixed = args.weights, None
     else:
@@ -366,27 +368,56 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    import torch
+def _govern(args: argparse.Namespace, device: str = "cpu"):
+    """This command's torch threads: --threads, else the cores other processes leave free now,
+    re-checked while scoring (nnlm.threads). Nothing when no model loaded torch (n-gram models)."""
+    requested = getattr(args, "threads", None)
+    if requested is not None and requested < 1:
+        raise NnlmError(f"--threads must be at least 1, got {requested}")
+    if "torch" not in sys.modules:
+        return None
+    from nnlm.threads import govern
 
+    return govern(requested, device)
+
+
+SPLITS = ("train", "valid", "test")
+
+
+def _eval_splits(text: str) -> list[str]:
+    """'valid,test' -> ['valid', 'test'], in the order given, each once."""
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    wrong = [n for n in names if n not in SPLITS]
+    if wrong or not names:
+        raise NnlmError(f"--split takes a comma-separated list of train, valid, test; got {text!r}")
+    return names
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
     from nnlm.lm import perplexity
     from nnlm.neural.checkpoint import load_neural, read_run
     from nnlm.neural.train import pick_device
 
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
-    lm = load_neural(args.run, device=pick_device(args.device))
+    splits = _eval_splits(args.split)
+    device = pick_device(args.device)
+    governor = _govern(args, device)
+    lm = load_neural(args.run, device=device)
     run, _, config = read_run(Path(args.run))
     from nnlm.data.corpus import load_corpus
 
     corpus = load_corpus(run["corpus"], min_count=run["min_count"], max_vocab=run["max_vocab"],
                          vocab_from=run["vocab_from"])
-    ppl = {s: perplexity(lm, corpus, s) for s in ("train", "valid", "test")}
+    started = time.perf_counter()
+    ppl = {s: perplexity(lm, corpus, s) for s in splits}
+    seconds = time.perf_counter() - started
     result = {"run": str(args.run), "corpus": corpus.name, "preset": run["preset"], "model": config.to_dict(),
-              "parameters": config.parameter_count(), "perplexity": ppl}
+              "parameters": config.parameter_count(), "perplexity": ppl, "seconds": round(seconds, 2),
+              "threads": governor.describe()}
+    tokens = sum(len(corpus.split(s)) for s in splits)
     lines = [f"{run['preset']} (n={config.order}, h={config.hidden}, m={config.features}, direct={config.direct}) "
              f"on {corpus.name}, |V| = {len(corpus.vocab):,}",
-             "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items())]
+             "  " + "  ".join(f"{s} {p:,.2f}" for s, p in ppl.items()),
+             f"  {tokens:,} tokens scored in {seconds:.1f} s, {governor.describe()}"]
     if getattr(args, "log_z", False) or run.get("loss", "full") != "full":  # self-normalization: how near 0 log Z is
         from nnlm.neural.sampled import log_partition_stats
 
@@ -396,6 +427,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
                      "`nnlm score --unnormalized` is then close to exact)")
     _emit(args, result, lines)
     return 0
+
+
+THREADS_HELP = "torch CPU threads (default: the cores other processes leave free, re-checked as the load changes)"
 
 
 def _add_train_parser(sub) -> None:
@@ -420,7 +454,7 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--patience", type=T.count,
                    help="early stopping: epochs without a better valid perplexity (default 3)")
     p.add_argument("--seed", type=T.seed, help="random seed (default 0)")
-    p.add_argument("--threads", type=T.threads, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=T.threads, help=THREADS_HELP)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto: CUDA when present")
     p.add_argument("--checkpoint-minutes", type=T.minutes, help="checkpoint every this many minutes (default 5)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
@@ -439,10 +473,13 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the final state as one JSON object")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="train/valid/test perplexity of a trained neural run")
+    p = sub.add_parser("eval", help="valid/test (or train) perplexity of a trained neural run")
     p.add_argument("run", help="run directory written by `nnlm train`")
+    p.add_argument("--split", default="valid,test",
+                   help="comma-separated splits to score (default valid,test; train,valid,test adds the long "
+                        "train split)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--threads", type=T.threads, help="torch CPU threads")
+    p.add_argument("--threads", type=T.threads, help=THREADS_HELP)
     p.add_argument("--log-z", action="store_true",
                    help="also report mean and std of log Z on valid (always done for --loss sampled/nce runs)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -496,6 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("models", nargs="+", help="saved models or specs like kn:5, interpolated:3")
     p.add_argument("--weights", default="em", help="comma-separated fixed weights (e.g. 0.5,0.5), em, or em-buckets")
     _add_corpus_options(p)
+    p.add_argument("--threads", type=T.threads, help=THREADS_HELP + "; neural components only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_mix)
 
@@ -514,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train each net with this many asynchronous Hogwild workers, one thread each (about "
                         "WORKERS x a one-thread process on as many cores, less against torch's default "
                         "threads; runs are no longer reproducible bit for bit)")
-    p.add_argument("--threads", type=T.threads, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--threads", type=T.threads, default=None, help=THREADS_HELP)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--report-only", action="store_true",
@@ -536,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unnormalized", action="store_true",
                    help="neural models: score y[word] without the softmax sum (approximate; for self-normalized "
                         "models trained with --loss sampled or nce, see `nnlm eval`'s log Z)")
+    p.add_argument("--threads", type=T.threads, help=THREADS_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _add_corpus_options(p)
     p.set_defaults(func=cmd_score, corpus=None)

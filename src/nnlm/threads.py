@@ -21,7 +21,7 @@ import torch
 # Busy cores elsewhere are rounded so that a core more than this much busy counts as taken:
 # sharing a core with another CPU-bound process costs an OpenMP team far more than a missing thread.
 MARGIN = 0.3
-RECHECK_SECONDS = 20.0
+RECHECK_SECONDS = 5.0  # a clock read per check(); /proc/stat only this often
 
 
 def machine_cores() -> int:
@@ -78,41 +78,87 @@ class ThreadGovernor:
 
     `requested` (the user's --threads) wins and is never changed; on CUDA the count is left to
     torch. Otherwise the count is set from the cores free now, and `check()` re-sets it when at
-    least RECHECK_SECONDS have passed since the last look."""
+    least RECHECK_SECONDS have passed since the last look.
+
+    `share` is the number of processes of one job on this machine that each run a governor (the
+    local ranks of a ddp / vocab run): they get the free cores between them, and each counts its
+    siblings' CPU time as its own (they do the same work), so that they do not read each other
+    as load from elsewhere and take turns shrinking and growing."""
 
     def __init__(self, requested: int | None = None, device: torch.device | str = "cpu",
-                 recheck_seconds: float = RECHECK_SECONDS, window: float = 0.2) -> None:
+                 recheck_seconds: float = RECHECK_SECONDS, window: float = 0.2, share: int = 1) -> None:
+        self.requested = requested
         self.fixed = requested is not None or torch.device(device).type != "cpu"
         self.recheck_seconds = recheck_seconds
         self.cores = machine_cores()
+        self.share = max(1, share)
         self.busy: float | None = None
+        self.changes = 0  # how many times check() changed the count
         if requested is not None:
             torch.set_num_threads(requested)
         elif not self.fixed:
             self.busy = cores_busy_elsewhere(window)
-            torch.set_num_threads(free_threads(self.cores, self.busy))
+            torch.set_num_threads(self._wanted())
         self._last = _sample()
+        self._due = time.monotonic() + recheck_seconds
+
+    def _wanted(self) -> int:
+        return max(1, free_threads(self.cores, self.busy) // self.share)
 
     @property
     def threads(self) -> int:
         return torch.get_num_threads()
 
     def check(self) -> int:
-        """Re-measure (no sleep: the CPU time since the last check) and re-set the thread count if due."""
-        if self.fixed or self._last is None:
+        """Re-measure (no sleep: the CPU time since the last check) and re-set the thread count if due.
+        Costs one clock read when not due, so hot loops may call it often."""
+        if self.fixed or self._last is None or time.monotonic() < self._due:
             return self.threads
         now = _sample()
-        if now is None or now[2] - self._last[2] < self.recheck_seconds:
+        if now is None:
             return self.threads
-        self.busy = busy_between(self._last, now)
-        self._last = now
-        wanted = free_threads(self.cores, self.busy)
+        # the siblings of a shared job did about what this process did: not load from elsewhere
+        own = now[1] - self._last[1]
+        self.busy = busy_between(self._last, (now[0] - (self.share - 1) * own, now[1], now[2]))
+        self._last, self._due = now, now[2] + self.recheck_seconds
+        wanted = self._wanted()
         if wanted != torch.get_num_threads():
             torch.set_num_threads(wanted)
+            self.changes += 1
         return wanted
 
     def describe(self) -> str:
+        """How many threads, and why: '2 threads (--threads 2)', '1 thread (1.6 of 2 cores busy elsewhere)'."""
+        n = self.threads
+        count = f"{n} thread{'s' if n != 1 else ''}"
+        if self.requested is not None:
+            return f"{count} (--threads {self.requested})"
         if self.fixed:
-            return f"{self.threads} threads"
-        busy = "" if self.busy is None else f", {self.busy:.1f} of {self.cores} cores busy elsewhere"
-        return f"{self.threads} threads (chosen{busy})"
+            return f"{count} (torch's choice on {torch.device('cuda').type})"
+        if self.busy is None:
+            return f"{count} (every core: the load is unknown here)"
+        each = f", {self.share} processes sharing them" if self.share > 1 else ""
+        return (f"{count} (chosen from the load, re-checked every {self.recheck_seconds:.0f} s: "
+                f"{self.busy:.1f} of {self.cores} cores busy elsewhere{each})")
+
+
+_current: ThreadGovernor | None = None
+
+
+def govern(requested: int | None = None, device: torch.device | str = "cpu", share: int = 1) -> ThreadGovernor:
+    """A governor for this process's work from now on, installed so that `check()` (called by
+    scoring loops deep in the library) re-checks it."""
+    global _current
+    _current = ThreadGovernor(requested, device, share=share)
+    return _current
+
+
+def current() -> ThreadGovernor | None:
+    return _current
+
+
+def check() -> None:
+    """Re-check the installed governor, if any (library code calls this per chunk of long work;
+    without `govern()` the thread count is the caller's and is left alone)."""
+    if _current is not None:
+        _current.check()

@@ -20,13 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
 
-EVAL_ROWS = 256  # contexts per forward pass when scoring: the [rows, |V|] logits stay under glibc's 32 MB
-# mmap threshold, so chunks reuse heap memory; 1024 rows (73 MB at |V| = 17,907) page-faulted every chunk
-# and scored Brown ~1.5x slower (measured: 3M minor faults and 6 s sys time per 60k tokens)
+EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distribution paths
+SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):
+# larger blocks keep the output product near the CPU's large-matrix rate; one buffer for the whole call costs
+# no page faults (a fresh 73 MB tensor per block was mmap'd and faulted anew every time)
+
+
+def score_rows(vocab_size: int) -> int:
+    """Rows per block of exact scoring: the [rows, |V|] fp32 buffer fills SCORE_BYTES (at least 16 rows)."""
+    return max(16, SCORE_BYTES // (4 * vocab_size))
 
 
 @dataclass(frozen=True)
@@ -219,14 +226,16 @@ class NeuralLM(LanguageModel):
     @torch.no_grad()
     def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
         """log softmax(y(x))[target] where x concatenates rows of `table` (C, or C extended with
-        unknown words' features) for the context ids: x, logits and log-sum-exp (max subtracted)
-        are built EVAL_ROWS rows at a time in the net's dtype -- memory stays bounded however long
-        the text -- and returned as float64."""
+        unknown words' features) for the context ids, built block by block -- memory stays bounded
+        however long the text -- and returned as float64. The thread governor is re-checked per block."""
         self.net.eval()
+        if not self.unnormalized and not self.bf16 and (self.net.W is not None or self.net.H is not None):
+            return self._exact_log_probs(ctx, targets, table)
         out = np.empty(len(targets), dtype=np.float64)
         low = self.bf16 and (self.net.W is not None or self.net.H is not None)  # (y = b alone: no product)
         weights16 = None
         for lo in range(0, len(targets), EVAL_ROWS):
+            threads.check()
             x = F.embedding(ctx[lo:lo + EVAL_ROWS], table).flatten(1)
             if self.unnormalized:
                 out[lo:lo + len(x)] = self.net.target_logits(x, targets[lo:lo + EVAL_ROWS]).double().cpu().numpy()
@@ -245,6 +254,32 @@ class NeuralLM(LanguageModel):
             out[lo:lo + len(picked)] = (picked - lse).double().cpu().numpy()
         return out
 
+    def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor | None, table: torch.Tensor) -> np.ndarray:
+        """The exact fp32 path: y^T = b + [W, U] [x, tanh(d + Hx)]^T as ONE product, |V| x rows -- the
+        orientation in which the CPU's GEMM runs at its large-matrix rate (rows x |V| ran ~1/3 slower at
+        MLP1's K = 290) -- into one buffer reused for every block, then the log-sum-exp of each column
+        in place (max, subtract, exp, sum: torch.logsumexp made two |V|-wide temporaries).
+        The same formula as `logits_from_features`, its two products summed in one (fp32 rounding).
+        targets=None gives log Z = log sum_w exp(y_w) of each context instead."""
+        net = self.net
+        rows, v, n = score_rows(len(net.b)), len(net.b), len(ctx)
+        out = torch.empty(n, dtype=torch.float64)
+        weights = torch.cat([w for w in (net.W, net.U) if w is not None], dim=1)  # [|V|, K], zs' order
+        bias = net.b[:, None]
+        flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
+        for lo in range(0, n, rows):
+            threads.check()
+            x = F.embedding(ctx[lo:lo + rows], table).flatten(1)
+            zs, _ = net.output_operands_from_features(x)
+            y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
+            torch.addmm(bias, weights, torch.cat(zs, dim=1).t(), out=y)
+            picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
+            top = y.amax(dim=0, keepdim=True)
+            y.sub_(top).exp_()
+            lse = y.sum(dim=0).log_().add_(top[0])
+            out[lo:lo + len(x)] = (lse if picked is None else picked - lse).double().cpu()
+        return out.numpy()
+
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         ctx = self._check(contexts)
         targets = np.asarray(targets)
@@ -260,8 +295,11 @@ class NeuralLM(LanguageModel):
         """log Z = log sum_w exp(y_w), float64 [N]: 0 for a perfectly self-normalized model."""
         ctx = self._check(contexts)
         self.net.eval()
+        if self.net.W is not None or self.net.H is not None:
+            return self._exact_log_probs(ctx, None, self.net.C.detach())
         out = np.empty(len(ctx), dtype=np.float64)
         for lo in range(0, len(ctx), EVAL_ROWS):
+            threads.check()
             out[lo:lo + EVAL_ROWS] = torch.logsumexp(self.net(ctx[lo:lo + EVAL_ROWS]), 1).double().cpu().numpy()
         return out
 
@@ -271,6 +309,7 @@ class NeuralLM(LanguageModel):
         self.net.eval()
         out = np.empty((len(ctx), len(self.vocab)), dtype=np.float64)
         for lo in range(0, len(ctx), EVAL_ROWS):
+            threads.check()
             y = self.net(ctx[lo:lo + EVAL_ROWS]).double()
             out[lo:lo + len(y)] = torch.softmax(y, dim=1).cpu().numpy()
         return out

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from nnlm import threads
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
@@ -131,8 +132,8 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
     rank, world = dist.get_rank(), dist.get_world_size()
     session = tr.session_options(requested)
     device = dd.rank_device(tr.pick_device(session["device"]))
-    if session["threads"] is not None:
-        torch.set_num_threads(session["threads"])
+    # --threads, or this rank's share of the cores free now (the job's local ranks split them)
+    threads.govern(session["threads"], device, share=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
     # Rank 0 prepares (or checks) the run directory and reads the checkpoint; the others receive it.
     failure = run = state = None
@@ -189,6 +190,11 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
     trainer = (DDPTrainer if mode == "ddp" else VocabTrainer)(out, net, optimizer, run, corpus, device)
     state = tr.run_epochs(out, run, session, corpus, state, trainer, log, progress)
     return state if rank == 0 else None
+
+
+def _threads_each() -> str:
+    governor = threads.current()
+    return f"each {governor.describe()}" if governor else f"{torch.get_num_threads()} threads each"
 
 
 class _RankTrainer(tr.Trainer):
@@ -265,7 +271,7 @@ class DDPTrainer(_RankTrainer):
 
     def describe(self) -> str:
         return (f"global batch {self.batch}, --parallel ddp on {self.world} processes ({dist.get_backend()}), "
-                f"{torch.get_num_threads()} threads each, {self.device}")
+                f"{_threads_each()}, {self.device}")
 
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
         if self.dropout:
@@ -281,7 +287,7 @@ class VocabTrainer(_RankTrainer):
 
     def describe(self) -> str:
         return (f"global batch {self.batch}, --parallel vocab on {self.world} processes ({dist.get_backend()}), "
-                f"{torch.get_num_threads()} threads each, {self.device}")
+                f"{_threads_each()}, {self.device}")
 
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
         loss = self.net.loss(rows[:, :self.k], rows[:, self.k], self.run["bf16"])

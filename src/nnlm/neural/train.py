@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nnlm import threads
 from nnlm.data.corpus import Corpus, load_corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, perplexity
@@ -116,6 +116,7 @@ SESSION_DEFAULTS: dict[str, Any] = {
 }
 EXPLODED = 3.0  # a batch loss above EXPLODED * log|V| (3x a uniform guess) means training diverged
 CPU = torch.device("cpu")  # the default device of prepare_run
+CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every RECHECK_SECONDS)
 
 
 class TrainingDiverged(NnlmError):
@@ -141,37 +142,6 @@ def bf16_is_fast(device: torch.device) -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def oversubscription_note(threads: int, busy: float, cores: int) -> str | None:
-    """One line when other processes keep so many cores busy (`busy`, in cores) that `threads` torch
-    threads would share cores: its OpenMP threads then wait on each other at every kernel, and a step
-    can get slower than with fewer threads (see README, Training speed)."""
-    if threads <= 1 or busy + threads <= cores + 0.5:
-        return None
-    fewer = max(1, cores - math.ceil(busy - 0.5))
-    return (f"note: other processes keep {busy:.1f} of {cores} cores busy, so {threads} threads "
-            f"may train slower than --threads {fewer}")
-
-
-def _machine_busy_seconds() -> float:
-    """CPU seconds all cores have spent busy since boot (every /proc/stat state but idle and iowait)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def cores_busy_elsewhere(window: float = 0.2) -> float | None:
-    """How many cores other processes keep busy now: the machine's busy CPU time over `window` seconds
-    (/proc/stat) minus this process's own. Not the load average, which still counts this process's own
-    work of the last minute (`nnlm reproduce` scores a net with every core just before training the
-    next). None where /proc/stat is missing."""
-    try:
-        machine, own, start = _machine_busy_seconds(), time.process_time(), time.monotonic()
-        time.sleep(window)
-        machine, own = _machine_busy_seconds() - machine, time.process_time() - own
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(0.0, (machine - own) / (time.monotonic() - start))
 
 
 def model_config(run: dict[str, Any], vocab_size: int) -> ModelConfig:
@@ -386,13 +356,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     session = session_options(requested)
     device = pick_device(session["device"])
     run, corpus = prepare_run(out, {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume, device)
-    if session["threads"] is not None:
-        torch.set_num_threads(session["threads"])
-    if device.type == "cpu" and torch.get_num_threads() > 1:
-        busy = cores_busy_elsewhere()
-        note = None if busy is None else oversubscription_note(torch.get_num_threads(), busy, os.cpu_count() or 1)
-        if note:
-            log(note)
+    threads.govern(session["threads"], device)  # --threads, or the cores free now (re-checked while training)
     recipe = RECIPES[run["recipe"]]
     torch.manual_seed(run["seed"])
     net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
@@ -530,7 +494,9 @@ class Trainer:
         self.explode_at = EXPLODED * math.log(self.config.vocab_size)
 
     def describe(self) -> str:
-        return f"batch {self.batch}, {torch.get_num_threads()} threads, {self.device}"
+        governor = threads.current()
+        return f"batch {self.batch}, {governor.describe() if governor else f'{torch.get_num_threads()} threads'}, " \
+               f"{self.device}"
 
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
         """The loss to differentiate here, and this process's part of the batch's summed -log P."""
@@ -560,6 +526,7 @@ class Trainer:
     def run_batches(self, state: dict[str, Any], order: torch.Tensor, clock: Clock,
                     save: Callable[[], None], bar: Any) -> bool:
         """The epoch's batches from state["batch"] on; True if the time budget stopped them."""
+        threads.check()
         while state["batch"] < self.n_batches:
             rows = batch_rows(self.padded, order, state["batch"], self.batch, self.window)
             loss, part = self.batch_loss(rows, state["step"])
@@ -574,6 +541,8 @@ class Trainer:
             state["examples"] += len(rows)
             state["loss_sum"] += value * len(rows)
             state["loss_count"] += len(rows)
+            if state["batch"] % CHECK_THREADS_EVERY == 0:
+                threads.check()  # other processes' load may have changed (a clock read unless due)
             if bar is not None:
                 bar.update(len(rows))
                 if state["batch"] % 20 == 0:

@@ -14,7 +14,7 @@ from nnlm.reproduce import planner, rates
 from nnlm.reproduce.ngram_rows import late_needs
 from nnlm.reproduce.results import RowResult, net_options, options_tag
 from nnlm.reproduce.table import Row, mlp_rows
-from nnlm.threads import ThreadGovernor
+from nnlm.threads import govern
 
 if TYPE_CHECKING:
     from nnlm.reproduce.job import Job
@@ -114,7 +114,7 @@ def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel 
     state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
                            resume=(where / ck.RUN).exists(), progress=job.progress, log=job.row_log(net))
     model = trained(job, net)
-    ThreadGovernor(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
+    govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
     later = job.budget is not None  # the train split is scored at the end, if the budget allows
     ppl = {"train": None} | job.evaluate(net, model, ("valid", "test") if later else ("train", "valid", "test"))
     note = "" if state["finished"] else f"shortened: {state['stop_reason']}" + (
@@ -181,7 +181,7 @@ def train_split_rows(job: Job) -> None:
             job.results.save()
             continue
         job.log(f"{net}: train perplexity" + (f" - {job.budget_text()}" if job.budget else ""))
-        ThreadGovernor(requested=job.threads, device=job.device_name())
+        govern(requested=job.threads, device=job.device_name())
         entry["perplexity"]["train"] = perplexity_from_log_probs(job.scored(net, trained(job, net), "train"))
         entry.pop("train_pending")
         entry.pop("train_note", None)

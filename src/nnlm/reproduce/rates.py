@@ -14,7 +14,7 @@ import torch
 from nnlm.data.corpus import Corpus
 from nnlm.lm import contexts
 from nnlm.reproduce.planner import Rates, finite
-from nnlm.threads import ThreadGovernor
+from nnlm.threads import govern
 
 SCORE_TOKENS = 2048  # validation tokens scored to time the exact softmax
 TRAIN_BATCHES = 12  # training batches timed (after 2 warm-up batches)
@@ -67,5 +67,5 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
 
 def measure(net: str, corpus: Corpus, device: str, threads: int | None, loss: str, samples: int | None) -> Rates:
     """Both rates at the thread count the governor picks now (or the user's --threads)."""
-    ThreadGovernor(requested=threads, device=device)
+    govern(requested=threads, device=device)
     return Rates(train=training_rate(net, corpus, device, loss, samples), score=scoring_rate(net, corpus, device))
