@@ -384,8 +384,8 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--features", type=int, help="m, overriding the preset")
     p.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
                    help="direct connections W, overriding the preset")
-    p.add_argument("--recipe", help="paper, modern or sampled (default: modern with --loss full, sampled with "
-                                    "--loss sampled / nce)")
+    p.add_argument("--recipe", help="adaptive, adaptive-sampled, paper, modern or sampled (default: adaptive with "
+                                    "--loss full, adaptive-sampled with --loss sampled / nce)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="bf16 output layer and softmax in training (default: modern recipe on bf16 hardware)")
     p.add_argument("--epochs", type=int, help="stop after this many epochs (default 30)")
@@ -393,6 +393,17 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--batch-size", type=int, help="examples per update (default 256)")
     p.add_argument("--lr", type=float, help="learning rate (default: the recipe's)")
     p.add_argument("--patience", type=int, help="early stopping: epochs without a better valid perplexity (default 3)")
+    g = p.add_argument_group("recipe fields (default: the recipe's; stored in run.json, kept by --resume)")
+    g.add_argument("--lr-schedule", choices=("epoch", "plateau", "constant"),
+                   help="epoch: lr x --lr-factor after every epoch; plateau: x --lr-factor when validation stalls; "
+                        "constant (the paper recipe has its own eps_t)")
+    g.add_argument("--lr-factor", type=float, help="the schedule's factor, in (0, 1]")
+    g.add_argument("--plateau-patience", type=int,
+                   help="plateau: epochs without a --min-improvement better validation before the rate drops")
+    g.add_argument("--weight-decay", type=float, help="(decoupled) weight decay on C, H, U, W")
+    g.add_argument("--dropout", type=float, help="dropout on x and on the hidden layer, in [0, 1)")
+    g.add_argument("--min-improvement", type=float, metavar="FRACTION",
+                   help="an epoch counts as better only if valid perplexity < best x (1 - FRACTION)")
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto: CUDA when present")

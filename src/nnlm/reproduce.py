@@ -424,9 +424,7 @@ class Reproduction:
         from nnlm.neural.train import RECIPES, default_recipe
 
         recipe = RECIPES[default_recipe(self.loss)]
-        return (f"Nets: `nnlm train`'s {recipe.name} recipe (Adam with decoupled weight decay {recipe.weight_decay:g}, "
-                f"dropout {recipe.dropout_x:g}, learning rate {recipe.lr:g} x {recipe.lr_gamma:g} per epoch, early "
-                f"stopping on validation), trained with {layer}"
+        return (f"Nets: `nnlm train`'s {recipe.describe()}, trained with {layer}"
                 + (f", by {self.hogwild} asynchronous Hogwild workers (`--hogwild {self.hogwild}`: faster on as many "
                    "cores, but no two runs give the same weights)" if self.hogwild else "")
                 + "; `nnlm reproduce --loss full` trains them with the full softmax as the paper did.")
