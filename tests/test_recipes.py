@@ -119,3 +119,21 @@ def test_generated_corpora_are_reproducible_and_beat_kneser_ney(tmp_path):
     corpus = load_corpus(str(tmp_path / "a"), use_cache=False)
     kn = KneserNeyModel.fit(corpus.vocab, corpus.train, 3)
     assert a["test_perplexity"] < perplexity(kn, corpus, "test")
+
+
+def test_tune_tries_the_default_then_plain_adam_and_resumes(gen_dir, tmp_path, capsys):
+    out = tmp_path / "tune"
+    argv = ["tune", "--corpus", str(gen_dir), "--out", str(out), "--minutes", "5", "--trials", "2", "--epochs", "1",
+            "--preset", "mlp7", "--hidden", "8", "--features", "4", "--threads", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((out / "tune.json").read_text())
+    assert [t["dir"] for t in record["trials"]] == ["trial-00", "trial-01"]
+    assert record["trials"][0]["options"]["lr_schedule"] == "plateau"
+    assert (record["trials"][1]["options"]["weight_decay"], record["trials"][1]["options"]["dropout"]) == (0.0, 0.0)
+    assert "best: trial-0" in printed and "--weight-decay" in printed
+    assert main(argv + ["--trials", "3"]) == 0  # resumed: two trials kept, a third run
+    record = json.loads((out / "tune.json").read_text())
+    assert [t["index"] for t in record["trials"]] == [0, 1, 2]
+    code = main(argv[:-2] + ["--threads", "1", "--order", "4"])
+    assert code == 2 and "other options" in capsys.readouterr().err

@@ -434,6 +434,36 @@ def _add_train_parser(sub) -> None:
     p.set_defaults(func=cmd_eval)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from nnlm.neural.tune import report, tune
+
+    names = ("corpus", "min_count", "max_vocab", "vocab_from", "preset", "order", "hidden", "features", "direct",
+             "loss", "samples", "batch_size", "seed", "epochs", "threads")
+    requested = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    record = tune(args.out, requested, args.minutes, args.trials)
+    lines = report(record)
+    _emit(args, record, lines)
+    return 0
+
+
+def _add_tune_parser(sub) -> None:
+    p = sub.add_parser("tune", help="search lr / weight decay / dropout on validation within a time budget")
+    _add_corpus_options(p)
+    p.add_argument("--out", required=True, help="directory of the search: tune.json and one run per trial")
+    p.add_argument("--minutes", type=float, required=True, help="total training time, shared equally by the trials")
+    p.add_argument("--trials", type=int, default=6, help="trials: the default recipe, plain Adam, then a grid (6)")
+    for flag, kind, text in (("--preset", str, "mlp1 ... mlp10"), ("--order", int, "n"), ("--hidden", int, "h"),
+                             ("--features", int, "m"), ("--batch-size", int, "examples per update"),
+                             ("--seed", int, "random seed (also orders the grid)"),
+                             ("--epochs", int, "epochs per trial at most (default 30)"),
+                             ("--threads", int, "torch CPU threads"), ("--samples", int, "K for --loss sampled/nce")):
+        p.add_argument(flag, type=kind, help=text)
+    p.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--loss", choices=("full", "sampled", "nce"))
+    p.add_argument("--json", action="store_true", help="print tune.json")
+    p.set_defaults(func=cmd_tune)
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     import shlex
 
@@ -473,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ngram)
 
     _add_train_parser(sub)
+    _add_tune_parser(sub)
 
     p = sub.add_parser("mix", help="mix models (fixed weights, or EM on validation) and print perplexities")
     p.add_argument("models", nargs="+", help="saved models or specs like kn:5, interpolated:3")
