@@ -385,7 +385,7 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
                    help="direct connections W, overriding the preset")
     p.add_argument("--recipe", help="adaptive, adaptive-sampled, paper, modern or sampled (default: adaptive with "
-                                    "--loss full, adaptive-sampled with --loss sampled / nce)")
+                                    "--loss full, sampled with --loss sampled / nce)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="bf16 output layer and softmax in training (default: modern recipe on bf16 hardware)")
     p.add_argument("--epochs", type=int, help="stop after this many epochs (default 30)")

@@ -22,6 +22,14 @@ Recipes
   `nnlm eval` and the reproduction's figures are fp32.
 - `sampled`: the default with `--loss sampled` / `nce`: `modern` with learning rate 2e-3, weight
   decay 0.2 and dropout 0.05 (measured on Brown, see README).
+- `adaptive` (the default with the full softmax) and `adaptive-sampled` (its counterpart for the
+  sampled losses, not the default: worse than `sampled` on Brown MLP1, see docs/recipes.md): Adam
+  at 2e-3 until an epoch fails to improve the best validation perplexity by `min_improvement`
+  (relative), then the rate x `lr_factor` (0.5) -- not a fixed per-epoch decay, which ends learning
+  after a dozen epochs on any corpus; early stopping counts the same stalled epochs. Weight decay and
+  dropout start from `modern`'s / `sampled`'s and are scaled by min(1, parameters per training token /
+  Brown MLP1's), so a small net on a small corpus is not held back by Brown's regularisation
+  (docs/recipes.md). Every recipe field can be given on the command line and is stored in run.json.
 Output layer (`--loss`, a run's defining option): `full` (default) is the exact softmax over V;
 `sampled` (importance-sampled softmax) and `nce` (noise-contrastive estimation) never compute
 the |V|-wide softmax in training: K = `--samples` words (default 128) drawn per batch from the
@@ -30,8 +38,10 @@ row-wise Adam (Adam recipes only). Both also train the model to self-normalize (
 so it can score without the softmax sum (`nnlm score --unnormalized`). See `nnlm.neural.sampled`.
 Validation and `nnlm eval` always use the exact softmax (normalized over all of V). With a sampled loss, the running
 figure is exp of the training objective, not a perplexity, and is labelled "train exp(objective)".
-Early stopping: after `patience` epochs without a better validation perplexity training stops;
-the best weights are in model.safetensors all along.
+Early stopping: after `patience` epochs without a better validation perplexity (better by the
+recipe's `min_improvement`, relative) training stops; the best weights (any improvement) are in
+model.safetensors all along. The plateau schedule's state (current rate, stalled epochs) is in
+state.json, so a resumed run continues exactly.
 
 One loop (`run_epochs`) serves every trainer: a `Trainer` holds what differs -- how a batch's
 loss is computed and agreed on, which process logs and writes, what the whole model is, who runs
@@ -137,8 +147,9 @@ RECIPE_KEYS: dict[str, tuple[str, ...]] = {
 
 
 def default_recipe(loss: str) -> str:
-    """The recipe a run gets when none is asked for: `adaptive` for the full softmax, `adaptive-sampled` otherwise."""
-    return "adaptive" if loss == "full" else "adaptive-sampled"
+    """The recipe a run gets when none is asked for: `adaptive` for the full softmax; `sampled` otherwise, since
+    `adaptive-sampled` did worse on Brown MLP1 (docs/recipes.md) and `nnlm reproduce` trains with this default."""
+    return "adaptive" if loss == "full" else "sampled"
 
 
 def regularisation_scale(recipe: Recipe, parameters: int, train_tokens: int) -> float:
