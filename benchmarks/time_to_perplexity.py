@@ -103,7 +103,7 @@ class NnlmContender(Contender):
                                                      tr.build_optimizer(self.net, recipe, recipe.lr), recipe.lr)
 
     def start_epoch(self, epoch: int) -> None:
-        self.optimizer.lr = self.recipe.lr * self.recipe.lr_gamma ** epoch
+        self.optimizer.lr = tr.epoch_lr(self.recipe, {"epoch": epoch})  # (a plateau recipe: constant here)
 
     def train_mode(self) -> None:
         self.net.train()

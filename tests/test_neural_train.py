@@ -70,16 +70,19 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run / state["tensors"]))
 
 
-@pytest.mark.parametrize("recipe", ["modern", "paper"])
-def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, recipe):
+# adaptive: every epoch a stall (min_improvement 0.5), so its learning rate halves each epoch (state.json's lr)
+@pytest.mark.parametrize("recipe, extra", [("modern", {}), ("paper", {}),
+                                           ("adaptive", {"min_improvement": 0.5, "patience": 10})])
+def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, recipe, extra):
     epochs = 4
     whole = tmp_path / "whole"
-    run_train(whole, rand_dir, recipe=recipe, epochs=epochs)
+    run_train(whole, rand_dir, recipe=recipe, epochs=epochs, **extra)
 
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "nnlm", "train", "--corpus", str(rand_dir), "--out", str(killed),
            "--recipe", recipe, "--epochs", str(epochs), "--checkpoint-minutes", "0.0005", "--no-progress",
            "--preset", "mlp7", "--hidden", "8", "--features", "4", "--batch-size", "16", "--threads", "1"]
+    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]
     env = os.environ | {"PYTHONPATH": str(REPO / "src")}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     state_file = killed / "state.json"
@@ -109,6 +112,8 @@ def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, reci
     assert [h["valid_ppl"] for h in history_a] == [h["valid_ppl"] for h in history_b]
     assert len((killed / "metrics.jsonl").read_text().splitlines()) == epochs
     assert len(list(killed.glob("checkpoint-*.safetensors"))) == 1
+    if recipe == "adaptive":
+        assert [h["lr"] for h in history_b] == [0.002, 0.002, 0.001, 0.0005]  # (epoch 1 is always better)
 
 
 def test_a_run_directory_holds_model_metrics_and_curve(rand_dir, tmp_path, capsys):

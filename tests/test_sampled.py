@@ -184,7 +184,7 @@ def test_row_adam_is_adam_on_the_rows_it_touches_and_leaves_the_others():
 
 
 @pytest.mark.parametrize("loss,asked,recipe", [("sampled", None, "sampled"), ("nce", None, "sampled"),
-                                                ("full", None, "modern"), ("sampled", "modern", "modern")])
+                                                ("full", None, "adaptive"), ("sampled", "modern", "modern")])
 def test_the_default_recipe_follows_the_loss(loss, asked, recipe, random_corpus, rand_dir, tmp_path):
     options = {"loss": loss} | ({"samples": None} if loss == "full" else {}) | ({"recipe": asked} if asked else {})
     requested = {"corpus": str(rand_dir)} | TINY | options

@@ -59,10 +59,12 @@ def test_cores_busy_elsewhere_leaves_out_this_process(monkeypatch):
     if real is None:
         pytest.skip("no /proc/stat here")
     assert 0.0 <= real <= (os.cpu_count() or 1) + 0.5
-    machine, own = iter([10.0, 10.4]), iter([5.0, 5.2])
+    machine, own, wall = iter([10.0, 10.4]), iter([5.0, 5.2]), iter([100.0, 100.2])
     monkeypatch.setattr(threads, "machine_busy_seconds", lambda: next(machine))
     monkeypatch.setattr(threads.time, "process_time", lambda: next(own))
-    assert threads.cores_busy_elsewhere(0.2) == pytest.approx(1.0, rel=0.2)
+    monkeypatch.setattr(threads.time, "monotonic", lambda: next(wall))  # no real clock: a loaded machine
+    monkeypatch.setattr(threads.time, "sleep", lambda seconds: None)    # must not stretch the window
+    assert threads.cores_busy_elsewhere(0.2) == pytest.approx(1.0)
 
 
 def _fake_clock(monkeypatch, busy_at_start, samples):

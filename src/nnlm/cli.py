@@ -443,8 +443,8 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--features", type=T.int_range(1, 100_000), help="m, overriding the preset")
     p.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
                    help="direct connections W, overriding the preset")
-    p.add_argument("--recipe", help="paper, modern or sampled (default: modern with --loss full, sampled with "
-                                    "--loss sampled / nce)")
+    p.add_argument("--recipe", help="adaptive, adaptive-sampled, paper, modern or sampled (default: adaptive with "
+                                    "--loss full, sampled with --loss sampled / nce)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="bf16 output layer and softmax in training (default: modern recipe on bf16 hardware)")
     p.add_argument("--epochs", type=T.int_range(1, 1_000_000), help="stop after this many epochs (default 30)")
@@ -453,6 +453,17 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--lr", type=T.learning_rate, help="learning rate (default: the recipe's)")
     p.add_argument("--patience", type=T.count,
                    help="early stopping: epochs without a better valid perplexity (default 3)")
+    g = p.add_argument_group("recipe fields (default: the recipe's; stored in run.json, kept by --resume)")
+    g.add_argument("--lr-schedule", choices=("epoch", "plateau", "constant"),
+                   help="epoch: lr x --lr-factor after every epoch; plateau: x --lr-factor when validation stalls; "
+                        "constant (the paper recipe has its own eps_t)")
+    g.add_argument("--lr-factor", type=T.float_range(0.0, 1.0, lo_open=True), help="the schedule's factor, in (0, 1]")
+    g.add_argument("--plateau-patience", type=T.count,
+                   help="plateau: epochs without a --min-improvement better validation before the rate drops")
+    g.add_argument("--weight-decay", type=T.float_range(0.0, 1e3), help="(decoupled) weight decay on C, H, U, W")
+    g.add_argument("--dropout", type=T.float_range(0.0, 1.0), help="dropout on x and on the hidden layer, in [0, 1)")
+    g.add_argument("--min-improvement", type=T.float_range(0.0, 1.0), metavar="FRACTION",
+                   help="an epoch counts as better only if valid perplexity < best x (1 - FRACTION)")
     p.add_argument("--seed", type=T.seed, help="random seed (default 0)")
     p.add_argument("--threads", type=T.threads, help=THREADS_HELP)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto: CUDA when present")
@@ -484,6 +495,39 @@ def _add_train_parser(sub) -> None:
                    help="also report mean and std of log Z on valid (always done for --loss sampled/nce runs)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_eval)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from nnlm.neural.tune import report, tune
+
+    names = ("corpus", "min_count", "max_vocab", "vocab_from", "preset", "order", "hidden", "features", "direct",
+             "loss", "samples", "batch_size", "seed", "epochs", "threads")
+    requested = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    record = tune(args.out, requested, args.minutes, args.trials)
+    lines = report(record)
+    _emit(args, record, lines)
+    return 0
+
+
+def _add_tune_parser(sub) -> None:
+    p = sub.add_parser("tune", help="search lr / weight decay / dropout on validation within a time budget")
+    _add_corpus_options(p)
+    p.add_argument("--out", required=True, help="directory of the search: tune.json and one run per trial")
+    p.add_argument("--minutes", type=T.minutes, required=True, help="total training time, shared equally by the trials")
+    p.add_argument("--trials", type=T.int_range(1, 1000), default=6,
+                   help="trials: the default recipe, plain Adam, then a grid (6)")
+    for flag, kind, text in (("--preset", str, "mlp1 ... mlp10"), ("--order", T.int_range(2, 64), "n"),
+                             ("--hidden", T.int_range(0, 100_000), "h"), ("--features", T.int_range(1, 100_000), "m"),
+                             ("--batch-size", T.int_range(1, 1 << 24), "examples per update"),
+                             ("--seed", T.seed, "random seed (also orders the grid)"),
+                             ("--epochs", T.int_range(1, 1_000_000), "epochs per trial at most (default 30)"),
+                             ("--threads", T.threads, THREADS_HELP),
+                             ("--samples", T.positive_int, "K for --loss sampled/nce")):
+        p.add_argument(flag, type=kind, help=text)
+    p.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--loss", choices=("full", "sampled", "nce"))
+    p.add_argument("--json", action="store_true", help="print tune.json")
+    p.set_defaults(func=cmd_tune)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -528,6 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ngram)
 
     _add_train_parser(sub)
+    _add_tune_parser(sub)
 
     p = sub.add_parser("mix", help="mix models (fixed weights, or EM on validation) and print perplexities")
     p.add_argument("models", nargs="+", help="saved models or specs like kn:5, interpolated:3")

@@ -99,7 +99,7 @@ def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bo
     if session["device"] == "cuda":
         raise NnlmError("--parallel hogwild runs on the CPU (shared memory); use --parallel ddp for GPUs")
     run, corpus = tr.prepare_run(out, {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}, resume)
-    recipe = tr.RECIPES[run["recipe"]]
+    recipe = tr.run_recipe(run)
     torch.manual_seed(run["seed"])
     net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
     optimizer = tr.build_optimizer(net, recipe, tr.learning_rate(run))
@@ -137,7 +137,7 @@ class HogwildTrainer(tr.Trainer):
         self.commands, self.results = ctx.SimpleQueue(), ctx.SimpleQueue()
         sampling = (run["loss"], loss_fn.q.share_memory_(), run["samples"]) if run["loss"] != "full" else None
         self.procs = [ctx.Process(target=_worker, daemon=True,
-                                  args=(i, net, self.moments[i], self.adam_steps, tr.RECIPES[run["recipe"]],
+                                  args=(i, net, self.moments[i], self.adam_steps, tr.run_recipe(run),
                                         sampling, self.padded, self.k, self.batch, run["seed"], run["bf16"],
                                         self.counters, self.commands, self.results)) for i in range(workers)]
         for p in self.procs:

@@ -143,7 +143,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
             defining = {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}
             run, corpus = tr.prepare_run(out, defining, resume, device)
             tr.require_full_softmax(run["loss"], f"--parallel {mode}")  # (a resumed sampled run)
-            recipe = tr.RECIPES[run["recipe"]]
+            recipe = tr.run_recipe(run)
             torch.manual_seed(run["seed"])  # the same initial weights as a single-process run
             net0 = NPLM(ModelConfig.from_dict(run["model"]))
             opt0 = tr.build_optimizer(net0, recipe, 1.0)
@@ -171,7 +171,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
             f"continuing with {mode} on {world}")
     state["parallel"] = {"mode": mode, "world_size": world}
 
-    recipe = tr.RECIPES[run["recipe"]]
+    recipe = tr.run_recipe(run)
     config = ModelConfig.from_dict(run["model"])
     model_part = {k[len("model."):]: v for k, v in whole.items() if k.startswith("model.")}
     optim_part = {k: v for k, v in whole.items() if k.startswith("optim.")}
@@ -261,7 +261,7 @@ class DDPTrainer(_RankTrainer):
 
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         self.engine = DistributedDataParallel(ShardLoss(self.net, self.loss_fn), device_ids=device_ids)
-        recipe = tr.RECIPES[self.run["recipe"]]
+        recipe = tr.run_recipe(self.run)
         self.dropout = recipe.dropout_x > 0 or recipe.dropout_h > 0
 
     def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel:

@@ -22,6 +22,14 @@ Recipes
   `nnlm eval` and the reproduction's figures are fp32.
 - `sampled`: the default with `--loss sampled` / `nce`: `modern` with learning rate 2e-3, weight
   decay 0.2 and dropout 0.05 (measured on Brown, see README).
+- `adaptive` (the default with the full softmax) and `adaptive-sampled` (its counterpart for the
+  sampled losses, not the default: worse than `sampled` on Brown MLP1, see docs/recipes.md): Adam
+  at 2e-3 until an epoch fails to improve the best validation perplexity by `min_improvement`
+  (relative), then the rate x `lr_factor` (0.5) -- not a fixed per-epoch decay, which ends learning
+  after a dozen epochs on any corpus; early stopping counts the same stalled epochs. Weight decay and
+  dropout start from `modern`'s / `sampled`'s and are scaled by min(1, parameters per training token /
+  Brown MLP1's), so a small net on a small corpus is not held back by Brown's regularisation
+  (docs/recipes.md). Every recipe field can be given on the command line and is stored in run.json.
 Output layer (`--loss`, a run's defining option): `full` (default) is the exact softmax over V;
 `sampled` (importance-sampled softmax) and `nce` (noise-contrastive estimation) never compute
 the |V|-wide softmax in training: K = `--samples` words (default 128) drawn per batch from the
@@ -30,8 +38,10 @@ row-wise Adam (Adam recipes only). Both also train the model to self-normalize (
 so it can score without the softmax sum (`nnlm score --unnormalized`). See `nnlm.neural.sampled`.
 Validation and `nnlm eval` always use the exact softmax (normalized over all of V). With a sampled loss, the running
 figure is exp of the training objective, not a perplexity, and is labelled "train exp(objective)".
-Early stopping: after `patience` epochs without a better validation perplexity training stops;
-the best weights are in model.safetensors all along.
+Early stopping: after `patience` epochs without a better validation perplexity (better by the
+recipe's `min_improvement`, relative) training stops; the best weights (any improvement) are in
+model.safetensors all along. The plateau schedule's state (current rate, stalled epochs) is in
+state.json, so a resumed run continues exactly.
 
 One loop (`run_epochs`) serves every trainer: a `Trainer` holds what differs -- how a batch's
 loss is computed and agreed on, which process logs and writes, what the whole model is, who runs
@@ -40,6 +50,7 @@ override those few methods.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -71,36 +82,127 @@ from nnlm.neural.sampled import (
 )
 
 
+LR_SCHEDULES = ("paper", "epoch", "plateau", "constant")
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """How the parameters are updated; see the module docstring."""
+    """How the parameters are updated; see the module docstring. A run stores every field but the
+    name, optimizer and bf16 in run.json (`run_recipe` rebuilds the recipe from them), so a resume
+    trains on with the values it started with, whatever the defaults have become since."""
 
     name: str
     optimizer: str           # "paper-sgd" or "adam"
     lr: float                # eps_0 (paper, per example) or Adam's step size
     lr_decay: float = 0.0    # paper: r, per example
-    lr_gamma: float = 1.0    # modern: learning rate x gamma after every epoch
+    lr_schedule: str = "epoch"  # paper (eps_t above), epoch (x lr_factor per epoch), plateau, constant
+    lr_factor: float = 1.0   # epoch: lr x factor after every epoch; plateau: x factor when validation stalls
     weight_decay: float = 0.0
     dropout_x: float = 0.0
     dropout_h: float = 0.0
+    min_improvement: float = 0.0  # an epoch counts as better only below best x (1 - this); 0: any improvement
+    plateau_patience: int = 1  # plateau: epochs without such an improvement before the rate is lowered
+    scaled: bool = False     # weight decay and dropout x min(1, parameters per training token / Brown MLP1's)
     bf16: bool = False       # output layer and softmax in bf16 (fp32 master weights, optimizer, loss value)
+
+    def describe(self) -> str:
+        """One sentence for reports (`nnlm reproduce`)."""
+        if self.optimizer == "paper-sgd":
+            return (f"{self.name} recipe (SGD, eps_t = {self.lr:g} / (1 + {self.lr_decay:g} t), weight decay "
+                    f"{self.weight_decay:g}, early stopping on validation)")
+        schedule = {"epoch": f"x {self.lr_factor:g} per epoch", "constant": "constant",
+                    "plateau": f"x {self.lr_factor:g} whenever validation improves by less than "
+                               f"{100 * self.min_improvement:g}%"}[self.lr_schedule]
+        scale = " (at most; scaled down with the parameters per training token)" if self.scaled else ""
+        return (f"{self.name} recipe (Adam with decoupled weight decay {self.weight_decay:g}, dropout "
+                f"{self.dropout_x:g}{scale}, learning rate {self.lr:g} {schedule}, early stopping on validation)")
 
 
 RECIPES: dict[str, Recipe] = {
-    "paper": Recipe("paper", "paper-sgd", lr=1e-3, lr_decay=1e-8, weight_decay=1e-4),
-    "modern": Recipe("modern", "adam", lr=1e-3, lr_gamma=0.7, weight_decay=0.05, dropout_x=0.25, dropout_h=0.25,
+    "paper": Recipe("paper", "paper-sgd", lr=1e-3, lr_decay=1e-8, lr_schedule="paper", weight_decay=1e-4),
+    "modern": Recipe("modern", "adam", lr=1e-3, lr_factor=0.7, weight_decay=0.05, dropout_x=0.25, dropout_h=0.25,
                      bf16=True),
     # for the sampled output layers, measured on Brown (MLP1, README "The sampled recipe"): their noise
     # regularizes already (dropout 0.05 beats 0.25), and the rows of W, U, b a batch rarely draws need
     # a larger step (lr 2e-3: valid 279.9 vs 289.5); the faster fit then wants more weight decay.
-    "sampled": Recipe("sampled", "adam", lr=2e-3, lr_gamma=0.7, weight_decay=0.2, dropout_x=0.05, dropout_h=0.05,
+    "sampled": Recipe("sampled", "adam", lr=2e-3, lr_factor=0.7, weight_decay=0.2, dropout_x=0.05, dropout_h=0.05,
                       bf16=True),
+    # the defaults (docs/recipes.md): a fixed per-epoch decay ends learning after a dozen epochs whatever
+    # the corpus, so the rate drops only when validation stalls; the regularisation measured on Brown
+    # MLP1 is scaled down for nets with fewer parameters per training token, which it made underfit.
+    "adaptive": Recipe("adaptive", "adam", lr=2e-3, lr_schedule="plateau", lr_factor=0.5, weight_decay=0.05,
+                       dropout_x=0.25, dropout_h=0.25, min_improvement=0.002, scaled=True, bf16=True),
+    "adaptive-sampled": Recipe("adaptive-sampled", "adam", lr=2e-3, lr_schedule="plateau", lr_factor=0.5,
+                               weight_decay=0.2, dropout_x=0.05, dropout_h=0.05, min_improvement=0.002,
+                               scaled=True, bf16=True),
+}
+# Brown MLP1's parameters per training token (6,297,407 / 800,000), where the Brown recipes were measured.
+REFERENCE_PARAMETERS_PER_TOKEN = 6_297_407 / 800_000
+# run.json key -> Recipe field(s); `--dropout` sets both dropout fields.
+RECIPE_KEYS: dict[str, tuple[str, ...]] = {
+    "lr": ("lr",), "lr_schedule": ("lr_schedule",), "lr_factor": ("lr_factor",), "weight_decay": ("weight_decay",),
+    "dropout": ("dropout_x", "dropout_h"), "min_improvement": ("min_improvement",),
+    "plateau_patience": ("plateau_patience",),
 }
 
 
 def default_recipe(loss: str) -> str:
-    """The recipe a run gets when none is asked for: `modern` for the full softmax, `sampled` otherwise."""
-    return "modern" if loss == "full" else "sampled"
+    """The recipe a run gets when none is asked for: `adaptive` for the full softmax; `sampled` otherwise, since
+    `adaptive-sampled` did worse on Brown MLP1 (docs/recipes.md) and `nnlm reproduce` trains with this default."""
+    return "adaptive" if loss == "full" else "sampled"
+
+
+def regularisation_scale(recipe: Recipe, parameters: int, train_tokens: int) -> float:
+    """The factor on a scaled recipe's weight decay and dropout: a net with fewer parameters per training
+    token than Brown MLP1 gets proportionally less (never more: larger ratios were not measured)."""
+    if not recipe.scaled:
+        return 1.0
+    return min(1.0, parameters / max(train_tokens, 1) / REFERENCE_PARAMETERS_PER_TOKEN)
+
+
+def recipe_values(recipe: Recipe, scale: float = 1.0) -> dict[str, Any]:
+    """The run.json values of a recipe (regularisation x scale)."""
+    return {"lr": recipe.lr, "lr_schedule": recipe.lr_schedule, "lr_factor": recipe.lr_factor,
+            "weight_decay": round(recipe.weight_decay * scale, 6), "dropout": round(recipe.dropout_x * scale, 6),
+            "min_improvement": recipe.min_improvement, "plateau_patience": recipe.plateau_patience}
+
+
+def run_recipe(run: dict[str, Any]) -> Recipe:
+    """The recipe a run trains with: its named recipe with the values stored in run.json (a run from
+    before they were stored gets its named recipe's, which have not changed)."""
+    base = RECIPES[run["recipe"]]
+    fields = {f: run[key] for key, names in RECIPE_KEYS.items() if run.get(key) is not None for f in names}
+    return dataclasses.replace(base, **fields)
+
+
+def check_recipe_values(run: dict[str, Any]) -> None:
+    """Out-of-range recipe options -> one-line NnlmError (checked before anything is written)."""
+    def number(key: str, low: float, high: float, low_open: bool, high_open: bool) -> None:
+        value = run.get(key)
+        if value is None:
+            return
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < low or (low_open and value == low) or value > high or (high_open and value == high):
+            span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            raise NnlmError(f"{flag} must be a finite number in {span}, got {value!r}")
+
+    number("lr", 0.0, 10.0, True, False)
+    number("lr_factor", 0.0, 1.0, True, False)
+    number("weight_decay", 0.0, 100.0, False, False)
+    number("dropout", 0.0, 1.0, False, True)
+    number("min_improvement", 0.0, 1.0, False, True)
+    patience = run.get("plateau_patience")
+    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
+        raise NnlmError(f"--plateau-patience must be an integer of at least 1, got {patience!r}")
+    schedule = run.get("lr_schedule")
+    if schedule is not None:
+        adam = RECIPES[run["recipe"]].optimizer == "adam"
+        if schedule not in LR_SCHEDULES or (schedule == "paper") == adam:
+            allowed = "epoch, plateau or constant" if adam else "paper (the paper recipe's own eps_t)"
+            raise NnlmError(f"--lr-schedule with recipe {run['recipe']} must be {allowed}, got {schedule!r}")
+    if RECIPES[run["recipe"]].optimizer != "adam" and run.get("dropout"):
+        raise NnlmError("--dropout applies to the Adam recipes, not to the paper recipe")
 
 
 # Options that define a run: a resumed run must be given the same (or none).
@@ -109,6 +211,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "preset": "mlp1", "order": None, "hidden": None, "features": None, "direct": None,
     "recipe": None, "batch_size": 256, "seed": 0, "lr": None, "patience": 3, "bf16": None,
     "loss": "full", "samples": None,
+    "lr_schedule": None, "lr_factor": None, "weight_decay": None, "dropout": None, "min_improvement": None,
+    "plateau_patience": None,
 }
 # Options of one invocation: they may change when resuming.
 SESSION_DEFAULTS: dict[str, Any] = {
@@ -219,7 +323,7 @@ def build_loss(run: dict[str, Any], net: NPLM, corpus: Corpus, device: torch.dev
     loss = SampledLoss(run["loss"], proposal(corpus.train, len(corpus.vocab)), run["samples"]).to(device)
     with torch.no_grad():
         net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
-    return loss, RowAdam(net, loss, lr, RECIPES[run["recipe"]].weight_decay)
+    return loss, RowAdam(net, loss, lr, run_recipe(run).weight_decay)
 
 
 # --- run directory bookkeeping ---------------------------------------------------------------
@@ -266,6 +370,7 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
         if run["patience"] < 1:
             raise NnlmError(f"--patience must be at least 1, got {run['patience']}")
         check_loss(run["loss"], run["samples"])
+        check_recipe_values(run)
         if run["loss"] != "full" and RECIPES.get(run["recipe"], RECIPES["modern"]).optimizer != "adam":
             raise NnlmError(f"--loss {run['loss']} trains with the modern recipe (Adam on the touched rows), "
                             f"not {run['recipe']!r}")
@@ -277,6 +382,8 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
         if run["loss"] != "full" and run["samples"] is None:
             run["samples"] = min(DEFAULT_SAMPLES, len(corpus.vocab))
         check_loss(run["loss"], run["samples"], len(corpus.vocab))
+        scale = regularisation_scale(RECIPES[run["recipe"]], model.parameter_count(), len(corpus.train))
+        run |= {k: v for k, v in recipe_values(RECIPES[run["recipe"]], scale).items() if run[k] is None}
         run |= {"format": ck.RUN_FORMAT, "model": model.to_dict(), "corpus_name": corpus.name,
                 "vocab_fingerprint": corpus.vocab.fingerprint, "pad_token": corpus.pad_token}
         out.mkdir(parents=True, exist_ok=True)
@@ -287,6 +394,9 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
         raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
     run, vocab, _ = ck.read_run(out)
     run = {"loss": "full", "samples": None} | run  # runs from before the --loss option
+    if run["recipe"] not in RECIPES:
+        raise NnlmError(f"--resume: {out} was trained with recipe {run['recipe']!r}, which this version lacks")
+    run |= {k: v for k, v in recipe_values(RECIPES[run["recipe"]]).items() if run.get(k) is None}
     for key, value in requested.items():
         if key in RUN_DEFAULTS and run.get(key) != value:
             raise NnlmError(f"--resume: {out} was started with {key} = {run.get(key)!r}, not {value!r}")
@@ -299,7 +409,7 @@ def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
 def _fresh_state() -> dict[str, Any]:
     return {"step": 0, "epoch": 0, "batch": 0, "examples": 0, "loss_sum": 0.0, "loss_count": 0,
             "history": [], "best": None, "bad_epochs": 0, "elapsed": 0.0,
-            "finished": False, "stop_reason": None, "tensors": None}
+            "finished": False, "stop_reason": None, "tensors": None, "lr": None, "lr_stalls": 0}
 
 
 def nothing_left_to_do(out: Path, state: dict[str, Any], session: dict[str, Any], resume: bool,
@@ -357,7 +467,7 @@ def train(out: Path | str, requested: dict[str, Any], resume: bool = False, prog
     device = pick_device(session["device"])
     run, corpus = prepare_run(out, {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume, device)
     threads.govern(session["threads"], device)  # --threads, or the cores free now (re-checked while training)
-    recipe = RECIPES[run["recipe"]]
+    recipe = run_recipe(run)
     torch.manual_seed(run["seed"])
     net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     optimizer = build_optimizer(net, recipe, learning_rate(run))
@@ -374,8 +484,7 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
     """The training loop of every trainer: epochs of batches in the order of a permutation seeded
     with (seed, epoch), validation after each, early stopping, the time budget, checkpoints.
     Returns the final state (on every process of a parallel run)."""
-    recipe = RECIPES[run["recipe"]]
-    lr = learning_rate(run)
+    recipe = run_recipe(run)
     config = trainer.config
     clock = Clock(state["elapsed"], session["time_budget"], session["checkpoint_minutes"])
     out_of_time = f"time budget of {session['time_budget']} minutes used"
@@ -398,7 +507,7 @@ def run_epochs(out: Path, run: dict[str, Any], session: dict[str, Any], corpus: 
         if state["step"] > first_step and trainer.agree([float(trainer.writer and clock.out_of_time())])[0]:
             stop = out_of_time  # spent scoring the last epoch: an epoch of one batch would only score again
             break
-        trainer.optimizer.lr = lr * recipe.lr_gamma ** epoch
+        trainer.optimizer.lr = epoch_lr(recipe, state)
         order = epoch_order(run["seed"], epoch, trainer.n_examples)
         trainer.net.train()
         bar = None
@@ -457,7 +566,9 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: dict[s
                              "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
                              "valid_seconds": round(valid_seconds, 1), "lr": lr}
                             | ({"partial": True} if partial else {}))
+    recipe = run_recipe(run)
     improved = state["best"] is None or valid_ppl < state["best"]["valid_ppl"]
+    real = state["best"] is None or valid_ppl < state["best"]["valid_ppl"] * (1.0 - recipe.min_improvement)
     if improved:
         state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
         ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
@@ -465,10 +576,17 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: dict[s
         f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
     if partial:  # the weights at the budget's end are scored too; the position is kept for --resume
         return True, None
-    state["bad_epochs"] = 0 if improved else state["bad_epochs"] + 1
+    state["bad_epochs"] = 0 if real else state["bad_epochs"] + 1
     state.update(epoch=epoch + 1, batch=0, loss_sum=0.0, loss_count=0)
     if state["bad_epochs"] >= run["patience"]:
-        return False, f"early stopping: no better validation perplexity for {run['patience']} epochs"
+        better = (f"{100 * recipe.min_improvement:g}% better than the best" if recipe.min_improvement
+                  else "better")
+        return False, f"early stopping: no {better} validation perplexity for {run['patience']} epochs"
+    if recipe.lr_schedule == "plateau":
+        state["lr_stalls"] = 0 if real else state.get("lr_stalls", 0) + 1
+        if state["lr_stalls"] >= recipe.plateau_patience:
+            state.update(lr=lr * recipe.lr_factor, lr_stalls=0)
+            log(f"validation stalled: learning rate {lr:.3g} -> {state['lr']:.3g}")
     return False, None
 
 
@@ -606,4 +724,14 @@ def session_options(requested: dict[str, Any]) -> dict[str, Any]:
 
 
 def learning_rate(run: dict[str, Any]) -> float:
-    return run["lr"] if run["lr"] is not None else RECIPES[run["recipe"]].lr
+    return run["lr"] if run.get("lr") is not None else RECIPES[run["recipe"]].lr
+
+
+def epoch_lr(recipe: Recipe, state: dict[str, Any]) -> float:
+    """The learning rate of the epoch state["epoch"]: a function of the epoch for the `epoch` schedule,
+    the state's own (lowered by `end_epoch` on a plateau, checkpointed) for `plateau`."""
+    if recipe.lr_schedule == "epoch":
+        return recipe.lr * recipe.lr_factor ** state["epoch"]
+    if recipe.lr_schedule == "plateau" and state.get("lr") is not None:
+        return state["lr"]
+    return recipe.lr  # constant; paper (PaperSGD applies its eps_t itself); a plateau run's first epoch

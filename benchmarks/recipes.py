@@ -1,0 +1,178 @@
+"""Training recipes on several corpora: n-gram baselines, each recipe's valid/test perplexity and time,
+and for generated corpora the ratio to the source's own perplexity (the limit).
+
+    python benchmarks/recipes.py --work runs/recipes                     # every corpus, every recipe
+    python benchmarks/recipes.py --work runs/recipes --corpora gen-2k --recipes default,plain
+
+Corpora (written once into WORK/corpora; Brown needs NLTK_DATA):
+  gen-2k      class trigram source (nnlm.data.synthetic), 2,000 words in 40 classes, 300k tokens
+  gen-500     the same kind, 500 words in 20 classes, 150k tokens
+  gen-2k-1m   the 2,000-word source with 1M tokens (a larger text)
+  brown-news  Brown's news category (texts ca01-ca44), one paragraph a line, split 80/10/10 by paragraph
+  brown-learned  Brown's learned category (cj01-cj80)
+  brown       the bengio2003 protocol; nets: MLP1 with the sampled loss (as `nnlm reproduce` trains them)
+Nets: n = 3, m = 30, h = 50, direct connections, full softmax (the issue's net) on the small corpora.
+Recipes: `default` (what `nnlm train` picks), `modern` and `sampled` (the defaults before), `plain`
+(Adam at a constant 2e-3, no weight decay, no dropout, early stopping after 3 epochs without any
+improvement: the script a user would write). One thread, epochs capped at --epochs; each finished run
+is kept in WORK/runs and reused, so an interrupted benchmark continues where it stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nnlm.data import load_corpus
+from nnlm.data.synthetic import read_source, write_corpus
+from nnlm.errors import NnlmError
+from nnlm.io import atomic_write_text
+from nnlm.lm import perplexity
+from nnlm.neural import train as tr
+from nnlm.neural.checkpoint import load_neural
+
+SMALL_NET = {"order": 3, "features": 30, "hidden": 50, "direct": True}
+CORPORA: dict[str, dict[str, Any]] = {
+    "gen-2k": {"gen": {"tokens": 300_000, "words": 2000, "classes": 40, "seed": 0}, "net": SMALL_NET},
+    "gen-500": {"gen": {"tokens": 150_000, "words": 500, "classes": 20, "seed": 1}, "net": SMALL_NET},
+    "gen-2k-1m": {"gen": {"tokens": 1_000_000, "words": 2000, "classes": 40, "seed": 0}, "net": SMALL_NET},
+    "brown-news": {"brown": "ca", "net": SMALL_NET, "min_count": 2},
+    "brown-learned": {"brown": "cj", "net": SMALL_NET, "min_count": 2},
+    "brown": {"net": {"preset": "mlp1", "loss": "sampled"}},
+}
+# recipe label -> train options (recipe None: the default for the loss)
+RECIPES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "modern": {"recipe": "modern"},
+    "sampled": {"recipe": "sampled"},
+    "plain": {"recipe": "adaptive", "lr": 2e-3, "lr_schedule": "constant", "weight_decay": 0.0, "dropout": 0.0,
+              "min_improvement": 0.0},
+}
+
+
+def brown_category_dir(out: Path, prefix: str) -> Path:
+    """Brown texts whose file id starts with `prefix`, one paragraph a line, split 80/10/10 by paragraph."""
+    if (out / "test.txt").exists():
+        return out
+    import nltk
+    from nltk.corpus.reader import CategorizedTaggedCorpusReader
+
+    from nnlm.data.corpus import _brown_root
+
+    root = _brown_root()
+    if root.suffix == ".zip":
+        root = nltk.data.find("corpora/brown.zip/brown/")
+    reader = CategorizedTaggedCorpusReader(root, r"c[a-z]\d\d", cat_file="cats.txt", tagset="brown", encoding="ascii")
+    files = [f for f in reader.fileids() if f.startswith(prefix)]
+    paras = [" ".join(w for s in p for w in s) for f in files for p in reader.paras(f)]
+    a, b = int(0.8 * len(paras)), int(0.9 * len(paras))
+    out.mkdir(parents=True, exist_ok=True)
+    for name, lines in (("train", paras[:a]), ("valid", paras[a:b]), ("test", paras[b:])):
+        atomic_write_text(out / f"{name}.txt", "\n".join(lines) + "\n")
+    return out
+
+
+def corpus_options(name: str, work: Path) -> dict[str, Any]:
+    spec = CORPORA[name]
+    if "gen" in spec:
+        path = work / "corpora" / name
+        if not (path / "source.json").exists():
+            write_corpus(path, **spec["gen"])
+        return {"corpus": str(path)}
+    if "brown" in spec:
+        return {"corpus": str(brown_category_dir(work / "corpora" / name, spec["brown"])),
+                "min_count": spec["min_count"]}
+    return {"corpus": "brown"}
+
+
+def ngram_rows(options: dict[str, Any]) -> dict[str, dict[str, float]]:
+    from nnlm.ngram.build import build_ngram
+
+    corpus = load_corpus(options["corpus"], min_count=options.get("min_count"))
+    rows = {}
+    for kind, order in (("kn", 3), ("kn", 4), ("kn", 5), ("interpolated", 3)):
+        model = build_ngram(kind, corpus, order, progress=False)
+        rows[f"{kind}{order}"] = {s: perplexity(model, corpus, s) for s in ("valid", "test")}
+    return rows
+
+
+def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int) -> dict[str, Any]:
+    """Train (or continue, or reuse) a run; its best valid, test and training time."""
+    resume = (out / "run.json").exists()
+    session = {"epochs": epochs, "threads": threads}
+    state = tr.train(out, session if resume else options | session, resume=resume, progress=False,
+                     log=lambda line: print("   ", line, flush=True))
+    result_file = out / "benchmark.json"
+    if result_file.exists():
+        return json.loads(result_file.read_text())
+    lm = load_neural(out)
+    run = json.loads((out / "run.json").read_text())
+    corpus = load_corpus(run["corpus"], min_count=run["min_count"])
+    result = {"valid": perplexity(lm, corpus, "valid"), "test": perplexity(lm, corpus, "test"),
+              "epochs": len(state["history"]), "best_epoch": state["best"]["epoch"],
+              "minutes": state["elapsed"] / 60, "stop": state["stop_reason"],
+              "recipe": {k: run.get(k) for k in ("recipe", "lr", "lr_schedule", "lr_factor", "weight_decay", "dropout",
+                                                 "min_improvement")}}
+    atomic_write_text(result_file, json.dumps(result) + "\n")
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", type=Path, default=Path("runs/recipes"))
+    ap.add_argument("--corpora", default="gen-500,gen-2k,brown-news,brown-learned,gen-2k-1m,brown")
+    ap.add_argument("--recipes", default="default,plain,modern")
+    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    for name in args.corpora.split(","):
+        if name not in CORPORA:
+            raise SystemExit(f"recipes.py: unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
+        options = corpus_options(name, args.work)
+        corpus = load_corpus(options["corpus"], min_count=options.get("min_count"))
+        source = read_source(options["corpus"]) if "gen" in CORPORA[name] else None
+        print(f"\n## {name}: train/valid/test {len(corpus.train):,}/{len(corpus.valid):,}/{len(corpus.test):,} tokens, "
+              f"|V| = {len(corpus.vocab):,}; net {CORPORA[name]['net']}", flush=True)
+        cache = args.work / "ngrams" / f"{name}.json"
+        if cache.exists():
+            grams = json.loads(cache.read_text())
+        else:
+            grams = ngram_rows(options)
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(cache, json.dumps(grams) + "\n")
+        best = min(grams, key=lambda k: grams[k]["valid"])
+        limit = source["test_perplexity"] if source else None
+        print("| model | valid | test | minutes | epochs (best) | test / KN5 | test / limit |")
+        print("|---|---|---|---|---|---|---|")
+        if source:
+            print(f"| source (the limit) | {source['valid_perplexity']:.2f} | {limit:.2f} | | | "
+                  f"{limit / grams['kn5']['test']:.3f} | 1 |")
+        for label in ("kn5", best):
+            g = grams[label]
+            ratio = f"{g['test'] / limit:.3f}" if limit else ""
+            print(f"| {label}{' (best n-gram on valid)' if label == best else ''} | {g['valid']:.2f} | {g['test']:.2f} "
+                  f"| | | {g['test'] / grams['kn5']['test']:.3f} | {ratio} |")
+            if best == "kn5":
+                break
+        for label in args.recipes.split(","):
+            if label not in RECIPES:
+                raise SystemExit(f"recipes.py: unknown recipe {label!r}; choose from {', '.join(RECIPES)}")
+            try:
+                r = train_one(args.work / "runs" / f"{name}-{label}", options | CORPORA[name]["net"] | RECIPES[label],
+                              args.epochs, args.threads)
+            except NnlmError as exc:
+                print(f"| {label} | failed: {exc} | | | | | |")
+                continue
+            ratio = f"{r['test'] / limit:.3f}" if limit else ""
+            rec = r["recipe"]
+            what = (f"{rec['recipe']}, lr {rec['lr']:g} {rec['lr_schedule']}, wd {rec['weight_decay']:g}, "
+                    f"dropout {rec['dropout']:g}")
+            print(f"| {label} ({what}) | {r['valid']:.2f} | {r['test']:.2f} | {r['minutes']:.1f} | "
+                  f"{r['epochs']} ({r['best_epoch']}) | {r['test'] / grams['kn5']['test']:.3f} | {ratio} |", flush=True)
+    print(f"\n(load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Recipe fields: stored in run.json and kept by --resume, the plateau schedule, the scaled
+regularisation, bad values (one line, exit 2); and the generated corpora with a known limit."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnlm.cli import main
+from nnlm.data import load_corpus
+from nnlm.data.synthetic import ClassSource, read_source, write_corpus
+from nnlm.neural import train as tr
+
+TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
+
+
+@pytest.fixture
+def gen_dir(tmp_path) -> Path:
+    write_corpus(tmp_path / "gen", 3000, words=40, classes=5, seed=3)
+    return tmp_path / "gen"
+
+
+def train(out: Path, corpus: Path | None, resume: bool = False, **options) -> dict:
+    requested = ({} if resume else {"corpus": str(corpus)} | TINY) | options
+    return tr.train(out, requested, resume=resume, progress=False, log=lambda s: None)
+
+
+def test_run_json_stores_every_recipe_field_scaled_to_the_net(gen_dir, tmp_path):
+    train(tmp_path / "run", gen_dir, epochs=1)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    recipe = tr.RECIPES["adaptive"]
+    assert run["recipe"] == "adaptive"
+    corpus = load_corpus(str(gen_dir), use_cache=False)
+    ratio = run_params(run) / len(corpus.train) / tr.REFERENCE_PARAMETERS_PER_TOKEN
+    assert 0 < ratio < 1  # a tiny net: less regularisation than Brown MLP1's
+    assert run["weight_decay"] == round(recipe.weight_decay * ratio, 6)
+    assert run["dropout"] == round(recipe.dropout_x * ratio, 6)
+    assert {k: run[k] for k in ("lr", "lr_schedule", "lr_factor", "min_improvement", "plateau_patience")} == {
+        "lr": recipe.lr, "lr_schedule": "plateau", "lr_factor": recipe.lr_factor,
+        "min_improvement": recipe.min_improvement, "plateau_patience": recipe.plateau_patience}
+
+    train(tmp_path / "given", gen_dir, epochs=1, weight_decay=0.3, dropout=0.1, lr_schedule="epoch", lr_factor=0.9)
+    given = json.loads((tmp_path / "given" / "run.json").read_text())
+    assert [given[k] for k in ("weight_decay", "dropout", "lr_schedule", "lr_factor")] == [0.3, 0.1, "epoch", 0.9]
+    assert tr.run_recipe(given).dropout_h == 0.1
+
+
+def run_params(run: dict) -> int:
+    from nnlm.neural.model import ModelConfig
+
+    return ModelConfig.from_dict(run["model"]).parameter_count()
+
+
+def test_resume_trains_with_the_stored_values_not_todays_defaults(gen_dir, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    train(out, gen_dir, epochs=1, lr_schedule="constant")
+    monkeypatch.setitem(tr.RECIPES, "adaptive", dataclasses.replace(tr.RECIPES["adaptive"], lr=0.5))
+    state = train(out, None, resume=True, epochs=2)
+    assert [h["lr"] for h in state["history"]] == [0.002, 0.002]
+
+
+def test_plateau_lowers_the_rate_only_when_validation_stalls(gen_dir, tmp_path, monkeypatch):
+    scores = iter([30.0, 20.0, 19.99, 19.0, 18.0, 18.0, 18.0, 18.0])  # 19.99: below 20, but not 0.2% below
+    monkeypatch.setattr(tr, "perplexity", lambda lm, corpus, split: next(scores))
+    state = train(tmp_path / "run", gen_dir, epochs=10, lr=0.01, patience=3)
+    lrs = [h["lr"] for h in state["history"]]
+    assert lrs == [0.01, 0.01, 0.01, 0.005, 0.005, 0.005, 0.0025, 0.00125]  # then 3 stalls: stop
+    assert state["best"]["valid_ppl"] == 18.0 and "0.2% better" in state["stop_reason"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dropout", "1.5"], "--dropout must be a finite number in [0, 1)"),
+    (["--lr", "-1"], "--lr must be a finite number"),
+    (["--weight-decay", "nan"], "--weight-decay must be a finite number"),
+    (["--lr-factor", "0"], "--lr-factor must be a finite number in (0, 1]"),
+    (["--min-improvement", "1"], "--min-improvement must be"),
+    (["--plateau-patience", "0"], "--plateau-patience must be an integer of at least 1"),
+    (["--recipe", "paper", "--lr-schedule", "plateau"], "--lr-schedule with recipe paper must be paper"),
+    (["--recipe", "paper", "--dropout", "0.1"], "--dropout applies to the Adam recipes"),
+])
+def test_bad_recipe_values_are_one_line_and_exit_2(gen_dir, tmp_path, capsys, extra, message):
+    out = tmp_path / "x"
+    code = main(["train", "--corpus", str(gen_dir), "--out", str(out), "--no-progress", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_generated_corpus_limit_is_the_source_log_prob_of_the_written_test_text(gen_dir):
+    info = read_source(gen_dir)
+    source = ClassSource.random(info["words"], info["classes"], info["seed"], info["mean_length"],
+                                info["concentration"])
+    corpus = load_corpus(str(gen_dir), use_cache=False)
+    stream = corpus.stream()
+    words = corpus.vocab.decode(stream)
+    assert corpus.split("test").size == info["tokens"]["test"] and "<unk>" not in words
+    # the classes of the stream, read back from the text: <p> is the end class 0
+    cls = np.array([0 if w == "<p>" else source.word_class[int(w[1:])] for w in words])
+    prob = np.array([1.0 if w == "<p>" else source.word_prob[int(w[1:])] for w in words])
+    prev1, prev2 = np.concatenate([[0], cls[:-1]]), np.concatenate([[0, 0], cls[:-2]])
+    log_p = np.log(source.class_probs[prev2, prev1, cls] * prob)
+    test = log_p[corpus.split_offset("test"):]
+    assert math.isclose(info["test_perplexity"], float(np.exp(-test.mean())), rel_tol=1e-9)
+    np.testing.assert_allclose(source.class_probs.sum(axis=2), 1.0)
+    assert np.all(source.class_probs[:, 0, 0] == 0)  # no empty line
+
+
+def test_generated_corpora_are_reproducible_and_beat_kneser_ney(tmp_path):
+    a = write_corpus(tmp_path / "a", 4000, words=60, classes=6, seed=1)
+    b = write_corpus(tmp_path / "b", 4000, words=60, classes=6, seed=1)
+    assert a == b and (tmp_path / "a" / "test.txt").read_bytes() == (tmp_path / "b" / "test.txt").read_bytes()
+    from nnlm.lm import perplexity
+    from nnlm.ngram.kneser_ney import KneserNeyModel
+
+    corpus = load_corpus(str(tmp_path / "a"), use_cache=False)
+    kn = KneserNeyModel.fit(corpus.vocab, corpus.train, 3)
+    assert a["test_perplexity"] < perplexity(kn, corpus, "test")
+
+
+def test_tune_tries_the_default_then_plain_adam_and_resumes(gen_dir, tmp_path, capsys):
+    out = tmp_path / "tune"
+    argv = ["tune", "--corpus", str(gen_dir), "--out", str(out), "--minutes", "5", "--trials", "2", "--epochs", "1",
+            "--preset", "mlp7", "--hidden", "8", "--features", "4", "--threads", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((out / "tune.json").read_text())
+    assert [t["dir"] for t in record["trials"]] == ["trial-00", "trial-01"]
+    assert record["trials"][0]["options"]["lr_schedule"] == "plateau"
+    assert (record["trials"][1]["options"]["weight_decay"], record["trials"][1]["options"]["dropout"]) == (0.0, 0.0)
+    assert "best: trial-0" in printed and "--weight-decay" in printed
+    assert main(argv + ["--trials", "3"]) == 0  # resumed: two trials kept, a third run
+    record = json.loads((out / "tune.json").read_text())
+    assert [t["index"] for t in record["trials"]] == [0, 1, 2]
+    code = main(argv[:-2] + ["--threads", "1", "--order", "4"])
+    assert code == 2 and "other options" in capsys.readouterr().err
