@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -73,12 +74,7 @@ def test_plateau_lowers_the_rate_only_when_validation_stalls(gen_dir, tmp_path, 
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--dropout", "1.5"], "--dropout must be a finite number in [0, 1)"),
-    (["--lr", "-1"], "--lr must be a finite number"),
-    (["--weight-decay", "nan"], "--weight-decay must be a finite number"),
-    (["--lr-factor", "0"], "--lr-factor must be a finite number in (0, 1]"),
     (["--min-improvement", "1"], "--min-improvement must be"),
-    (["--plateau-patience", "0"], "--plateau-patience must be an integer of at least 1"),
     (["--recipe", "paper", "--lr-schedule", "plateau"], "--lr-schedule with recipe paper must be paper"),
     (["--recipe", "paper", "--dropout", "0.1"], "--dropout applies to the Adam recipes"),
 ])
@@ -88,6 +84,35 @@ def test_bad_recipe_values_are_one_line_and_exit_2(gen_dir, tmp_path, capsys, ex
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--dropout", "1.5"], "--dropout"), (["--lr", "-1"], "--lr"), (["--weight-decay", "nan"], "--weight-decay"),
+    (["--lr-factor", "0"], "--lr-factor"), (["--plateau-patience", "0"], "--plateau-patience"),
+])
+def test_out_of_range_recipe_options_are_refused_at_parse_time(tmp_path, capsys, extra, flag):
+    out = tmp_path / "x"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--corpus", "brown", "--out", str(out), "--no-progress", *extra])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and flag in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"dropout": 1.5}, "--dropout must be a finite number in [0, 1)"),
+    ({"lr": -1.0}, "--lr must be a finite number"),
+    ({"weight_decay": float("nan")}, "--weight-decay must be a finite number"),
+    ({"lr_factor": 0.0}, "--lr-factor must be a finite number in (0, 1]"),
+    ({"plateau_patience": 0}, "--plateau-patience must be an integer of at least 1"),
+])
+def test_recipe_values_from_elsewhere_are_checked_too(values, message):
+    """The library checks what did not come through the CLI's parser (Python callers, nnlm tune)."""
+    from nnlm.errors import NnlmError
+    from nnlm.neural.train import check_recipe_values
+
+    with pytest.raises(NnlmError, match=re.escape(message)):
+        check_recipe_values({"recipe": "adaptive"} | values)
 
 
 def test_generated_corpus_limit_is_the_source_log_prob_of_the_written_test_text(gen_dir):

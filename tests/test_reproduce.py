@@ -239,7 +239,7 @@ def test_a_row_built_under_other_options_is_rebuilt_not_relabelled(random_corpus
     assert rows["mlp7"]["run"] != sampled["mlp7"]["run"]
     assert json.loads((out / rows["mlp7"]["run"] / "run.json").read_text())["loss"] == "full"
     for row_id in ("mlp7", "mlp8", "mlp7-em"):
-        assert rows[row_id]["options"]["loss"] == "full" and rows[row_id]["options"]["recipe"]["name"] == "modern"
+        assert rows[row_id]["options"]["loss"] == "full" and rows[row_id]["options"]["recipe"]["name"] == "adaptive"
     assert "trained with the exact softmax" in readme and "--loss sampled" not in readme
     assert rows["kn5"] == sampled["kn5"]  # n-gram rows do not depend on the nets' options
 
@@ -279,7 +279,7 @@ def test_the_report_names_each_nets_own_options(tmp_path):
     text = report_only(tmp_path).read_text()
     assert "Nets, each with its own options:" in text
     assert "- MLP1: `nnlm train`'s sampled recipe" in text and "`--loss sampled`" in text
-    assert "- MLP3: `nnlm train`'s modern recipe" in text and "by 2 asynchronous Hogwild workers" in text
+    assert "- MLP3: `nnlm train`'s adaptive recipe" in text and "by 2 asynchronous Hogwild workers" in text
     assert "**Skipped for lack of budget**: MLP4 (MLP3 + trigram, 0.5) (n = 5)" in text
     assert "| skipped | skipped for lack of budget: it needs at least 9.0 min" in text
     assert "reproduced on mine" in text

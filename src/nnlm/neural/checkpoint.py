@@ -139,6 +139,15 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "loss": (False, _one_of("full", "sampled", "nce"), "'full', 'sampled' or 'nce'"),
     "samples": (False, _int(1, optional=True), "null or an integer >= 1"),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
+    # recipe values (nnlm.neural.train.RECIPE_KEYS): absent in runs from before they were stored
+    "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "constant"),
+                    "null, 'paper', 'epoch', 'plateau' or 'constant'"),
+    "lr_factor": (False, lambda v: v is None or (_number(0.0, positive=True)(v) and v <= 1.0),
+                  "null or a number in (0, 1]"),
+    "weight_decay": (False, _number(0.0, optional=True), "null or a finite number >= 0"),
+    "dropout": (False, lambda v: v is None or (_number(0.0)(v) and v < 1.0), "null or a number in [0, 1)"),
+    "min_improvement": (False, lambda v: v is None or (_number(0.0)(v) and v < 1.0), "null or a number in [0, 1)"),
+    "plateau_patience": (False, _int(1, optional=True), "null or an integer >= 1"),
 }
 STATE_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "step": (True, _int(0), "an integer >= 0"),

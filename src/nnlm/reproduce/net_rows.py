@@ -12,7 +12,7 @@ from nnlm.lm import LanguageModel, perplexity_from_log_probs
 from nnlm.neural import checkpoint as ck
 from nnlm.reproduce import planner, rates
 from nnlm.reproduce.ngram_rows import late_needs
-from nnlm.reproduce.results import RowResult, net_options, options_tag
+from nnlm.reproduce.results import RowResult, options_tag
 from nnlm.reproduce.table import Row, mlp_rows
 from nnlm.threads import govern
 
@@ -119,7 +119,7 @@ def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel 
     ppl = {"train": None} | job.evaluate(net, model, ("valid", "test") if later else ("train", "valid", "test"))
     note = "" if state["finished"] else f"shortened: {state['stop_reason']}" + (
         f" ({grant.reason.removeprefix('shortened for lack of budget: ')})" if grant is not None else "")
-    options = net_options(ck.read_json(where / ck.RUN, "run options"), job.hogwild)
+    options = job.options  # the run directory is named by these options, so its run holds them
     job.results.put(net, RowResult(ppl, model.parameter_count(), state["elapsed"], "done" if state["finished"]
                                    else "shortened", note, options, plan,
                                    {"finished": state["finished"], "train_pending": later, "best": state["best"],

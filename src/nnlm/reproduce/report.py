@@ -28,6 +28,19 @@ def best_ngram(rows: Rows) -> tuple[str, float | None]:
     return best_id, tests.get(best_id)
 
 
+def describe_recipe(values: dict[str, Any]) -> str:
+    """The recipe sentence of `nnlm train` (Recipe.describe) from a results key's recipe values."""
+    from dataclasses import fields
+
+    from nnlm.neural.train import Recipe
+
+    known = {f.name for f in fields(Recipe)}
+    try:
+        return Recipe(**{k: v for k, v in values.items() if k in known}).describe()
+    except (TypeError, KeyError):  # a key from an older nnlm: say what it holds
+        return f"{values.get('name')} recipe ({', '.join(f'{k} {v}' for k, v in values.items() if k != 'name')})"
+
+
 def training_text(options: dict[str, Any] | None) -> str:
     """How a net was trained, from its results key."""
     if not options:
@@ -36,12 +49,7 @@ def training_text(options: dict[str, Any] | None) -> str:
     layer = ("the exact softmax" if loss == "full" else
              f"the {'importance-sampled softmax' if loss == 'sampled' else 'NCE'} output layer "
              f"(`--loss {loss}`, K = {options.get('samples')} samples per batch; scored with the exact softmax)")
-    adam = r.get("optimizer") == "adam"
-    text = (f"`nnlm train`'s {r.get('name')} recipe ("
-            + (f"Adam with decoupled weight decay {r.get('weight_decay', 0):g}, dropout {r.get('dropout_x', 0):g}, "
-               f"learning rate {r.get('lr', 0):g} x {r.get('lr_gamma', 1):g} per epoch" if adam else
-               f"the paper's SGD, learning rate {r.get('lr', 0):g}, weight decay {r.get('weight_decay', 0):g}")
-            + f", early stopping on validation), trained with {layer}")
+    text = f"`nnlm train`'s {describe_recipe(r)}, trained with {layer}"
     if options.get("hogwild"):
         text += (f", by {options['hogwild']} asynchronous Hogwild workers (`--hogwild {options['hogwild']}`: faster on "
                  "as many cores, but no two runs give the same weights)")
