@@ -289,3 +289,34 @@ def test_the_report_names_each_nets_own_options(tmp_path):
 def test_report_only_without_results_is_one_line_error(tmp_path, capsys):
     assert main(["reproduce", "--out", str(tmp_path / "none"), "--report-only"]) == 2
     assert "holds no results.json" in capsys.readouterr().err
+
+
+def test_a_class_row_left_no_clustering_time_is_skipped_not_built_from_unclustered_classes(
+        random_corpus, tmp_path, monkeypatch):
+    """Classes after no exchange pass are the initial assignment (far worse than any real row): a late
+    class row granted no clustering time is skipped with the planner's figures, and nothing is clustered."""
+    import dataclasses
+
+    import nnlm.reproduce.planner as planner
+    import nnlm.reproduce.table as table
+
+    rp = small_class_rows(monkeypatch)
+    monkeypatch.setattr(table, "NGRAM_BUILD_ORDER", tuple(i for i in table.NGRAM_BUILD_ORDER if i != "class4-3"))
+    monkeypatch.setattr(table, "NGRAM_AFTER_NETS", ("class4-3",))
+    clustered: list[int] = []
+    real_cluster, real_plan = rp.exchange_clusters, planner.plan
+    monkeypatch.setattr(rp, "exchange_clusters", lambda train, v, c, **o: clustered.append(c) or real_cluster(
+        train, v, c, **o))
+
+    def no_time_for_class4(left, needs):
+        return [dataclasses.replace(g, status="shortened", work=0.0,
+                                    reason="shortened for lack of budget: 0.0 min of the ~1.0 min of clustering")
+                if g.id == "class4-3" else g for g in real_plan(left, needs)]
+
+    monkeypatch.setattr(planner, "plan", no_time_for_class4)
+    out = tmp_path / "report"
+    reproduce(str(tmp_path / "rand"), out, 0.1, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+    row = json.loads((out / "results.json").read_text())["rows"]["class4-3"]
+    assert row["status"] == "skipped" and not row["perplexity"] and 4 not in clustered
+    assert row["note"].startswith("skipped for lack of budget: no time left to cluster it (0.0 min of the ~1.0 min")
+    assert "**Skipped for lack of budget**: " in (out / "README.md").read_text()

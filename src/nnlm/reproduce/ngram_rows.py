@@ -19,6 +19,7 @@ NGRAM_SHARE = 0.35  # of a budget: the most the rows before the nets may take
 # 28.4 s, of which the model and its scoring ~3 s); replaced by this call's own c = 500 figures.
 SECONDS_PER_CLASS = 0.05
 CLASS_TAIL_SECONDS = 5.0
+MIN_CLUSTERING_SECONDS = 1.0  # a class row granted less, with no exchange pass saved, is skipped, not built
 
 def word_classes(job: Job, c: int, deadline: float | None) -> WordClasses:
     """Exchange-algorithm classes for c (they do not depend on the order): found once per call, kept in
@@ -124,6 +125,12 @@ def late_needs(job: Job) -> list[planner.Need]:
                     for net in job.nets if job.results.rows.get(net, {}).get("train_pending") and net in job.rates]
 
 
+def has_passes(job: Job, row: NgramRow) -> bool:
+    """An earlier call left classes for this row after at least one exchange pass (worth building on)."""
+    saved = load_word_classes(job.out / "clusters" / f"c{row.classes}.npz")
+    return saved is not None and saved[0].passes > 0
+
+
 def late_rows(job: Job) -> None:
     """The slowest class rows, after the nets: each planned anew from the time then left."""
     by_id = {row.id: row for row in table.NGRAM_ROWS}
@@ -137,8 +144,13 @@ def late_rows(job: Job) -> None:
             grant = next(g for g in planner.plan(left, late_needs(job)) if g.id == row.id)
             plan = grant.to_dict()
             job.log(f"    plan: {grant.reason}")
-            if grant.status == "skipped":
-                job.results.put(row.id, RowResult({}, None, 0.0, "skipped", grant.reason, plan=plan))
+            if grant.status == "skipped" or (grant.work < MIN_CLUSTERING_SECONDS and not has_passes(job, row)):
+                # classes from no exchange pass at all are the initial assignment, not a model worth a row
+                reason = grant.reason if grant.status == "skipped" else (
+                    "skipped for lack of budget: no time left to cluster it ("
+                    + grant.reason.removeprefix("shortened for lack of budget: ") + ")")
+                job.results.put(row.id, RowResult({}, None, 0.0, "skipped", reason, plan=plan))
+                job.log(f"    {reason}")
                 continue
             deadline = time.monotonic() + grant.work
         result, _ = build_row(job, row, deadline, "" if plan is None else plan["reason"])
