@@ -105,3 +105,22 @@ def test_a_grant_of_whole_epochs_ends_the_run_at_an_epoch_not_mid_epoch(tmp_path
                           corpus=SimpleNamespace(train=[0] * 1000, valid=[0] * 100))  # epoch: 1.15 s + 1.15 s
     assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 7.0, 0.0, "")) == {"epochs": 3, "time_budget": 0.15}
     assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 1.5, 0.0, "")) == {"time_budget": 0.02}
+
+
+def test_a_clustering_may_overrun_its_estimate_with_what_the_later_rows_can_spare():
+    """On an idle machine the per-class estimate was low for c = 150 and the clustering was cut while
+    13 minutes were left: a started clustering may go on until the rows after it would lose their floors."""
+    from nnlm.reproduce.planner import elastic_limit, scoring_need
+
+    late = LATE_CLASS + [scoring_need("mlp1-train", BROWN[0], 5_000.0)]
+    left = 13 * 60.0
+    grants = plan(left, late)
+    first = grants[0]
+    assert first.status == "full" and first.work == pytest.approx(late[0].want)
+    later_floors = sum(n.fixed + n.floor for n in late[1:])
+    assert elastic_limit(left, late, first) == pytest.approx(left - first.fixed - later_floors)
+    assert elastic_limit(left, late, first) > first.work
+    # when the later rows' floors take everything, it keeps its grant; a skipped row gets nothing
+    assert elastic_limit(1.0, late, first) == first.work
+    skipped = [g for g in plan(0.0, late) if g.status == "skipped"]
+    assert skipped and elastic_limit(0.0, late, skipped[0]) == 0.0

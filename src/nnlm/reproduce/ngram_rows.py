@@ -141,7 +141,8 @@ def late_rows(job: Job) -> None:
         left = job.left()
         deadline, plan = None, None
         if left is not None:
-            grant = next(g for g in planner.plan(left, late_needs(job)) if g.id == row.id)
+            needs = late_needs(job)
+            grant = next(g for g in planner.plan(left, needs) if g.id == row.id)
             plan = grant.to_dict()
             job.log(f"    plan: {grant.reason}")
             if grant.status == "skipped" or (grant.work < MIN_CLUSTERING_SECONDS and not has_passes(job, row)):
@@ -152,7 +153,7 @@ def late_rows(job: Job) -> None:
                 job.results.put(row.id, RowResult({}, None, 0.0, "skipped", reason, plan=plan))
                 job.log(f"    {reason}")
                 continue
-            deadline = time.monotonic() + grant.work
+            deadline = time.monotonic() + planner.elastic_limit(left, needs, grant)
         result, _ = build_row(job, row, deadline, "" if plan is None else plan["reason"])
         result.plan = plan
         job.results.put(row.id, result)

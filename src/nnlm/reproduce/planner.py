@@ -152,6 +152,19 @@ def scoring_need(row_id: str, tokens: int, score_rate: float) -> Need:
     return Need(row_id, SAFETY * tokens / score_rate, (0.0,), unit="scoring")
 
 
+def elastic_limit(left: float, needs: Sequence[Need], grant: Grant) -> float:
+    """Seconds of work an elastic row (a clustering) may take once it has started: its grant, or more
+    if its estimate was low -- all that the rows after it can spare, which is what is left minus their
+    fixed costs and floors. The estimate (seconds per class, measured on c = 500) is low for small c,
+    and a clustering cut where it would have converged makes a worse row than the later rows lose."""
+    if grant.status == "skipped":
+        return 0.0
+    ids = [n.id for n in needs]
+    later = needs[ids.index(grant.id) + 1:]
+    spare = left - grant.fixed - sum(n.fixed + n.floor for n in later)
+    return max(grant.work, spare)
+
+
 def unused_share(left: float, grants: Sequence[Grant]) -> float:
     """Seconds a plan leaves unassigned (what the tests bound when a row is skipped)."""
     return left - sum(g.fixed + g.work for g in grants if g.status != "skipped")
