@@ -443,27 +443,22 @@ def corpus_cases(S: Path) -> list[Case]:
     return cases
 
 
-def special_file_cases(S: Path) -> list[Case]:
-    def special(kind: str) -> Callable[[Path], str]:
-        def make(d: Path) -> str:
-            target = d / "x"
-            if kind == "FIFO":
-                os.mkfifo(target)
-            elif kind == "socket":
-                s = socket.socket(socket.AF_UNIX)
-                s.bind(str(target))
-                s.close()
-            elif kind == "directory":
-                target.mkdir()
-            elif kind == "symlink loop":
-                os.symlink("x", target)
-            elif kind == "dangling symlink":
-                os.symlink("nowhere", target)
-            else:
-                os.symlink(kind, target)
-            return str(target)
-        return make
+def make_special(kind: str, target: Path) -> None:
+    """Put a special file of `kind` at `target`: a FIFO, a socket, a directory, a symlink loop (to
+    itself), a dangling symlink, or a symlink to the device or /proc path `kind` names."""
+    if kind == "FIFO":
+        os.mkfifo(target)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(target))
+        s.close()
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        os.symlink({"symlink loop": target.name, "dangling symlink": "nowhere"}.get(kind, kind), target)
 
+
+def special_file_cases(S: Path) -> list[Case]:
     kinds = ["FIFO", "socket", "directory", "symlink loop", "dangling symlink", "/dev/zero", "/dev/null",
              "/dev/urandom", "/dev/full", "/proc/self/mem", "/proc/self/status"]
     uses = {
@@ -480,7 +475,7 @@ def special_file_cases(S: Path) -> list[Case]:
     for kind in kinds:
         for use, argv in uses.items():
             def setup(d: Path, kind: str = kind) -> None:
-                special(kind)(d)
+                make_special(kind, d / "x")
             text_file = use == "score FILE" and kind == "/proc/self/status"  # a readable text: scoring it is fine
             cases.append(Case("special files", f"{use}: {kind}", [a.replace("{X}", "{D}/x") for a in argv],
                               not text_file, setup=setup, protect=[str(S)], timeout=20.0))
@@ -488,16 +483,7 @@ def special_file_cases(S: Path) -> list[Case]:
             def setup(d: Path, kind: str = kind, member: str = member) -> None:
                 target = copy_run(S, d) / member
                 target.unlink()
-                if kind == "FIFO":
-                    os.mkfifo(target)
-                elif kind == "socket":
-                    s = socket.socket(socket.AF_UNIX)
-                    s.bind(str(target))
-                    s.close()
-                elif kind == "directory":
-                    target.mkdir()
-                else:
-                    os.symlink({"symlink loop": member, "dangling symlink": "nowhere"}.get(kind, kind), target)
+                make_special(kind, target)
             argv = (["train", "--resume", "--out", "{D}/run", "--epochs", "2", "--no-progress", "--threads", "1"]
                     if member == "state.json" else ["eval", "{D}/run"])
             cases.append(Case("special files", f"run's {member}: {kind}", argv, invalid=True,
