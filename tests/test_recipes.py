@@ -109,7 +109,7 @@ def test_out_of_range_recipe_options_are_refused_at_parse_time(tmp_path, capsys,
 def test_recipe_values_from_elsewhere_are_checked_too(values, message):
     """The library checks what did not come through the CLI's parser (Python callers, nnlm tune)."""
     from nnlm.errors import NnlmError
-    from nnlm.neural.train import check_recipe_values
+    from nnlm.neural.recipes import check_recipe_values
 
     with pytest.raises(NnlmError, match=re.escape(message)):
         check_recipe_values({"recipe": "adaptive"} | values)

@@ -139,7 +139,7 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "loss": (False, _one_of("full", "sampled", "nce"), "'full', 'sampled' or 'nce'"),
     "samples": (False, _int(1, optional=True), "null or an integer >= 1"),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
-    # recipe values (nnlm.neural.train.RECIPE_KEYS): absent in runs from before they were stored
+    # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
     "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "constant"),
                     "null, 'paper', 'epoch', 'plateau' or 'constant'"),
     "lr_factor": (False, lambda v: v is None or (_number(0.0, positive=True)(v) and v <= 1.0),

@@ -53,7 +53,7 @@ class RowResult:
 def recipe_values(run: dict[str, Any]) -> dict[str, Any]:
     """The recipe a run trained with, as values: the named recipe's fields, overlaid with any recipe
     fields the run's run.json records itself (so a recipe changed since keeps its old values)."""
-    from nnlm.neural.train import RECIPES
+    from nnlm.neural.recipes import RECIPES
 
     recipe = run.get("recipe")
     if isinstance(recipe, dict):
