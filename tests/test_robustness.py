@@ -231,7 +231,8 @@ def test_unexpected_errors_are_one_line_with_the_trace_in_a_log(fixtures, nnlm, 
 # ---- stdin ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("data, fragment", [
-    (b"", "standard input has no line to score"), (b"\x00" * 64, "binary"), (b"\n\n", "empty line"),
+    (b"", "standard input has no line to score"), (b"\x00" * 64, "binary"),
+    (b"\n\n", "no line to score (2 blank lines skipped)"),
 ])
 def test_bad_standard_input_is_one_line(fixtures, nnlm, data, fragment):
     refused(nnlm("score", fixtures["kn"], "-", stdin=data), fragment)

@@ -7,7 +7,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import split_log_probs
 from nnlm.loading import load
 from nnlm.ngram.simple import AddOneBigram
-from nnlm.use import generate, next_words, render, score_lines
+from nnlm.use import generate, next_words, render, score_lines, score_text, score_words, text_perplexity
 from test_cli import assert_one_line_error, run
 
 
@@ -33,15 +33,22 @@ def random_corpus_dir(tmp_path):
     return tmp_path / "rand"
 
 
-def test_model_methods(saved_addone):
+def test_text_functions_take_a_model_and_a_string(saved_addone):
     model = load(saved_addone)
-    words = model.score_words("w1 w2 w3\nw4")
-    assert words.shape == (6,)  # 4 words + 2 <p>
-    assert model.score("w1 w2 w3\nw4") == pytest.approx(words.sum())
-    assert model.perplexity("w1 w2") == pytest.approx(np.exp(-model.score_words("w1 w2").mean()))
-    assert model.text_perplexity("w1 w2") == model.perplexity("w1 w2")  # the earlier name still works
-    top = model.next_words("w1", k=3)
-    assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1]
+    words = score_words(model, "w1 w2 w3\n\nw4")
+    assert words.shape == (6,)  # 4 words + 2 <p>; the blank line is skipped, as in corpora
+    assert text_perplexity(model, "w1 w2") == pytest.approx(np.exp(-score_words(model, "w1 w2").mean()))
+    top = next_words(model, "w1", k=3)
+    assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1] and top == next_words(model, ["w1"], k=3)
+    assert generate(model, "w1", 5, seed=3) == generate(model, ["w1"], 5, seed=3)
+
+
+def test_blank_lines_are_skipped_and_counted(saved_addone):
+    model = load(saved_addone)
+    scored = score_text(model, ["w1 w2", "", "   ", "w3"])
+    assert [s.line_number for s in scored.lines] == [1, 4] and scored.blank == 2 and not scored.skipped
+    together = score_text(model, ["w1 w2", "w3"])
+    assert scored.log10_prob == pytest.approx(together.log10_prob) and scored.tokens == together.tokens == 5
 
 
 def test_generation_is_reproducible_and_sampling_options_work(saved_addone):
@@ -76,7 +83,10 @@ def test_cli_score_json_and_skip_bad(saved_addone, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [line["line"] for line in out["lines"]] == [1, 4]
-    assert out["total"]["skipped"] == [2, 3] and out["total"]["oov"] == 1 and out["total"]["tokens"] == 6
+    assert out["total"]["skipped"] == [3] and out["total"]["blank"] == 1  # blank lines are skipped, as in corpora
+    assert out["total"]["oov"] == 1 and out["total"]["tokens"] == 6
+    text = run("score", str(saved_addone), str(f), "--skip-bad")
+    assert text.stdout.splitlines()[-1].endswith("\tskipped 1\tblank 1"), text.stdout
 
 
 def test_cli_generate_same_seed_same_text(saved_addone):
@@ -108,4 +118,4 @@ def test_load_arpa_file_scores_like_the_model(random_corpus, tmp_path):
     loaded = load(tmp_path / "kn3.arpa")
     text = "w1 w2 w3 w4\nw5 w1"
     # the ARPA's vocabulary is ordered like the file, so compare by words, not ids
-    assert np.allclose(loaded.score_words(text), kn.score_words(text), atol=1e-6)
+    assert np.allclose(score_words(loaded, text), score_words(kn, text), atol=1e-6)

@@ -17,7 +17,7 @@ from nnlm.neural import model as neural_model
 from nnlm.neural.features import neighbors, pca_2d, word2vec_text
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.ngram.simple import AddOneBigram
-from nnlm.use import score_lines
+from nnlm.use import score_lines, score_words
 from nnlm.cli import main
 from test_cli import run
 
@@ -75,13 +75,13 @@ def test_oov_vector_changes_only_the_words_after_an_unknown_word(neural_run):
     model = load(neural_run[0])
     k = model.context_size
     text = "w1 w2 zebra w3 w4 w5 w6\nw2 w3"
-    plain, vector = model.score_words(text), model.score_words(text, oov_vector=True)
+    plain, vector = score_words(model, text), score_words(model, text, oov_vector=True)
     at = 2  # zebra's position
     np.testing.assert_array_equal(plain[:at + 1], vector[:at + 1])  # before it, and zebra itself (as <unk>)
     assert np.all(plain[at + 1:at + 1 + k] != vector[at + 1:at + 1 + k])  # its feature vector is in these contexts
     np.testing.assert_allclose(plain[at + 1 + k:], vector[at + 1 + k:], rtol=1e-12)  # out of context again
     clean = "w1 w2 w3 w4\nw5 w6 w7"
-    np.testing.assert_allclose(model.score_words(clean, oov_vector=True), model.score_words(clean), rtol=1e-12)
+    np.testing.assert_allclose(score_words(model, clean, oov_vector=True), score_words(model, clean), rtol=1e-12)
     independent, _ = score_lines(model, ["w1 zebra w2", "w3 w4"], carry_context=False, oov_vector=True)
     assert [s.tokens for s in independent] == [4, 3] and independent[0].oov == 1
 
@@ -195,7 +195,7 @@ def test_export_arpa_of_a_backoff_model(random_corpus, tmp_path, neural_run, cli
     arpa = tmp_path / "kn3.arpa"
     assert cli("export", tmp_path / "kn3", "--arpa", arpa)[0] == 0
     text = "w1 w2 w3 w4\nw5 w1"
-    np.testing.assert_allclose(load(arpa).score_words(text), kn.score_words(text), atol=1e-6)
+    np.testing.assert_allclose(score_words(load(arpa), text), score_words(kn, text), atol=1e-6)
     # an ARPA file scores a split once its words are mapped onto the corpus's ids
     code, out, err = cli("score", arpa, "--split", "test", "--corpus", tmp_path / "rand", "--json")
     assert code == 0, err

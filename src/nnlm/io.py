@@ -61,6 +61,13 @@ def check_output(path: Path | str) -> None:
     _output(Path(path))
 
 
+def require_parent(path: Path | str) -> None:
+    """Refuse an output whose directory does not exist (a typo in it should not create a tree)."""
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise NnlmError(f"the directory {parent} (of {path}) does not exist: create it first, or give another path")
+
+
 def _output(path: Path) -> tuple[Path, os.stat_result | None]:
     """Where a write to `path` lands (symlinks followed) and what is there now (None: nothing)."""
     real = Path(os.path.realpath(path)) if path.is_symlink() else path

@@ -4,6 +4,8 @@ A model of order n conditions on the n-1 previous tokens. Contexts are int array
 [N, n-1], oldest token first (column -1 is the word right before the target). Everything else
 in nnlm -- perplexity, mixtures, scoring, generation, the Table 1 report -- uses only
 `order`, `vocab`, `log_prob` and `distribution`, so a new model kind is one new class.
+Using a model on text (scoring lines, next words, generation) lives in nnlm.use: those
+functions take a model, and this module knows nothing of them.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class LanguageModel(ABC):
 
     order: int
     vocab: Vocabulary
+    kind: str = ""  # the short name reports and saved files use (kn, interpolated, ...)
 
     @abstractmethod
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -40,38 +43,9 @@ class LanguageModel(ABC):
         """Free parameters: numbers estimated from data (weights, stored probabilities, mixture weights)."""
         return 0
 
-    # Conveniences for people using a model on text, built on the two methods above (nnlm.use).
-    def score_words(self, text: str, oov_vector: bool = False) -> np.ndarray:
-        """Natural-log probability of each token of `text` (lines = paragraphs, each ending in `<p>`).
-        Words outside V are `<unk>`; `oov_vector=True` (neural models) gives them the paper's feature vector."""
-        from nnlm.use import score_lines
-
-        scores, _ = score_lines(self, text.splitlines(), oov_vector=oov_vector)
-        return np.concatenate([s.word_log10 for s in scores]) / np.log10(np.e)
-
-    def score(self, text: str, oov_vector: bool = False) -> float:
-        """Total natural-log probability of `text`."""
-        return float(self.score_words(text, oov_vector).sum())
-
-    def perplexity(self, text: str, oov_vector: bool = False) -> float:
-        """Perplexity of `text`, every token (and each line's `<p>`) counted. (For a corpus split use
-        the module function `nnlm.perplexity(model, corpus, split)`.)"""
-        return perplexity_from_log_probs(self.score_words(text, oov_vector))
-
-    text_perplexity = perplexity  # the earlier name, kept so existing code keeps working
-
-    def next_words(self, context: str, k: int = 10) -> list[tuple[str, float]]:
-        """The k most likely tokens after `context`, with their probabilities."""
-        from nnlm.use import next_words
-
-        return next_words(self, context.split(), k)
-
-    def generate(self, prompt: str = "", tokens: int = 50, temperature: float = 1.0,
-                 top_k: int | None = None, seed: int = 0) -> list[str]:
-        """Sample tokens after `prompt`; reproducible from `seed`."""
-        from nnlm.use import generate
-
-        return generate(self, prompt.split(), tokens, temperature, top_k, seed)
+    def kind_name(self) -> str:
+        """`kind`, or the class name for a model that has none."""
+        return self.kind or type(self).__name__
 
 
 def contexts(stream: np.ndarray, positions: np.ndarray, context_size: int, pad_id: int) -> np.ndarray:
@@ -89,7 +63,8 @@ def split_log_probs(model: LanguageModel, corpus: Corpus, split: str, chunk: int
     """log P of every token of `split`, each predicted from the tokens before it in the stream."""
     if model.vocab.fingerprint != corpus.vocab.fingerprint:
         raise NnlmError(f"the model's vocabulary ({len(model.vocab)} words) is not the corpus "
-                        f"{corpus.name}'s ({len(corpus.vocab)} words)")
+                        f"{corpus.name}'s ({len(corpus.vocab)} words): give the corpus it was built on "
+                        "(--corpus and the same --min-count/--max-vocab/--vocab-from)")
     ids = corpus.split(split)
     if len(ids) < model.order:
         raise NnlmError(f"the {split} split has {len(ids)} tokens, fewer than the model's order {model.order}")

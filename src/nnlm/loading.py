@@ -72,3 +72,13 @@ def load_or_build(spec: str, corpus) -> LanguageModel:
         return build_ngram(kind, corpus, int(order) if order else None)
     except ValueError:
         raise NnlmError(f"bad order in model spec {spec!r}: expected kind:N") from None
+
+
+def match_corpus(model: LanguageModel, path: str | Path, corpus) -> LanguageModel:
+    """`model` (loaded from `path`), except that an ARPA file whose words are not the corpus's vocabulary
+    in its order is read again with its words mapped onto the corpus's ids (ARPA files carry no ids)."""
+    if model.vocab.fingerprint != corpus.vocab.fingerprint and _is_arpa(Path(path)):
+        from nnlm.ngram.arpa import read_arpa
+
+        return read_arpa(path, corpus.vocab)
+    return model

@@ -7,13 +7,16 @@ EM fits the table on the components' probabilities of a held-out split, computed
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
+from nnlm.em import EMResult, fit_weights_em
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel
+from nnlm.lm import LanguageModel, perplexity_from_log_probs
+
+__all__ = ["EMResult", "FittedMixture", "Mixture", "fit_weights_em", "mix_on_corpus", "mix_scored"]
 
 Bucketer = Callable[[np.ndarray], np.ndarray]  # contexts [N, k] -> bucket ids [N] in 0..B-1
 
@@ -74,44 +77,6 @@ class Mixture(LanguageModel):
         return out
 
 
-@dataclass
-class EMResult:
-    weights: np.ndarray                 # [B, K]
-    log_likelihood: list[float] = field(default_factory=list)  # mean log-likelihood before each step, and at the end
-
-
-def fit_weights_em(component_log_probs: np.ndarray, buckets: np.ndarray | None = None,
-                   n_buckets: int = 1, iterations: int = 20, tol: float | None = 1e-7,
-                   initial: np.ndarray | None = None) -> EMResult:
-    """EM for mixture weights per bucket, maximizing the mean log-likelihood of held-out data.
-
-    component_log_probs: [K, N] natural-log probabilities of the held-out tokens under each
-    component (computed once; EM only reweights them; -inf where a component is undefined, whose
-    weight must then start at 0). The likelihood never decreases. Stops after `iterations`
-    steps, or earlier once a step gains less than `tol` (None: never earlier). Buckets absent
-    from the held-out data keep their initial weights (default: equal).
-    """
-    lp = np.asarray(component_log_probs, dtype=np.float64)
-    k, n = lp.shape
-    buckets = np.zeros(n, dtype=np.int64) if buckets is None else np.asarray(buckets, dtype=np.int64)
-    weights = np.full((n_buckets, k), 1.0 / k) if initial is None else np.array(initial, dtype=np.float64)
-    shift = lp.max(axis=0)
-    p = np.exp(lp - shift)  # [K, N], scaled per token: the scale cancels in the posteriors
-    size = np.bincount(buckets, minlength=n_buckets)
-    seen = size > 0
-    history: list[float] = []
-    for step in range(iterations + 1):
-        joint = weights[buckets].T * p          # [K, N]
-        total = joint.sum(axis=0)
-        history.append(float(np.mean(np.log(total) + shift)))
-        if step == iterations or (tol is not None and step > 0 and history[-1] - history[-2] < tol):
-            break
-        posterior = joint / total               # responsibilities [K, N]
-        mass = np.stack([np.bincount(buckets, weights=posterior[j], minlength=n_buckets) for j in range(k)], axis=1)
-        weights[seen] = mass[seen] / size[seen, None]
-    return EMResult(weights, history)
-
-
 MIX_MODES = ("fixed", "em", "em-buckets")
 
 
@@ -120,6 +85,11 @@ class FittedMixture:
     model: Mixture
     em: EMResult | None
     split_log_probs: dict[str, np.ndarray]   # the mixture's log P of every token, per split
+
+    @property
+    def perplexity(self) -> dict[str, float]:
+        """The mixture's perplexity on each mixed split."""
+        return {s: perplexity_from_log_probs(lp) for s, lp in self.split_log_probs.items()}
 
 
 def mix_on_corpus(components: Sequence[LanguageModel], corpus, mode: str,

@@ -129,8 +129,7 @@ class ThreadGovernor:
 
     def describe(self) -> str:
         """How many threads, and why: '2 threads (--threads 2)', '1 thread (1.6 of 2 cores busy elsewhere)'."""
-        n = self.threads
-        count = f"{n} thread{'s' if n != 1 else ''}"
+        count = thread_count(self.threads)
         if self.requested is not None:
             return f"{count} (--threads {self.requested})"
         if self.fixed:
@@ -162,3 +161,8 @@ def check() -> None:
     without `govern()` the thread count is the caller's and is left alone)."""
     if _current is not None:
         _current.check()
+
+
+def thread_count(n: int) -> str:
+    """'1 thread', '2 threads': every message that counts threads says it this way."""
+    return f"{n} thread{'s' if n != 1 else ''}"

@@ -12,20 +12,20 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from nnlm.data.vocab import PARAGRAPH, TEXT, Vocabulary
+from nnlm.capabilities import ScoresUnknownWords, Unnormalizable
+from nnlm.data.corpus import Corpus
+from nnlm.data.vocab import PARAGRAPH, TEXT, start_token
 from nnlm.errors import NnlmError
-from nnlm.lm import EVAL_CHUNK, LanguageModel, contexts
+from nnlm.lm import EVAL_CHUNK, LanguageModel, contexts, perplexity_from_log_probs, split_log_probs
 
 LOG10_E = float(np.log10(np.e))
-
-
-def start_token(vocab: Vocabulary) -> str:
-    """What precedes the first token of a text: `<text>` when the model knows it, else `<p>`."""
-    return TEXT if TEXT in vocab else PARAGRAPH
+__all__ = ["LineScore", "SplitScore", "TextScore", "generate", "next_words", "render", "render_stream", "sample",
+           "score_lines", "score_split", "score_text", "score_words", "start_token", "text_perplexity",
+           "use_unnormalized"]
 
 
 def line_tokens(line: str) -> list[str]:
-    """A line's tokens with the closing `<p>`; an empty line is bad input."""
+    """A line's tokens with the closing `<p>`; a blank line has none (callers skip it, as corpora do)."""
     words = line.split()
     if not words:
         raise NnlmError("empty line: nothing to score")
@@ -47,10 +47,18 @@ def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray 
     return out
 
 
-def require_oov_vector(model: LanguageModel) -> None:
+def require_oov_vector(model: LanguageModel) -> ScoresUnknownWords:
     """Only neural models have feature vectors to give words outside V (`NeuralLM.log_prob_text`)."""
-    if not hasattr(model, "log_prob_text"):
+    if not isinstance(model, ScoresUnknownWords):
         raise NnlmError(f"--oov-vector applies to neural models only, not to {type(model).__name__}")
+    return model
+
+
+def use_unnormalized(model: LanguageModel) -> None:
+    """Score y[word] without the softmax sum from now on (self-normalized neural models only)."""
+    if not isinstance(model, Unnormalizable):
+        raise NnlmError(f"--unnormalized applies to neural models only, not to {type(model).__name__}")
+    model.unnormalized = True
 
 
 @dataclass
@@ -70,13 +78,15 @@ def score_lines(model: LanguageModel, lines: list[str], carry_context: bool = Tr
                 skip_bad: bool = False, oov_vector: bool = False) -> tuple[list[LineScore], list[tuple[int, str]]]:
     """Score each line; returns the scores and (line number, reason) of lines skipped as bad.
 
+    Blank lines are skipped, as corpora skip them (the stream goes on across them).
     All lines are scored as one batch (chunked model calls), so a long file costs one pass.
     Words outside V are `<unk>`; with `oov_vector` (neural models) they are still scored as `<unk>`
     but enter later contexts with the paper's feature vector instead of `<unk>`'s."""
-    if oov_vector:
-        require_oov_vector(model)
+    scorer = require_oov_vector(model) if oov_vector else None
     encoded, bad = [], []
     for number, line in enumerate(lines, start=1):
+        if not line.split():
+            continue
         try:
             tokens = line_tokens(line)
         except NnlmError as exc:
@@ -87,10 +97,10 @@ def score_lines(model: LanguageModel, lines: list[str], carry_context: bool = Tr
         encoded.append((number, tokens, model.vocab.encode(tokens), sum(1 for w in tokens if w not in model.vocab)))
     if not encoded:
         return [], bad
-    if oov_vector and carry_context:
-        log_probs = model.log_prob_text([t for _, tokens, _, _ in encoded for t in tokens])
-    elif oov_vector:
-        log_probs = np.concatenate([model.log_prob_text(tokens) for _, tokens, _, _ in encoded])
+    if scorer is not None and carry_context:
+        log_probs = scorer.log_prob_text([t for _, tokens, _, _ in encoded for t in tokens])
+    elif scorer is not None:
+        log_probs = np.concatenate([scorer.log_prob_text(tokens) for _, tokens, _, _ in encoded])
     elif carry_context:
         log_probs = stream_log_probs(model, np.concatenate([ids for _, _, ids, _ in encoded]))
     else:
@@ -103,8 +113,83 @@ def score_lines(model: LanguageModel, lines: list[str], carry_context: bool = Tr
     return scores, bad
 
 
-def next_words(model: LanguageModel, history: list[str], k: int = 10) -> list[tuple[str, float]]:
-    """The k most likely next tokens after `history`, with their probabilities."""
+@dataclass
+class TextScore:
+    """A text scored line by line, with the totals `nnlm score` prints."""
+    lines: list[LineScore]
+    skipped: list[tuple[int, str]]   # (line number, reason): bad lines skipped on request
+    blank: int                       # blank lines, skipped as corpora skip them
+
+    @property
+    def log10_prob(self) -> float:
+        return float(sum(s.log10_prob for s in self.lines))
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.lines)
+
+    @property
+    def oov(self) -> int:
+        return sum(s.oov for s in self.lines)
+
+    @property
+    def perplexity(self) -> float:
+        return float(10 ** (-self.log10_prob / self.tokens)) if self.tokens else float("nan")
+
+
+def score_text(model: LanguageModel, lines: list[str], carry_context: bool = True, skip_bad: bool = False,
+               oov_vector: bool = False) -> TextScore:
+    """`score_lines` with its totals and the count of blank lines skipped."""
+    scores, bad = score_lines(model, lines, carry_context, skip_bad, oov_vector)
+    return TextScore(scores, bad, sum(1 for line in lines if not line.split()))
+
+
+@dataclass
+class SplitScore:
+    """A corpus split scored as one stream (`nnlm score --split`)."""
+    ids: np.ndarray
+    word_log10: np.ndarray
+    oov: int
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids)
+
+    @property
+    def log10_prob(self) -> float:
+        return float(self.word_log10.sum())
+
+    @property
+    def perplexity(self) -> float:
+        return perplexity_from_log_probs(self.word_log10 / LOG10_E)
+
+
+def score_split(model: LanguageModel, corpus: Corpus, split: str) -> SplitScore:
+    """Every token of a split, predicted from the stream before it: the very numbers `nnlm eval` averages."""
+    log_probs = split_log_probs(model, corpus, split)
+    ids = corpus.split(split)
+    return SplitScore(ids, log_probs * LOG10_E, int((ids == corpus.vocab.unk_id).sum()))
+
+
+def score_words(model: LanguageModel, text: str, oov_vector: bool = False) -> np.ndarray:
+    """Natural-log probability of each token of `text` (lines = paragraphs, each ending in `<p>`).
+    Words outside V are `<unk>`; `oov_vector=True` (neural models) gives them the paper's feature vector."""
+    scores, _ = score_lines(model, text.splitlines(), oov_vector=oov_vector)
+    if not scores:
+        return np.zeros(0, dtype=np.float64)
+    return np.concatenate([s.word_log10 for s in scores]) / LOG10_E
+
+
+def text_perplexity(model: LanguageModel, text: str, oov_vector: bool = False) -> float:
+    """Perplexity of `text`, every token (and each line's `<p>`) counted. (For a corpus split use
+    `nnlm.perplexity(model, corpus, split)`.)"""
+    return perplexity_from_log_probs(score_words(model, text, oov_vector))
+
+
+def next_words(model: LanguageModel, history: str | list[str], k: int = 10) -> list[tuple[str, float]]:
+    """The k most likely next tokens after `history` (words, or a string of them), with their probabilities."""
+    if isinstance(history, str):
+        history = history.split()
     if not 1 <= k <= len(model.vocab):
         raise NnlmError(f"k must be between 1 and |V| = {len(model.vocab)}, got {k}")
     ctx = _context_ids(model, history)
@@ -120,10 +205,11 @@ def _context_ids(model: LanguageModel, history: list[str]) -> np.ndarray:
     return np.array([start] * (k - len(ids)) + ids, dtype=np.int64)
 
 
-def generate(model: LanguageModel, prompt: list[str], tokens: int, temperature: float = 1.0,
+def generate(model: LanguageModel, prompt: str | list[str] = "", tokens: int = 50, temperature: float = 1.0,
              top_k: int | None = None, seed: int = 0) -> list[str]:
-    """Sample `tokens` tokens after `prompt`; the same seed gives the same text."""
-    return list(sample(model, prompt, tokens, temperature, top_k, seed))
+    """Sample `tokens` tokens after `prompt` (words, or a string of them); the same seed gives the same text."""
+    return list(sample(model, prompt.split() if isinstance(prompt, str) else prompt, tokens, temperature, top_k,
+                       seed))
 
 
 def sample(model: LanguageModel, prompt: list[str], tokens: int, temperature: float = 1.0,

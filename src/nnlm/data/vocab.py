@@ -99,3 +99,10 @@ class Vocabulary:
             return cls(tuple(tokens), unk=unk)
         except (ValueError, KeyError, TypeError) as exc:
             raise NnlmError(f"cannot read vocabulary file {path}: {exc}") from None
+
+
+def start_token(vocab: Vocabulary) -> str:
+    """What precedes the first token of a text, in training and in use: `<text>` when the vocabulary
+    has it (Brown: texts are separated by it), else `<p>` (text directories: paragraphs). The one
+    rule for the start-of-text pad: corpora, runs and `nnlm.use` all take it from here."""
+    return TEXT if TEXT in vocab else PARAGRAPH

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary
+from nnlm.capabilities import HasWordFeatures
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_path, atomic_write_text, read_input
 from nnlm.lm import LanguageModel
@@ -20,11 +21,9 @@ SPECIALS = (UNK, PARAGRAPH, TEXT)
 
 def word_features(model: LanguageModel) -> np.ndarray:
     """C as float64 [|V|, m]; only neural models have word feature vectors."""
-    net = getattr(model, "net", None)
-    if net is None or not hasattr(net, "C"):
-        kind = getattr(model, "kind", type(model).__name__)
-        raise NnlmError(f"only neural models have word feature vectors; this model is a {kind} model")
-    return net.C.detach().double().cpu().numpy()
+    if not isinstance(model, HasWordFeatures):
+        raise NnlmError(f"only neural models have word feature vectors; this model is a {model.kind_name()} model")
+    return model.word_feature_matrix()
 
 
 def cosine_similarities(features: np.ndarray, row: int) -> np.ndarray:

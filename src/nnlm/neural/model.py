@@ -314,6 +314,10 @@ class NeuralLM(LanguageModel):
             out[lo:lo + len(y)] = torch.softmax(y, dim=1).cpu().numpy()
         return out
 
+    def word_feature_matrix(self) -> np.ndarray:
+        """C as float64 [|V|, m]: the learned word feature vectors."""
+        return self.net.C.detach().double().cpu().numpy()
+
     @torch.no_grad()
     def log_prob_text(self, tokens: Sequence[str]) -> np.ndarray:
         """log P of each token of a user's text given the tokens before it (the start padded).

@@ -30,3 +30,12 @@ def preset(name: str, vocab_size: int) -> ModelConfig:
         raise NnlmError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
     n, h, m, direct = PRESETS[key]
     return ModelConfig(vocab_size=vocab_size, order=n, hidden=h, features=m, direct=direct)
+
+
+def run_name(preset_name: str, config: ModelConfig) -> str:
+    """The preset's name when the run has its shape; else the shape itself (n5-h50-m60-direct), so that a
+    run trained with its own --order/--hidden/--features is not reported as the preset it started from."""
+    shape = (config.order, config.hidden, config.features, config.direct)
+    if PRESETS.get(preset_name.lower()) == shape:
+        return preset_name
+    return f"n{config.order}-h{config.hidden}-m{config.features}" + ("-direct" if config.direct else "")

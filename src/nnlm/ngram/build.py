@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from nnlm.capabilities import Saveable
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
@@ -17,7 +18,7 @@ from nnlm.ngram.counts import MAX_ORDER
 from nnlm.ngram.interpolated import InterpolatedTrigram
 from nnlm.ngram.kneser_ney import KneserNeyModel
 from nnlm.ngram.simple import AddOneBigram, UniformModel
-from nnlm.ngram.store import load_arrays
+from nnlm.ngram.store import load_arrays, record_corpus
 
 # builder(corpus, order, options) -> model
 Builder = Callable[[Corpus, int, dict], LanguageModel]
@@ -77,10 +78,13 @@ def build_ngram(kind: str, corpus: Corpus, order: int | None = None, **options) 
     return builder(corpus, order, options)
 
 
-def save_ngram(model: LanguageModel, directory: Path | str) -> None:
-    if not hasattr(model, "save"):
+def save_ngram(model: LanguageModel, directory: Path | str, corpus: dict | None = None) -> None:
+    """Save `model`; `corpus` (nnlm.data.provenance.corpus_options) records what it was built on."""
+    if not isinstance(model, Saveable):
         raise NnlmError(f"a {type(model).__name__} cannot be saved (nothing to save: it is rebuilt instantly)")
     model.save(Path(directory))
+    if corpus is not None:
+        record_corpus(directory, corpus)
 
 
 def load_ngram(directory: Path | str) -> LanguageModel:

@@ -21,9 +21,9 @@ import numpy as np
 
 from nnlm.data.corpus import Corpus
 from nnlm.data.vocab import Vocabulary
+from nnlm.em import fit_weights_em
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, contexts
-from nnlm.mixture import fit_weights_em
 from nnlm.ngram.counts import count_ngrams
 from nnlm.ngram.keys import ranges, value_at
 from nnlm.ngram.store import load_arrays, save_arrays

@@ -14,7 +14,7 @@ import numpy as np
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.io import JSON_LIMIT, atomic_dir, read_input, require_regular
+from nnlm.io import JSON_LIMIT, atomic_dir, atomic_write_text, read_input, require_regular
 
 FORMAT = "nnlm-ngram/1"
 
@@ -29,6 +29,14 @@ def save_arrays(directory: Path | str, kind: str, order: int, vocab: Vocabulary,
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         vocab.save(tmp / "vocab.json")
         np.savez(tmp / "arrays.npz", **arrays)
+
+
+def record_corpus(directory: Path | str, corpus: dict[str, Any]) -> None:
+    """Add the corpus options a model was built on to its config.json (one atomic replace), so that
+    commands score it on that corpus by default (nnlm.data.provenance)."""
+    path = Path(os.path.realpath(directory)) / "config.json"
+    config = json.loads(read_input(path, "config", JSON_LIMIT))
+    atomic_write_text(path, json.dumps(config | {"corpus": corpus}, indent=2))
 
 
 def _is_saved_model(directory: Path) -> bool:

@@ -1,0 +1,48 @@
+"""`nnlm eval`: perplexities of a trained neural run on its own corpus."""
+from __future__ import annotations
+
+import argparse
+
+from nnlm import cli_types as T
+from nnlm.cli.common import THREADS_HELP, add_json_option, emit, govern_threads
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="valid/test (or train) perplexity of a trained neural run")
+    p.add_argument("run", help="run directory written by `nnlm train`")
+    p.add_argument("--split", default="valid,test",
+                   help="comma-separated splits to score (default valid,test; train,valid,test adds the long "
+                        "train split)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to score (default auto: CUDA when present)")
+    p.add_argument("--threads", type=T.threads, help=THREADS_HELP)
+    p.add_argument("--log-z", action="store_true",
+                   help="also report mean and std of log Z on valid (default: only for --loss sampled/nce runs, "
+                        "where it is always done)")
+    add_json_option(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nnlm.neural.evaluate import evaluate_run, parse_splits
+    from nnlm.neural.train import pick_device
+
+    splits = parse_splits(args.split)
+    device = pick_device(args.device)
+    governor = govern_threads(args, device)
+    result = evaluate_run(args.run, splits, device, log_z=args.log_z)
+    m = result.model
+    json_result = {"run": result.run, "corpus": result.corpus, "preset": result.preset, "name": result.name,
+                   "model": m, "parameters": result.parameters, "perplexity": result.perplexity,
+                   "seconds": round(result.seconds, 2), "threads": governor.describe()}
+    lines = [f"{result.name} (n={m['order']}, h={m['hidden']}, m={m['features']}, direct={m['direct']}) "
+             f"on {result.corpus}, |V| = {result.vocab:,}",
+             "  " + "  ".join(f"{s} {p:,.2f}" for s, p in result.perplexity.items()),
+             f"  {result.tokens:,} tokens scored in {result.seconds:.1f} s, {governor.describe()}"]
+    if result.valid_log_z is not None:  # self-normalization: how near 0 log Z is
+        mean, std = result.valid_log_z
+        json_result["valid_log_z"] = {"mean": mean, "std": std}
+        lines.append(f"  valid log Z: mean {mean:.3f}, std {std:.3f} (0 = self-normalized: "
+                     "`nnlm score --unnormalized` is then close to exact)")
+    emit(args, json_result, lines)
+    return 0

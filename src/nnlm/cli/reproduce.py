@@ -1,0 +1,50 @@
+"""`nnlm reproduce`: Table 1 of the paper (n-gram rows, MLPs, mixtures) and its report."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from nnlm import cli_types as T
+from nnlm.cli.common import THREADS_HELP
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reproduce", help="Table 1 of the paper on Brown: n-gram rows, MLPs, mixtures, report")
+    p.add_argument("--corpus", default="brown", help="'brown' (default) or a text directory")
+    p.add_argument("--out", required=True, help="report directory (README.md, plots, results.json, runs/)")
+    p.add_argument("--budget-minutes", type=T.minutes, default=None,
+                   help="wall-clock budget for the whole call (default 30); rows it shortens are marked")
+    p.add_argument("--models", default=None, help="nets to train, e.g. mlp1,mlp3 (default mlp1,mlp3; --full: all)")
+    p.add_argument("--full", action="store_true",
+                   help="all five nets, each trained until early stopping (default: mlp1, mlp3 within the budget)")
+    p.add_argument("--loss", default="sampled", choices=("sampled", "nce", "full"),
+                   help="the nets' output layer in training (default sampled: faster, and lower perplexity on Brown "
+                        "than the full softmax; scoring is always exact)")
+    p.add_argument("--samples", type=T.positive_int, default=None, help="K for --loss sampled / nce (default 128)")
+    p.add_argument("--hogwild", type=T.procs, default=None, metavar="WORKERS",
+                   help="train each net with this many asynchronous Hogwild workers, one thread each (about "
+                        "WORKERS x a one-thread process on as many cores, less against torch's default "
+                        "threads; runs are no longer reproducible bit for bit) (default: one process)")
+    p.add_argument("--threads", type=T.threads, default=None, help=THREADS_HELP)
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where to train and score (default auto: CUDA when present)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite OUT/README.md and its plots from OUT/results.json; build and train nothing "
+                        "(default: off)")
+    p.set_defaults(handler=run, argv=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nnlm.reproduce import report_only, reproduce
+
+    if args.report_only:
+        print(f"report written to {report_only(args.out)}")
+        return 0
+    command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
+    report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
+                       progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
+                       samples=args.samples, hogwild=args.hogwild)
+    print(f"report written to {report}")
+    return 0

@@ -1,0 +1,29 @@
+"""`nnlm stats`: a corpus's split sizes, vocabulary and <unk> counts."""
+from __future__ import annotations
+
+import argparse
+
+from nnlm.cli.common import add_corpus_options, add_json_option, corpus_options, emit, load_corpus
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stats", help="split sizes, vocabulary size, <unk> counts")
+    add_corpus_options(p)
+    add_json_option(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = corpus_options(args)
+    corpus = load_corpus(args)
+    s = corpus.stats() | {"min_count": options["min_count"]}
+    lines = [f"corpus {s['corpus']}: |V| = {s['vocab']:,}, {s['tokens']:,} tokens, {s['unk']:,} <unk>"]
+    for name, v in s["splits"].items():
+        lines.append(f"  {name:<5} {v['tokens']:>10,} tokens {v['unk']:>8,} <unk> ({v['unk'] / v['tokens']:.2%})")
+    if options["min_count"] is not None:
+        given = "given" if args.min_count is not None else "the default for text directories"
+        lines.append(f"  vocabulary: tokens seen at least {options['min_count']} times in "
+                     f"{'train' if options['vocab_from'] == 'train' else 'all splits'} "
+                     f"(--min-count {options['min_count']}, {given}); the others are <unk>")
+    emit(args, s, lines)
+    return 0

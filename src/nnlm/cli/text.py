@@ -1,0 +1,58 @@
+"""`nnlm generate` and `nnlm next`: sample text from a model, or list its likely next words."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+
+from nnlm import cli_types as T
+from nnlm.cli.common import add_json_option, emit
+from nnlm.errors import NnlmError
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="sample text from a model")
+    p.add_argument("model", help="a saved model (n-gram directory, ARPA file or neural run directory)")
+    p.add_argument("--prompt", default="", help="words to continue (default: none, start a new text)")
+    p.add_argument("--tokens", type=T.int_range(1, 10**9), default=50, help="tokens to draw (default 50)")
+    p.add_argument("--temperature", type=T.float_range(0.0, 1e6, lo_open=True), default=1.0,
+                   help="divides the log-probabilities: below 1 sharper, above 1 flatter (default 1.0)")
+    p.add_argument("--top-k", type=T.positive_int, default=None,
+                   help="draw only among the k most likely words (default: all words)")
+    p.add_argument("--seed", type=T.seed, default=0, help="random seed: the same seed gives the same text (default 0)")
+    p.set_defaults(handler=run_generate)
+
+    p = sub.add_parser("next", help="the most likely next words after a context")
+    p.add_argument("model", help="a saved model (n-gram directory, ARPA file or neural run directory)")
+    p.add_argument("context", help="the preceding words")
+    p.add_argument("-k", type=T.positive_int, default=10, help="how many words to list (default 10)")
+    add_json_option(p)
+    p.set_defaults(handler=run_next)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from nnlm.loading import load
+    from nnlm.use import render_stream, sample
+
+    model = load(args.model)
+    prompt = args.prompt.split()
+    if prompt and all(w not in model.vocab for w in prompt):
+        raise NnlmError("every word of the prompt is outside the model's vocabulary")
+    tokens = sample(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
+    for i, piece in enumerate(render_stream(itertools.chain(prompt, tokens))):  # printed as it is drawn
+        sys.stdout.write(piece)
+        if i % 64 == 63:
+            sys.stdout.flush()
+    print()
+    return 0
+
+
+def run_next(args: argparse.Namespace) -> int:
+    from nnlm import use
+    from nnlm.loading import load
+
+    model = load(args.model)
+    ranked = use.next_words(model, args.context.split(), args.k)
+    emit(args, {"context": args.context, "next": [{"word": w, "p": p} for w, p in ranked]},
+         [f"{p:.5f}  {w}" for w, p in ranked])
+    return 0

@@ -1,0 +1,59 @@
+"""`nnlm eval`: a trained run's perplexities on its own corpus, as one result object."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nnlm.errors import NnlmError
+from nnlm.neural.presets import run_name
+
+SPLITS = ("train", "valid", "test")
+
+
+def parse_splits(text: str) -> list[str]:
+    """'valid,test' -> ['valid', 'test'], in the order given, each once."""
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    wrong = [n for n in names if n not in SPLITS]
+    if wrong or not names:
+        raise NnlmError(f"--split takes a comma-separated list of train, valid, test; got {text!r}")
+    return names
+
+
+@dataclass
+class RunEvaluation:
+    run: str
+    name: str                    # the preset, or the shape when the run has its own n/h/m/direct
+    preset: str
+    corpus: str
+    vocab: int
+    model: dict[str, Any]        # the ModelConfig
+    parameters: int
+    perplexity: dict[str, float]
+    tokens: int
+    seconds: float
+    valid_log_z: tuple[float, float] | None  # mean, std (self-normalization)
+
+
+def evaluate_run(run_dir: str | Path, splits: list[str], device: str = "cpu", log_z: bool = False) -> RunEvaluation:
+    """Perplexity of the run's model on `splits` of the corpus it was trained on; log Z on valid when
+    asked, or always for a run trained with a sampled loss (how near self-normalized it is)."""
+    from nnlm.data.provenance import load_recorded_corpus
+    from nnlm.lm import perplexity
+    from nnlm.neural.checkpoint import load_neural, read_run
+
+    lm = load_neural(run_dir, device=device)
+    run, _, config = read_run(Path(run_dir))
+    corpus = load_recorded_corpus(run)
+    started = time.perf_counter()
+    ppl = {s: perplexity(lm, corpus, s) for s in splits}
+    seconds = time.perf_counter() - started
+    stats = None
+    if log_z or run.get("loss", "full") != "full":
+        from nnlm.neural.sampled import log_partition_stats
+
+        stats = log_partition_stats(lm, corpus, "valid")
+    return RunEvaluation(str(run_dir), run_name(run["preset"], config), run["preset"], corpus.name,
+                         len(corpus.vocab), config.to_dict(), config.parameter_count(), ppl,
+                         sum(len(corpus.split(s)) for s in splits), seconds, stats)
