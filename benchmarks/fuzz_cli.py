@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import fill_disk  # noqa: E402 - the test suite's helper, shared
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # children inherit it: one thread each on a shared machine
 
 BAD_NUMBERS = ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1", "-0", "0", "1", "2", "0.5", "1e-300",
@@ -560,16 +563,7 @@ def full_disk_cases(S: Path, mount: Path) -> list[Case]:
                 shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
             if old:
                 old()
-            st = os.statvfs(mount)
-            room = st.f_bavail * st.f_frsize - free
-            fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                while room > 0:
-                    room -= os.write(fd, b"\0" * min(room, 1 << 16))
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            fill_disk(mount, free)
         return setup
 
     def old_arpa() -> None:

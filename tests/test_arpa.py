@@ -1,13 +1,11 @@
 """ARPA files: round trip, KenLM reads ours and agrees word by word, malformed files are refused."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_nnlm
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
@@ -182,9 +180,7 @@ def test_missing_file_is_an_error(tmp_path):
 
 # ---- command line ----------------------------------------------------------------------------
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nnlm", *args], capture_output=True, text=True,
-                          env=dict(os.environ), timeout=300)
+run = run_nnlm
 
 
 def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path):

@@ -1,10 +1,9 @@
 """Class-based n-gram: P(w|h) = P_KN(class | class history) P(w | class), proper everywhere."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers import run_nnlm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -87,8 +86,7 @@ def test_class_count_out_of_range(c):
         ClassNgram.fit(VOCAB, toy_train(), 3, c, progress=False)
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nnlm", *args], capture_output=True, text=True, timeout=300)
+run = run_nnlm
 
 
 def test_cli_class_model_and_bad_class_counts(toy_dir, tmp_path):

@@ -1,22 +1,10 @@
 """The command line as a user meets it: JSON output, and bad input -> one line, exit 2."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from helpers import assert_one_line_error, run_nnlm
 
-
-def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nnlm", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert fragment in lines[0]
+run = run_nnlm
 
 
 @pytest.mark.brown

@@ -3,23 +3,18 @@ formulation, the model hands it the same operands as its forward pass, the torch
 the recipe's update and restores from its named tensors, and batches cover each epoch once."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import tiny_nplm
 
 from nnlm.lm import contexts as lm_contexts
 from nnlm.neural import train as tr
-from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.optim import Adam
 from nnlm.neural.softmax_loss import softmax_cross_entropy
 
-
-def tiny(h=5, direct=True, v=13, n=4, m=3, dropout=0.0, seed=0) -> NPLM:
-    torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=v, order=n, hidden=h, features=m, direct=direct)
-    return NPLM(cfg, dropout_x=dropout, dropout_h=dropout).double()
+tiny = tiny_nplm
 
 
 @pytest.mark.parametrize("h,direct", [(5, True), (0, True), (4, False)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_nplm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +17,7 @@ from nnlm.neural.presets import PRESETS, preset
 
 
 def tiny(v=11, n=4, h=5, m=3, direct=True, seed=0) -> NPLM:
-    torch.manual_seed(seed)
-    return NPLM(ModelConfig(vocab_size=v, order=n, hidden=h, features=m, direct=direct)).double()
+    return tiny_nplm(h, direct, v, n, m, seed=seed)
 
 
 def vocab_of(size: int) -> Vocabulary:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers import fill_disk
 
 from nnlm.cli import main
 
@@ -331,24 +332,11 @@ def tiny_disk(tmp_path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def _fill(mount: Path, leave: int) -> None:
-    st = os.statvfs(mount)
-    room = st.f_bavail * st.f_frsize - leave
-    fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        while room > 0:
-            room -= os.write(fd, b"\0" * min(room, 1 << 16))
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def test_a_full_disk_is_one_line_and_the_old_files_stay(fixtures, tiny_disk, nnlm):
     old = tiny_disk / "model.arpa"
     old.write_text("the previous model\n")
     (tiny_disk / "saved").mkdir()
-    _fill(tiny_disk, 4096)
+    fill_disk(tiny_disk, 4096)
     with unchanged(old):
         refused(nnlm("export", fixtures["kn"], "--arpa", old), "no space left on device")
     with unchanged(tiny_disk / "saved"):
@@ -362,7 +350,7 @@ def test_a_full_disk_is_one_line_and_the_old_files_stay(fixtures, tiny_disk, nnl
 
 def test_a_full_disk_while_training_keeps_the_run_resumable(fixtures, tiny_disk, nnlm):
     run = Path(shutil.copytree(fixtures["run"], tiny_disk / "run"))
-    _fill(tiny_disk, 1024)
+    fill_disk(tiny_disk, 1024)
     with unchanged(run / "model.safetensors", run / "state.json"):
         refused(nnlm("train", "--resume", "--out", run, "--epochs", "2", "--no-progress", "--threads", "1"),
                 "no space left on device")

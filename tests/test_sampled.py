@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import tiny_nplm
 from safetensors.torch import load_file
 
 from nnlm.cli import main
@@ -23,7 +24,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural import train as tr
 from nnlm.neural.checkpoint import load_neural
-from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.model import NPLM, NeuralLM
 from nnlm.neural.optim import Adam
 from nnlm.neural.sampled import (
     RowAdam,
@@ -48,8 +49,7 @@ def rand_dir(random_corpus, tmp_path) -> Path:
 
 
 def tiny_net(vocab: int = 13, hidden: int = 3, direct: bool = True) -> NPLM:
-    torch.manual_seed(0)
-    net = NPLM(ModelConfig(vocab_size=vocab, order=3, hidden=hidden, features=2, direct=direct)).double()
+    net = tiny_nplm(hidden, direct, v=vocab, n=3, m=2)
     with torch.no_grad():
         net.b.normal_()  # nonzero biases, so every term of y matters
     return net.eval()

@@ -2,13 +2,14 @@ import json
 
 import numpy as np
 import pytest
+from helpers import assert_one_line_error
+from helpers import run_nnlm as run
 
 from nnlm.errors import NnlmError
 from nnlm.lm import split_log_probs
 from nnlm.loading import load
 from nnlm.ngram.simple import AddOneBigram
 from nnlm.use import generate, next_words, render, score_lines, score_text, score_words, text_perplexity
-from test_cli import assert_one_line_error, run
 
 
 @pytest.fixture

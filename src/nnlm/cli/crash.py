@@ -5,8 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import tempfile
-import traceback
 
 
 def first_line(exc: BaseException) -> str:
@@ -26,6 +24,9 @@ def report_unexpected(exc: Exception) -> int:
         reason = "no space left on device" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else exc.strerror
         print(f"nnlm: error: cannot access{where}: {reason or first_line(exc)}", file=sys.stderr)
         return 2
+    import tempfile
+    import traceback
+
     trace = "".join(traceback.format_exception(exc))
     try:
         fd, log = tempfile.mkstemp(prefix="nnlm-crash-", suffix=".log")

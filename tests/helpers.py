@@ -1,0 +1,47 @@
+"""Helpers several test files (and benchmarks/fuzz_cli.py) share: the command line in a subprocess,
+the one-line-error check, a tiny float64 NPLM, and filling a small disk."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_nnlm(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`nnlm ARGS` in a fresh interpreter, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "nnlm", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert fragment in lines[0]
+
+
+def tiny_nplm(h: int = 5, direct: bool = True, v: int = 13, n: int = 4, m: int = 3, dropout: float = 0.0,
+              seed: int = 0):
+    """A float64 NPLM small enough for exact gradient checks, the same for a given seed."""
+    import torch
+
+    from nnlm.neural.model import NPLM, ModelConfig
+
+    torch.manual_seed(seed)
+    config = ModelConfig(vocab_size=v, order=n, hidden=h, features=m, direct=direct)
+    return NPLM(config, dropout_x=dropout, dropout_h=dropout).double()
+
+
+def fill_disk(mount: Path, leave: int) -> None:
+    """Fill the file system at `mount` with one file until `leave` bytes remain (or it is full)."""
+    st = os.statvfs(mount)
+    room = st.f_bavail * st.f_frsize - leave
+    fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while room > 0:
+            room -= os.write(fd, b"\0" * min(room, 1 << 16))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

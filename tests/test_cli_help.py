@@ -1,0 +1,49 @@
+"""Every option of every command says what it does and what it is when not given: a test that walks
+the parsers, so that a new option without a described default fails here."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from nnlm.cli import build_parser
+
+# train and tune keep their option definitions until the typed run configuration generates them
+# (with their defaults) from one place.
+GENERATED_LATER = {"train", "tune"}
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def described(action: argparse.Action) -> list[str]:
+    """What is missing from an action's help: nothing, or 'help', 'default'."""
+    if isinstance(action, argparse._HelpAction):
+        return []
+    missing = [] if action.help else ["help"]
+    takes_default = action.option_strings and not action.required
+    if takes_default and "default" not in (action.help or ""):
+        missing.append("default")
+    return missing
+
+
+def test_the_walk_sees_every_command():
+    assert {"stats", "ngram", "train", "eval", "tune", "mix", "reproduce", "score", "generate", "next",
+            "neighbors", "map", "export"} <= set(commands())
+
+
+@pytest.mark.parametrize("name", sorted(set(commands()) - GENERATED_LATER))
+def test_every_option_has_help_that_states_its_default(name):
+    parser = commands()[name]
+    gaps = {"/".join(a.option_strings) or a.dest: described(a) for a in parser._actions if described(a)}
+    assert not gaps, f"nnlm {name}: options without help or a stated default: {gaps}"
+    assert parser.format_help()  # and the help renders
+
+
+def test_the_walk_catches_an_undescribed_option():
+    parser = argparse.ArgumentParser()
+    bare = parser.add_argument("--bare", type=int, default=3)
+    flag = parser.add_argument("--flag", action="store_true", help="does a thing")
+    assert described(bare) == ["help", "default"] and described(flag) == ["default"]
