@@ -40,11 +40,14 @@ class Parser(argparse.ArgumentParser):
             self._in_intermixed = False
 
 
-def add_corpus_options(p: argparse.ArgumentParser, default: str | None = "brown") -> None:
-    """--corpus and the text-directory vocabulary options. `default=None`: the model's own corpus."""
+OWN_CORPUS = "(default: the model's own corpus, recorded when it was built; brown if none is recorded)"
+
+
+def add_corpus_options(p: argparse.ArgumentParser, default: str | None = "brown", where: str = OWN_CORPUS) -> None:
+    """--corpus and the text-directory vocabulary options. `default=None`: the model's own corpus
+    (`where` says which, for the help)."""
     g = p.add_argument_group("corpus")
-    where = ("(default: the model's own corpus, recorded when it was built; brown if none is recorded)"
-             if default is None else f"(default {default})")
+    where = where if default is None else f"(default {default})"
     g.add_argument("--corpus", default=default,
                    help="'brown' (the bengio2003 protocol) or a directory with train.txt, valid.txt, test.txt "
                         + where)
@@ -64,23 +67,28 @@ def corpus_options(args: argparse.Namespace) -> dict[str, Any]:
     return resolve(args.corpus, args.min_count, args.max_vocab, args.vocab_from)
 
 
-def load_corpus(args: argparse.Namespace):
-    """The corpus --corpus and its options name."""
-    from nnlm.data.provenance import load_recorded_corpus
-
-    return load_recorded_corpus(corpus_options(args), use_cache=not args.no_cache)
-
-
-def model_corpus(args: argparse.Namespace, model_path: str):
-    """--corpus (with its options) if given, else the corpus the model at `model_path` records, else Brown."""
+def corpus_and_options(args: argparse.Namespace, model_path: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The corpus to use and the options that name it: --corpus (with its options) if given, else the
+    corpus the model at `model_path` records, else Brown."""
     from nnlm.data.provenance import load_recorded_corpus, recorded_corpus
 
-    if args.corpus is None:
+    if args.corpus is None and model_path is not None:
         recorded = recorded_corpus(model_path)
         if recorded is not None:
-            return load_recorded_corpus(recorded, use_cache=not args.no_cache)
-        args.corpus = "brown"
-    return load_corpus(args)
+            return load_recorded_corpus(recorded, use_cache=not args.no_cache), recorded
+    args.corpus = args.corpus or "brown"
+    options = corpus_options(args)
+    return load_recorded_corpus(options, use_cache=not args.no_cache), options
+
+
+def load_corpus(args: argparse.Namespace):
+    """The corpus --corpus and its options name."""
+    return corpus_and_options(args)[0]
+
+
+def model_corpus(args: argparse.Namespace, model_path: str | None):
+    """--corpus (with its options) if given, else the corpus the model at `model_path` records, else Brown."""
+    return corpus_and_options(args, model_path)[0]
 
 
 def add_json_option(p: argparse.ArgumentParser, what: str = "one JSON object") -> None:

@@ -10,7 +10,6 @@ from nnlm.cli.common import (
     add_json_option,
     emit,
     govern_threads,
-    load_corpus,
     model_corpus,
 )
 from nnlm.errors import NnlmError
@@ -42,10 +41,7 @@ def _corpus(args: argparse.Namespace):
     from pathlib import Path
 
     saved = [m for m in args.models if Path(m).exists()]
-    if args.corpus is None and saved:
-        return model_corpus(args, saved[0])
-    args.corpus = args.corpus or "brown"
-    return load_corpus(args)
+    return model_corpus(args, saved[0] if saved else None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from nnlm import cli_types as T
-from nnlm.cli.common import add_corpus_options, add_json_option, corpus_options, emit, load_corpus, note
+from nnlm.cli.common import add_corpus_options, add_json_option, corpus_and_options, emit, note
 
 KINDS_HELP = ("uniform, addone, kn (modified Kneser-Ney), interpolated (deleted-interpolation trigram), "
               "class (class-based back-off) (default addone)")
@@ -13,7 +13,7 @@ KINDS_HELP = ("uniform, addone, kn (modified Kneser-Ney), interpolated (deleted-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ngram", help="build a count-based model and print its perplexities")
-    add_corpus_options(p)
+    add_corpus_options(p, default=None, where="(default: brown; with --load, the corpus the model records)")
     p.add_argument("--kind", default="addone", help=KINDS_HELP)
     p.add_argument("--classes", type=T.positive_int, default=None, metavar="C",
                    help="--kind class: number of word classes (default 500)")
@@ -40,9 +40,9 @@ def run(args: argparse.Namespace) -> int:
         save_target(Path(args.save))
     if args.arpa:
         check_output(args.arpa)
-    corpus = load_corpus(args)
+    corpus, options = corpus_and_options(args, args.load)
     obtained = obtain_ngram(corpus, args.kind, args.order, args.classes, args.load, args.load_arpa)
-    write_outputs(obtained, save=args.save, arpa=args.arpa, corpus=corpus_options(args))
+    write_outputs(obtained, save=args.save, arpa=args.arpa, corpus=options)
     result = evaluate_ngram(obtained, corpus)
     json_result = {"corpus": result.corpus, "kind": result.kind, "order": result.order, "vocab": result.vocab,
                    "perplexity": result.perplexity, "build_seconds": result.build_seconds}

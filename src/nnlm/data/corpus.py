@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary
+from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary, start_token
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, TEXT_LIMIT, atomic_dir, read_input, require_regular
 
@@ -199,7 +199,7 @@ def _build_brown() -> Corpus:
     vocab = Vocabulary.from_counts(Counter(tokens), min_count=BROWN_MIN_COUNT, specials=(UNK, PARAGRAPH, TEXT))
     ids = vocab.encode(tokens)
     a, b = BROWN_SIZES[0], BROWN_SIZES[0] + BROWN_SIZES[1]
-    return Corpus("brown", vocab, ids[:a], ids[a:b], ids[b:], pad_token=TEXT)
+    return Corpus("brown", vocab, ids[:a], ids[a:b], ids[b:], pad_token=start_token(vocab))
 
 
 # --- a user's text directory ----------------------------------------------------------------
@@ -227,4 +227,4 @@ def _build_text_dir(root: Path, min_count: int, max_vocab: int | None, vocab_fro
     counted = split_tokens["train"] if vocab_from == "train" else [t for s in SPLITS for t in split_tokens[s]]
     vocab = Vocabulary.from_counts(Counter(counted), min_count=min_count, max_size=max_vocab)
     ids = {s: vocab.encode(toks) for s, toks in split_tokens.items()}
-    return Corpus(root.name or str(root), vocab, pad_token=PARAGRAPH, **ids)
+    return Corpus(root.name or str(root), vocab, pad_token=start_token(vocab), **ids)
