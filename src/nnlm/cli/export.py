@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from nnlm.cli.common import emit
 from nnlm.errors import NnlmError
 
 
@@ -35,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
                         f"not {model.kind_name()}")
     if args.embeddings:
         count = write_embeddings(model, args.embeddings)
-        print(f"{count} word vectors written to {args.embeddings} (word2vec text format)")
+        emit(args, {"embeddings": args.embeddings, "words": count},
+             [f"{count} word vectors written to {args.embeddings} (word2vec text format)"])
     if args.arpa:
         write_arpa(model, args.arpa)
-        print(f"order-{model.order} ARPA model written to {args.arpa}")
+        emit(args, {"arpa": args.arpa, "order": model.order},
+             [f"order-{model.order} ARPA model written to {args.arpa}"])
     return 0

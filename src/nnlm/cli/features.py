@@ -48,5 +48,5 @@ def run_map(args: argparse.Namespace) -> int:
     words = read_word_list(args.words, model.vocab) if args.words else most_frequent_words(model.vocab, args.top)
     coords = pca_2d(features[[model.vocab.id(w) for w in words]])
     draw_map(args.out, words, coords, f"word features of {Path(args.model).name} (PCA, {len(words)} words)")
-    print(f"map of {len(words)} words written to {args.out}")
+    emit(args, {"map": args.out, "words": len(words)}, [f"map of {len(words)} words written to {args.out}"])
     return 0

@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from nnlm import cli_types as T
-from nnlm.cli.common import THREADS_HELP
+from nnlm.cli.common import THREADS_HELP, emit
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,11 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from nnlm.reproduce import report_only, reproduce
 
     if args.report_only:
-        print(f"report written to {report_only(args.out)}")
+        written = report_only(args.out)
+        emit(args, {"report": str(written)}, [f"report written to {written}"])
         return 0
     command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
                        progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
                        samples=args.samples, hogwild=args.hogwild)
-    print(f"report written to {report}")
+    emit(args, {"report": str(report)}, [f"report written to {report}"])
     return 0

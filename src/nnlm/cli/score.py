@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from nnlm import cli_types as T
-from nnlm.cli.common import THREADS_HELP, add_corpus_options, add_json_option, emit, govern_threads, model_corpus
+from nnlm.cli.common import (
+    THREADS_HELP,
+    add_corpus_options,
+    add_json_option,
+    emit,
+    govern_threads,
+    model_corpus,
+    note,
+)
 from nnlm.errors import NnlmError
 
 
@@ -64,9 +71,9 @@ def _score_file(args: argparse.Namespace, model) -> int:
         raise NnlmError(f"{'standard input' if source == '-' else source} has no line to score"
                         + (f" ({', '.join(counts)} skipped)" if counts else ""))
     for number, reason in scored.skipped:
-        print(f"nnlm: skipped line {number}: {reason}", file=sys.stderr)
+        note(f"skipped line {number}: {reason}")
     for number in text.bad_utf8:
-        print(f"nnlm: skipped line {number}: not valid UTF-8", file=sys.stderr)
+        note(f"skipped line {number}: not valid UTF-8")
     skipped = len(scored.skipped) + len(text.bad_utf8)
     blank = scored.blank - len(text.bad_utf8)  # undecodable lines reach the scorer as blank ones
     total = {"log10_prob": scored.log10_prob, "tokens": scored.tokens, "oov": scored.oov,
