@@ -40,7 +40,8 @@ def test_missing_brown(tmp_path):
     [(("stats", "--corpus", "no-such-corpus"), "unknown corpus"),
      (("ngram", "--kind", "nonsense", "--corpus", "brown"), "unknown n-gram kind"),
      (("ngram", "--frobnicate"), "unrecognized arguments"),
-     (("stats", "--corpus", "brown", "--min-count", "3"), "fixed bengio2003 protocol")],
+     (("stats", "--corpus", "brown", "--min-count", "3"), "fixed bengio2003 protocol"),
+     (("stats", "--corpus", ""), "--corpus is empty")],
 )
 def test_bad_arguments(args, fragment):
     assert_one_line_error(run(*args), fragment)

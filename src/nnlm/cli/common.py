@@ -76,7 +76,8 @@ def corpus_and_options(args: argparse.Namespace, model_path: str | None = None) 
         recorded = recorded_corpus(model_path)
         if recorded is not None:
             return load_recorded_corpus(recorded, use_cache=not args.no_cache), recorded
-    args.corpus = args.corpus or "brown"
+    if args.corpus is None:
+        args.corpus = "brown"
     options = corpus_options(args)
     return load_recorded_corpus(options, use_cache=not args.no_cache), options
 

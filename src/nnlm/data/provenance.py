@@ -40,6 +40,8 @@ def corpus_options(source: str, min_count: int | None = None, max_vocab: int | N
                    vocab_from: str = "train") -> dict[str, Any]:
     """The options that name a corpus and its vocabulary, the default --min-count resolved and a text
     directory's path made absolute (a recorded path works from any directory)."""
+    if not source.strip():
+        raise NnlmError("--corpus is empty: give 'brown' or a directory holding train.txt, valid.txt and test.txt")
     if min_count is None:
         min_count = default_min_count(source)
     if source != "brown" and Path(source).is_dir():
