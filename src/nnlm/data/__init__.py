@@ -1,16 +1,8 @@
-"""Vocabularies and corpora: text -> integer id arrays. (Names imported on first use, see nnlm/__init__.)"""
+"""Vocabularies and corpora: text -> integer id arrays. (Names imported on first use: nnlm.lazy.)"""
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from nnlm.lazy import lazy_getattr
 
 _EXPORTS = {"Corpus": "nnlm.data.corpus", "load_corpus": "nnlm.data.corpus", "Vocabulary": "nnlm.data.vocab"}
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'nnlm.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("nnlm.data", _EXPORTS, globals())
