@@ -98,3 +98,11 @@ def test_brown_pads_with_the_one_start_token(brown):
     from nnlm.data.vocab import TEXT, start_token
 
     assert brown.pad_token == start_token(brown.vocab) == TEXT
+
+
+def test_a_new_text_directory_run_records_the_default_min_count(random_corpus, tmp_path, nnlm):
+    code, _, err = nnlm("train", "--corpus", tmp_path / "rand", "--out", tmp_path / "run", "--preset", "mlp7",
+                        "--hidden", "4", "--features", "2", "--epochs", "1", "--batch-size", "64", "--threads", "1",
+                        "--no-progress")
+    assert code == 0, err
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["min_count"] == TEXT_DIR_MIN_COUNT
