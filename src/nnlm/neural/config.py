@@ -7,7 +7,7 @@ validation cannot drift apart; `add_train_options` builds the argparse options f
 of None means "resolved when the run is created" (from the preset, the recipe or the corpus); the
 resolved values are what run.json holds (`nnlm.neural.run_config.Run`).
 
-Torch-free on purpose: the command-line parser imports this module.
+It imports no torch itself, so that the command-line parser can build its options from it cheaply.
 """
 from __future__ import annotations
 

@@ -160,7 +160,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
             raise NnlmError(f"rank {rank}: the corpus {run.corpus} has another vocabulary here than on rank 0")
     whole = {k: v.cpu() for k, v in dd.broadcast_tensors(whole, device).items()}
     torch.set_rng_state(whole.pop("rng.torch").to(torch.uint8))
-    net, optimizer = _rank_model(whole, run, mode, rank, world, device)
+    net, optimizer = rank_model(whole, run, mode, rank, world, device)
     setup = TrainingSetup(out, run, session, corpus, device, net, optimizer, batch_loss, state, resume, world)
     if nothing_left_to_do(setup, log):
         return state if rank == 0 else None
@@ -173,7 +173,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
     return state if rank == 0 else None
 
 
-def _rank_model(whole: dict[str, torch.Tensor], run: Run, mode: str, rank: int, world: int,
+def rank_model(whole: dict[str, torch.Tensor], run: Run, mode: str, rank: int, world: int,
                 device: torch.device) -> tuple[nn.Module, Any]:
     """This rank's model (a replica for ddp, its slice of the output layer for vocab) and optimizer,
     from the whole checkpoint rank 0 broadcast."""
