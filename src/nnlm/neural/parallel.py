@@ -50,7 +50,7 @@ from nnlm.lm import LanguageModel
 from nnlm.neural.model import NPLM, NeuralLM
 from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
-MODES = ("none", "hogwild", "ddp", "vocab")
+MODES = ("none", *(name for name in TRAINERS if name != "single"))  # --parallel: none is the single process
 
 
 def _quiet(_: str) -> None:
