@@ -36,7 +36,7 @@ from nnlm.neural.optim import Adam
 from nnlm.neural.pipeline import build_optimizer
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.sampled import RowAdam, SampledLoss
-from nnlm.neural.trainer import Clock, Trainer, TrainingDiverged, TrainingSetup, divergence_message
+from nnlm.neural.trainer import Clock, Trainer, TrainingDiverged, TrainingSetup, TrainingState, divergence_message
 
 
 def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps, recipe: Recipe,
@@ -127,7 +127,7 @@ class HogwildTrainer(Trainer):
     def describe(self) -> str:
         return f"batch {self.batch}, --parallel hogwild with {len(self.procs)} worker processes (1 thread each)"
 
-    def run_batches(self, state: dict[str, Any], order: torch.Tensor, clock: Clock,
+    def run_batches(self, state: TrainingState, order: torch.Tensor, clock: Clock,
                     save: Callable[[], None], bar: Any) -> bool:
         """The workers do the epoch's remaining batches, in `order` (shared with them); checkpoints
         wait for the epoch's end (`save` is not called: the workers do not pause for it), and the

@@ -26,7 +26,7 @@ from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.run_config import Run, open_run
 from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
-from nnlm.neural.trainer import Trainer, TrainingSetup
+from nnlm.neural.trainer import Trainer, TrainingSetup, TrainingState
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     return loss, RowAdam(net, loss, lr, run.training_recipe.weight_decay)
 
 
-def fresh_state() -> dict[str, Any]:
+def fresh_state() -> TrainingState:
     """state.json of a run that has not trained yet."""
     return {"step": 0, "epoch": 0, "batch": 0, "examples": 0, "loss_sum": 0.0, "loss_count": 0,
             "history": [], "best": None, "bad_epochs": 0, "elapsed": 0.0,

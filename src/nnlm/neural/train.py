@@ -51,7 +51,7 @@ from nnlm.neural.recipes import (  # noqa: F401  (re-exported: the recipe API us
 from nnlm.neural.run_config import Run, bf16_is_fast, corpus_key, model_config, open_run, pick_device  # noqa: F401
 from nnlm.neural.sampled import initial_bias  # noqa: F401  (re-exported)
 from nnlm.neural.trainer import (  # noqa: F401  (re-exported)
-    Clock, Trainer, TrainingDiverged, TrainingSetup, divergence_message, running_label,
+    Clock, Trainer, TrainingDiverged, TrainingSetup, TrainingState, divergence_message, running_label,
 )
 
 __all__ = ["RUN_DEFAULTS", "SESSION_DEFAULTS", "prepare_run", "run_epochs", "train", "train_with"]
@@ -100,8 +100,8 @@ def run_setup(setup: TrainingSetup, spec: TrainerSpec, log: Callable[[str], None
         trainer.close()
 
 
-def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, state: dict[str, Any],
-               trainer: Trainer, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
+def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, state: TrainingState,
+               trainer: Trainer, log: Callable[[str], None], progress: bool) -> TrainingState:
     """The training loop of every trainer: epochs of batches in the order of a permutation seeded
     with (seed, epoch), validation after each, early stopping, the time budget, checkpoints.
     Returns the final state (on every process of a parallel run)."""
@@ -166,7 +166,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
     return state
 
 
-def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, state: dict[str, Any],
+def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, state: TrainingState,
               n_batches: int, lr: float, elapsed: Callable[[], float],
               log: Callable[[str], None]) -> tuple[bool, str | None]:
     """Given the validation perplexity and the seconds it took, keep the best

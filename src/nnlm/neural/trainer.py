@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import torch
 from torch import nn
@@ -29,6 +29,28 @@ from nnlm.neural.run_config import Run
 CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every RECHECK_SECONDS)
 
 
+class TrainingState(TypedDict, total=False):
+    """state.json: a run's progress (checkpoint.STATE_SCHEMA checks it when read). A dict, as JSON
+    reads and writes it; this names its keys and their types."""
+
+    step: int            # updates made
+    epoch: int           # epochs completed
+    batch: int           # batches done of the current epoch (its position in the epoch's order)
+    examples: int        # training examples seen (the paper recipe's t)
+    loss_sum: float      # summed -log P of the current epoch so far (the running figure)
+    loss_count: int
+    history: list[dict[str, Any]]  # one entry per validation (metrics.jsonl)
+    best: dict[str, Any] | None    # {"epoch", "valid_ppl"} of model.safetensors
+    bad_epochs: int      # epochs without a real improvement (early stopping)
+    elapsed: float       # training seconds over all sessions
+    finished: bool
+    stop_reason: str | None
+    tensors: str | None  # the checkpoint file these numbers go with
+    lr: float | None     # plateau schedule: the current rate (None: the recipe's)
+    lr_stalls: int       # plateau schedule: epochs since the rate last had a reason to stay
+    parallel: dict[str, Any]  # {"mode", "world_size"} of the trainer that wrote it (hogwild, ddp, vocab)
+
+
 class TrainingDiverged(NnlmError):
     """The loss became NaN/inf or exploded; the best model on disk is untouched."""
 
@@ -39,7 +61,7 @@ def running_label(run: Run) -> str:
     return "train ppl" if run.loss == "full" else "train exp(objective)"
 
 
-def divergence_message(out: Path, state: dict[str, Any], what: str) -> str:
+def divergence_message(out: Path, state: TrainingState, what: str) -> str:
     best = state["best"]
     kept = (f"the best model (epoch {best['epoch']}, valid perplexity {best['valid_ppl']:.2f}) is intact in "
             f"{out / ck.WEIGHTS}" if best else "no epoch had finished, so no model was saved")
@@ -60,7 +82,7 @@ class TrainingSetup:
     net: nn.Module
     optimizer: Any
     loss_fn: Callable[..., torch.Tensor]
-    state: dict[str, Any]
+    state: TrainingState
     resume: bool = False
     workers: int | None = None  # processes asked for (hogwild, local ddp/vocab)
 
@@ -119,7 +141,7 @@ class Trainer:
     def close(self) -> None:
         """Release what the trainer started (worker processes); called when training ends, however it ends."""
 
-    def run_batches(self, state: dict[str, Any], order: torch.Tensor, clock: Clock,
+    def run_batches(self, state: TrainingState, order: torch.Tensor, clock: Clock,
                     save: Callable[[], None], bar: Any) -> bool:
         """The epoch's batches from state["batch"] on; True if the time budget stopped them."""
         threads.check()
