@@ -2,19 +2,22 @@
 speed-up over one plain process (measured in the same run), and the fraction of each step spent
 communicating (the paper reports about 1/15 for its parameter-parallel cluster runs).
 
-    PYTHONPATH=src python benchmarks/parallel.py --preset mlp1 --batch-size 256 --seconds 10 [--bf16]
+    PYTHONPATH=src NLTK_DATA=... python benchmarks/parallel.py --preset mlp1 --batch-size 256 --seconds 10 [--bf16]
 
---bf16 runs every contender with the step `nnlm train` takes on bf16 hardware: the fused bf16
-output layer (`softmax_loss`) in the plain and hogwild processes and inside DDP's forward, its
-vocabulary-parallel version for vocab. Without it every step is fp32.
-
-Every process uses one thread, on synthetic batches at Brown's |V| (the model's shape, not the
-data, sets the cost). Communication fraction:
+Every contender is `nnlm train`'s own code on Brown: a run set up by nnlm.neural.pipeline and trained
+by the registered trainer's `run_batches` (training_path.py) -- `single` for the plain process, the
+Hogwild parent with its workers, a DDPTrainer / VocabTrainer in every rank (each rank prepares the
+same run in its own directory and takes its replica or slice with `parallel.rank_model`, as a ddp /
+vocab job does from rank 0's broadcast). Recipe `paper` (plain SGD, no dropout), so the figures are
+the steps' cost; --bf16 gives every contender the fused bf16 output layer (`softmax_loss`, its
+vocabulary-parallel version for vocab), without it every step is fp32. One thread per process.
+Communication fraction:
 - vocab: seconds inside the all-reduces (max, sum, target score, and the gradients on x and on
   the hidden layer) over the step time. Waiting for a slower peer counts as communication.
 - ddp: seconds inside the gradient all-reduce. DDP normally overlaps it with backward, which
   hides it from a timer; here a communication hook runs the same averaging all-reduce
   synchronously and times it (so the ddp rows are a little slower than real DDP).
+- both: the trainers' one small all-reduce per step (loss parts and clock flags) is not counted.
 - hogwild: shared memory, no messages: 0 by construction; what it pays instead is stale gradients.
 tokens/CPU-s divides the tokens by the CPU seconds all processes used (their gloo threads
 included): unlike tokens/s it does not drop when other jobs share the cores, so on a busy machine
@@ -23,6 +26,7 @@ it is the better guide to the cost of each mode (1.00x = no parallel overhead).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import tempfile
@@ -31,38 +35,36 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from training_path import TrainingPath
 
 from nnlm.neural import distributed as dd
-from nnlm.neural.model import NPLM
-from nnlm.neural.optim import PaperSGD
-from nnlm.neural.parallel import ShardLoss
-from nnlm.neural.presets import preset
-from nnlm.neural.train import batch_loss
-from nnlm.neural.vocab_parallel import CommTimer, VocabParallelNPLM
+from nnlm.neural.parallel import rank_model
+from nnlm.neural.pipeline import TRAINERS, prepare
+from nnlm.neural.vocab_parallel import CommTimer
 
-BROWN_V = 17_907
+WARMUP_SECONDS = 2.0
 
 
-def batches(cfg, batch: int, seed: int, count: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.randint(0, cfg.vocab_size, (batch, cfg.order - 1), generator=gen),
-             torch.randint(0, cfg.vocab_size, (batch,), generator=gen)) for _ in range(count)]
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (its threads included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(step, seconds: float, warmup: int = 2) -> tuple[int, float, float]:
-    """(steps, wall seconds, CPU seconds of this process) of running `step` about `seconds`; ranks
-    agree on the count beforehand (from rank 0's warm-up), so the loop holds no other collective."""
-    t0 = time.perf_counter()
-    for i in range(warmup):
-        step(i)
-    n = max(3, int(seconds / ((time.perf_counter() - t0) / warmup)))
-    if dist.is_initialized():
-        n = dd.broadcast_object(n)
-    t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(n):
-        step(i)
-    return n, time.perf_counter() - t0, time.process_time() - c0
+def requested(preset_name: str, batch: int, bf16: bool) -> dict:
+    return {"corpus": "brown", "preset": preset_name, "batch_size": batch, "recipe": "paper", "bf16": bf16,
+            "threads": 1}
+
+
+def timed(path: TrainingPath, seconds: float, pids: tuple[int, ...] = ()) -> tuple[int, float, float]:
+    """(examples, wall seconds, CPU seconds of this process and `pids`) of training about `seconds`
+    after a short warm-up (by time: Hogwild workers run whole epochs unless a deadline stops them)."""
+    path.advance(seconds=min(WARMUP_SECONDS, seconds / 5))
+    CommTimer.seconds = 0.0
+    processes = (os.getpid(), *pids)
+    t0, c0 = time.perf_counter(), sum(cpu_seconds(p) for p in processes)
+    examples = path.advance(seconds=seconds)
+    return examples, time.perf_counter() - t0, sum(cpu_seconds(p) for p in processes) - c0
 
 
 def timed_all_reduce_hook(world: int):
@@ -77,93 +79,37 @@ def timed_all_reduce_hook(world: int):
     return hook
 
 
-def plain_step_fn(net: NPLM, data, batch: int, bf16: bool):
-    opt = PaperSGD(net, 1e-4, 0.0, 0.0)
-
-    def step(i: int) -> None:
-        ctx, tgt = data[i % len(data)]
-        loss = batch_loss(net, ctx, tgt, bf16)
-        net.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step(0, batch)
-    return step
-
-
-def rank_benchmark(mode: str, preset_name: str, batch: int, seconds: float, bf16: bool, result_file: str) -> None:
+def rank_benchmark(mode: str, options: dict, seconds: float, work: str, result_file: str) -> None:
+    """One rank: the run prepared in its own directory, this rank's part of it, its trainer timed."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    cfg = preset(preset_name, BROWN_V)
-    torch.manual_seed(0)
-    full = NPLM(cfg)
-    data = batches(cfg, batch, seed=0)
-    if mode == "vocab":
-        net = VocabParallelNPLM.from_full(dict(full.state_dict()), cfg, rank, world)
-        del full
-        opt = PaperSGD(net, 1e-4, 0.0, 0.0)
-
-        def step(i: int) -> None:
-            ctx, tgt = data[i % len(data)]
-            loss = net.loss(ctx, tgt, bf16)
-            net.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step(0, batch)
-
-    else:
-        from torch.nn.parallel import DistributedDataParallel
-
-        engine = DistributedDataParallel(ShardLoss(full, batch_loss))
-        engine.register_comm_hook(None, timed_all_reduce_hook(world))
-        opt = PaperSGD(full, 1e-4, 0.0, 0.0)
-        shard = [(c.tensor_split(world)[rank], t.tensor_split(world)[rank]) for c, t in data]
-
-        def step(i: int) -> None:
-            ctx, tgt = shard[i % len(shard)]
-            loss = engine(ctx, tgt, bf16) * (world / batch)
-            full.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step(0, batch)
-
-    timed(step, 0.0)
-    CommTimer.seconds = 0.0
-    steps, elapsed, cpu = timed(step, seconds)
-    comm = CommTimer.seconds / elapsed
-    stats = torch.tensor([steps * batch / elapsed, comm, cpu], dtype=torch.float64)
+    torch.set_num_threads(1)
+    spec = TRAINERS[mode]
+    setup = prepare(Path(work) / f"rank{rank}", options, False, torch.device("cpu"), spec)
+    whole = {f"model.{k}": v for k, v in setup.net.state_dict().items()} | setup.optimizer.state_tensors()
+    net, optimizer = rank_model(whole, setup.run, mode, rank, world, setup.device)
+    setup = dataclasses.replace(setup, net=net, optimizer=optimizer, workers=world)
+    trainer = spec.trainer_class()(setup)
+    if mode == "ddp":
+        trainer.engine.register_comm_hook(None, timed_all_reduce_hook(world))
+    examples, elapsed, cpu = timed(TrainingPath(setup, trainer), seconds)
+    stats = torch.tensor([examples / elapsed, CommTimer.seconds / elapsed, cpu], dtype=torch.float64)
     dist.all_reduce(stats)  # rates and fractions: average the ranks' views; CPU seconds: total
     if rank == 0:
         Path(result_file).write_text(json.dumps({"tokens_per_s": float(stats[0]) / world,
                                                  "comm": float(stats[1]) / world,
-                                                 "tokens_per_cpu_s": steps * batch / float(stats[2])}))
+                                                 "tokens_per_cpu_s": examples / float(stats[2])}))
 
 
-def hogwild_worker(net: NPLM, data, batch: int, seconds: float, bf16: bool, start, counts, index: int) -> None:
-    torch.set_num_threads(1)
-    step = plain_step_fn(net, data, batch, bf16)
-    step(0)
-    start.wait()
-    n, t0, c0 = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - t0 < seconds:
-        step(index + n)
-        n += 1
-    counts[2 * index] = n * batch / (time.perf_counter() - t0)
-    counts[2 * index + 1] = n * batch / (time.process_time() - c0)
-
-
-def hogwild_benchmark(preset_name: str, batch: int, seconds: float, workers: int, bf16: bool) -> tuple[float, float]:
-    """(tokens/s of all workers together, tokens per CPU-second)."""
-    cfg = preset(preset_name, BROWN_V)
-    torch.manual_seed(0)
-    net = NPLM(cfg)
-    net.share_memory()
-    data = batches(cfg, batch, seed=0)
-    ctx = mp.get_context(dd.START_METHOD)
-    start, counts = ctx.Barrier(workers), ctx.Array("d", 2 * workers)
-    procs = [ctx.Process(target=hogwild_worker, args=(net, data, batch, seconds, bf16, start, counts, i))
-             for i in range(workers)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    rates, per_cpu = counts[0::2], counts[1::2]
-    return float(sum(rates)), float(sum(rates)) / sum(r / c for r, c in zip(rates, per_cpu, strict=True))
+def in_process(name: str, options: dict, seconds: float, workers: int | None = None) -> tuple[float, float]:
+    """(tokens/s, tokens per CPU-second) of a trainer that runs from this process (single, hogwild)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = TrainingPath.new(Path(tmp) / "run", options, name, workers=workers)
+        try:
+            pids = tuple(p.pid for p in getattr(path.trainer, "procs", ()))
+            examples, elapsed, cpu = timed(path, seconds, pids)
+        finally:
+            path.close()
+    return examples / elapsed, examples / cpu
 
 
 def main() -> None:
@@ -175,31 +121,28 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="every contender takes its bf16 step (fused output layer)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    cfg = preset(args.preset, BROWN_V)
-    torch.manual_seed(0)
-    plain = plain_step_fn(NPLM(cfg), batches(cfg, args.batch_size, 0), args.batch_size, args.bf16)
-    steps, elapsed, cpu = timed(plain, args.seconds)
-    ref, ref_cpu = steps * args.batch_size / elapsed, steps * args.batch_size / cpu
-    print(f"{args.preset} (|V| = {BROWN_V:,}), global batch {args.batch_size}, {'bf16' if args.bf16 else 'fp32'} "
-          f"steps, 1 thread per process, {os.cpu_count()} CPU cores on this machine; load average "
+    options = requested(args.preset, args.batch_size, args.bf16)
+    ref, ref_cpu = in_process("single", options, args.seconds)
+    print(f"{args.preset} on Brown, global batch {args.batch_size}, {'bf16' if args.bf16 else 'fp32'} steps "
+          f"(recipe paper), 1 thread per process, {os.cpu_count()} CPU cores on this machine; load average "
           + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"  {'':<16}{'procs':>6}{'tokens/s':>10}{'speed-up':>10}{'tokens/CPU-s':>14}{'vs plain':>10}  communication")
     print(f"  {'plain':<16}{1:>6}{ref:10,.0f}{1:10.2f}x{ref_cpu:13,.0f}{1:10.2f}x")
     for mode in args.modes.split(","):
         for world in (1, 2):
             if mode == "hogwild":
-                tps, per_cpu = hogwild_benchmark(args.preset, args.batch_size, args.seconds, world, args.bf16)
+                tps, per_cpu = in_process("hogwild", options, args.seconds, workers=world)
                 comm = 0.0
             else:
                 with tempfile.TemporaryDirectory() as tmp:
                     result = Path(tmp) / "result.json"
-                    dd.launch_local(rank_benchmark, world,
-                                    args=(mode, args.preset, args.batch_size, args.seconds, args.bf16, str(result)))
+                    dd.launch_local(rank_benchmark, world, args=(mode, options, args.seconds, tmp, str(result)))
                     measured = json.loads(result.read_text())
                 tps, comm, per_cpu = measured["tokens_per_s"], measured["comm"], measured["tokens_per_cpu_s"]
             print(f"  {mode:<16}{world:>6}{tps:10,.0f}{tps / ref:10.2f}x"
                   f"{per_cpu:13,.0f}{per_cpu / ref_cpu:10.2f}x  {comm:6.1%}"
                   + (f" (1/{1 / comm:.0f})" if comm > 0.005 else ""))
+    print("load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Wall time to a target validation perplexity on Brown: nnlm's training against a plain PyTorch one.
 
 Both train MLP1 (by default) on Brown's training split in the same shuffled batches:
-- nnlm: the step `nnlm train` runs (the run's loss, then `update`), its default recipe for that loss
-  (`modern` for the full softmax: Adam with weight decay, dropout, learning rate x 0.7 per epoch, bf16
-  output layer where the CPU has bf16; `sampled` for the sampled losses; --recipe forces one),
+- nnlm: `nnlm train`'s own code (a run set up by nnlm.neural.pipeline, its trainer's `run_batches`;
+  training_path.py) with its default recipe for that loss (`adaptive` for the full softmax, whose
+  learning rate stays constant here, since no epoch-end validation steers it; `sampled` for the
+  sampled losses; --recipe forces one),
   once per output layer in --loss: the full softmax (`nnlm train`'s default) and the sampled softmax
   (`--loss sampled`, K = 128);
 - the reference: the plain PyTorch model of train_speed.py, fp32, torch.optim.SGD at a constant
@@ -26,16 +27,19 @@ import argparse
 import json
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from train_speed import Reference
+from training_path import TrainingPath
 
 from nnlm.data.corpus import Corpus, load_corpus
 from nnlm.lm import perplexity
-from nnlm.neural import train as tr
+from nnlm.neural.batches import epoch_batches, padded_stream
+from nnlm.neural.recipes import RECIPES
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.presets import preset
 from nnlm.ngram.build import build_ngram
@@ -49,7 +53,7 @@ class Contender:
     def __init__(self, name: str, corpus: Corpus, cfg: ModelConfig, batch: int, seed: int) -> None:
         self.name, self.corpus, self.cfg, self.batch, self.seed = name, corpus, cfg, batch, seed
         self.k = cfg.order - 1
-        self.padded = tr.padded_stream(corpus.train, self.k, corpus.pad_id, torch.device("cpu"))
+        self.padded = padded_stream(corpus.train, self.k, corpus.pad_id, torch.device("cpu"))
         self.epoch, self.tokens, self.train_seconds, self.eval_seconds, self.cpu_seconds = 0, 0, 0.0, 0.0, 0.0
         self.curve: list[dict] = []
         self._batches = iter(())
@@ -60,7 +64,7 @@ class Contender:
         if self.tokens:  # the epoch's batches are used up
             self.epoch += 1
         self.start_epoch(self.epoch)
-        self._batches = tr.epoch_batches(self.padded, self.k, self.batch, self.seed, self.epoch)
+        self._batches = epoch_batches(self.padded, self.k, self.batch, self.seed, self.epoch)
         return next(self._batches)
 
     def train_tokens(self, tokens: int) -> None:
@@ -89,31 +93,26 @@ class Contender:
 
 
 class NnlmContender(Contender):
-    """`nnlm train`'s step: the run's loss (`build_loss`: full softmax, or sampled / nce) then `update`."""
+    """`nnlm train` itself: a run set up by nnlm.neural.pipeline, trained by its single-process trainer's
+    `run_batches` (training_path.py) with the run's loss (full softmax, or sampled / nce) and recipe."""
 
-    def __init__(self, corpus: Corpus, cfg: ModelConfig, batch: int, seed: int, recipe: tr.Recipe, bf16: bool,
-                 loss: str = "full", samples: int | None = None) -> None:
-        what = f", {loss} softmax K={samples}" if loss != "full" else ", bf16 output layer" if bf16 else ""
-        super().__init__(f"nnlm ({recipe.name}{what})", corpus, cfg, batch, seed)
-        torch.manual_seed(seed)
-        self.recipe, self.bf16 = recipe, bf16
-        self.net = NPLM(cfg, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
-        run = {"loss": loss, "samples": samples, "recipe": recipe.name}
-        self.loss_fn, self.optimizer = tr.build_loss(run, self.net, corpus, torch.device("cpu"),
-                                                     tr.build_optimizer(self.net, recipe, recipe.lr), recipe.lr)
+    def __init__(self, corpus: Corpus, cfg: ModelConfig, batch: int, seed: int, options: dict) -> None:
+        self.work = tempfile.TemporaryDirectory()
+        self.path = TrainingPath.new(Path(self.work.name) / "run", {"corpus": "brown", "batch_size": batch,
+                                                                "seed": seed} | options)
+        run = self.path.run
+        what = f", {run.loss} softmax K={run.samples}" if run.loss != "full" else ", bf16 output layer" \
+            if run.bf16 else ""
+        super().__init__(f"nnlm ({run.recipe}{what})", corpus, cfg, batch, seed)
 
-    def start_epoch(self, epoch: int) -> None:
-        self.optimizer.lr = tr.epoch_lr(self.recipe, {"epoch": epoch})  # (a plateau recipe: constant here)
-
-    def train_mode(self) -> None:
-        self.net.train()
-
-    def step(self, contexts: torch.Tensor, targets: torch.Tensor) -> None:
-        tr.update(self.net, self.optimizer, self.loss_fn(self.net, contexts, targets, self.bf16), self.tokens,
-                  len(targets))
+    def train_tokens(self, tokens: int) -> None:
+        start, cpu_start = time.perf_counter(), time.process_time()
+        self.tokens += self.path.advance(examples=tokens)
+        self.train_seconds += time.perf_counter() - start
+        self.cpu_seconds += time.process_time() - cpu_start
 
     def language_model(self) -> NeuralLM:
-        return NeuralLM(self.net, self.corpus.vocab, self.corpus.pad_token)
+        return NeuralLM(self.path.trainer.net, self.corpus.vocab, self.corpus.pad_token)
 
 
 class ReferenceContender(Contender):
@@ -211,8 +210,8 @@ def main() -> None:
     ap.add_argument("--preset", default="mlp1")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--recipe", default=None, choices=sorted(tr.RECIPES),
-                    help="default: nnlm train's default for each loss (modern for full, sampled otherwise)")
+    ap.add_argument("--recipe", default=None, choices=sorted(RECIPES),
+                    help="default: nnlm train's default for each loss (adaptive for full, sampled otherwise)")
     ap.add_argument("--loss", default="full,sampled",
                     help="nnlm contenders by output layer (full, sampled, nce), comma-separated (default full,sampled)")
     ap.add_argument("--samples", type=int, default=128, help="K for the sampled / nce contenders")
@@ -246,10 +245,9 @@ def main() -> None:
     contenders: list[Contender] = []
     if args.contender in ("both", "nnlm"):
         for loss in (name.strip() for name in args.loss.split(",") if name.strip()):
-            recipe = tr.RECIPES[args.recipe or tr.default_recipe(loss)]
-            bf16 = recipe.bf16 and tr.bf16_is_fast(torch.device("cpu"))
-            contenders.append(NnlmContender(corpus, cfg, args.batch_size, args.seed, recipe, bf16, loss,
-                                            None if loss == "full" else args.samples))
+            options = {"preset": args.preset, "loss": loss} | ({} if loss == "full" else {"samples": args.samples}) \
+                | ({"recipe": args.recipe} if args.recipe else {})
+            contenders.append(NnlmContender(corpus, cfg, args.batch_size, args.seed, options))
     if args.contender in ("both", "reference"):
         contenders.append(ReferenceContender(corpus, cfg, args.batch_size, args.seed, args.reference_lr))
     print(f"{args.preset}, batch {args.batch_size}, {args.threads} thread(s), evaluation every {args.eval_tokens:,} "
@@ -272,8 +270,8 @@ def main() -> None:
                 active.remove(c)
     results = {c.name: summary(c, *(reached[c.name] or (None, None))) for c in contenders}
     if args.json:
-        summary = {"target": target, "threads": args.threads, "results": results}
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+        curves = {"target": target, "threads": args.threads, "results": results}
+        args.json.write_text(json.dumps(curves, indent=1) + "\n")
     report(results, target, args.threads, args.png)
 
 

@@ -6,7 +6,8 @@ In one run, on real Brown batches at a Table 1 shape (MLP1 by default, batch 256
       the roofline in tokens/s, at 6 |V| K FLOPs per token (the output layer is all but all of them);
   (b) a plain PyTorch reference, written as a user would: nn.Embedding, nn.Linear,
       F.cross_entropy, torch.optim.SGD, fp32 (and the same with bf16 autocast, for information);
-  (c) nnlm's training step, the very function `nnlm train` runs (recipe `modern` by default).
+  (c) nnlm's training, the very code `nnlm train` runs: a run set up by nnlm.neural.pipeline and
+      its single-process trainer's `run_batches` (training_path.py; recipe `modern` by default).
 The contenders are measured in interleaved rounds (reference, nnlm, reference, nnlm, ...), so
 load from other processes falls on all of them alike; ratios are of the totals.
 
@@ -17,18 +18,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from training_path import TrainingPath
 
 from nnlm.data.corpus import load_corpus
-from nnlm.neural import train as tr
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import ModelConfig
 from nnlm.neural.presets import preset
+from nnlm.neural.recipes import RECIPES
+from nnlm.neural.run_config import bf16_is_fast
 
 
 class Reference(nn.Module):
@@ -69,7 +74,8 @@ def matmul_rates(batch: int, k: int, v: int, dtype: torch.dtype, seconds: float)
     return rates
 
 
-def reference_step(cfg: ModelConfig, autocast: bool) -> Callable[[torch.Tensor, torch.Tensor], None]:
+def reference_trainer(cfg: ModelConfig, autocast: bool, data) -> Callable[[float], int]:
+    """Train the reference for about `seconds` on the next batches of `data`; returns the tokens."""
     model = Reference(cfg)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
@@ -80,18 +86,15 @@ def reference_step(cfg: ModelConfig, autocast: bool) -> Callable[[torch.Tensor, 
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return step
 
-
-def nnlm_step(cfg: ModelConfig, recipe: tr.Recipe, bf16: bool) -> Callable[[torch.Tensor, torch.Tensor], None]:
-    net = NPLM(cfg, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
-    optimizer = tr.build_optimizer(net, recipe, recipe.lr)
-    seen = [0]
-
-    def step(contexts: torch.Tensor, targets: torch.Tensor) -> None:
-        tr.train_step(net, optimizer, contexts, targets, bf16, seen[0])
-        seen[0] += len(targets)
-    return step
+    def train_for(seconds: float) -> int:
+        tokens, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            contexts, targets = next(data)
+            step(contexts, targets)
+            tokens += len(targets)
+        return tokens
+    return train_for
 
 
 def batches(train: np.ndarray, k: int, pad_id: int, batch: int, seed: int = 0):
@@ -119,7 +122,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=60.0, help="per contender, split over the rounds")
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--recipe", default="modern", choices=sorted(tr.RECIPES))
+    ap.add_argument("--recipe", default="modern", choices=sorted(RECIPES))
     ap.add_argument("--no-autocast-reference", action="store_true", help="skip the bf16-autocast reference")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -127,22 +130,26 @@ def main() -> None:
     corpus = load_corpus("brown")
     cfg = preset(args.preset, len(corpus.vocab))
     v, k, batch = cfg.vocab_size, output_width(cfg), args.batch_size
-    recipe = tr.RECIPES[args.recipe]
-    bf16 = recipe.bf16 and tr.bf16_is_fast(torch.device("cpu"))
+    work = tempfile.TemporaryDirectory()
+    path = TrainingPath.new(Path(work.name) / "run", {"corpus": "brown", "preset": args.preset, "recipe": args.recipe,
+                                                  "batch_size": batch, "threads": args.threads})
+    bf16 = path.run.bf16
     flops_per_token = 6.0 * v * k
     print(f"{args.preset} on Brown (|V| = {v:,}, n = {cfg.order}, h = {cfg.hidden}, m = {cfg.features}, "
           f"direct = {cfg.direct}), batch {batch}, {args.threads} thread(s); {load()}")
 
-    dtypes = [torch.float32] + ([torch.bfloat16] if tr.bf16_is_fast(torch.device("cpu")) else [])
-    contenders = {"reference fp32 (SGD)": reference_step(cfg, autocast=False)}
-    if not args.no_autocast_reference and bf16:
-        contenders["reference bf16 autocast (SGD)"] = reference_step(cfg, autocast=True)
-    nnlm_name = f"nnlm train step ({recipe.name}{', bf16' if bf16 else ', fp32'})"
-    contenders[nnlm_name] = nnlm_step(cfg, recipe, bf16)
+    dtypes = [torch.float32] + ([torch.bfloat16] if bf16_is_fast(torch.device("cpu")) else [])
     data = batches(corpus.train, cfg.order - 1, corpus.pad_id, batch)
-    for step in contenders.values():  # warm up: allocations, kernels' first calls
-        for _ in range(3):
-            step(*next(data))
+    contenders = {"reference fp32 (SGD)": reference_trainer(cfg, False, data)}
+    if not args.no_autocast_reference and bf16:
+        contenders["reference bf16 autocast (SGD)"] = reference_trainer(cfg, True, data)
+    nnlm_name = f"nnlm train ({args.recipe}{', bf16' if bf16 else ', fp32'})"
+    contenders[nnlm_name] = lambda seconds: path.advance(seconds=seconds)
+    for name, train_for in contenders.items():  # warm up: allocations, kernels' first calls
+        if name == nnlm_name:
+            path.advance(examples=3 * batch)
+        else:
+            train_for(0.5)
     tokens = {name: 0 for name in contenders}
     seconds = {name: 0.0 for name in contenders}
     flop_seconds = {dtype: {} for dtype in dtypes}  # dtype -> product -> [seconds per FLOP, summed over rounds]
@@ -152,12 +159,9 @@ def main() -> None:
         for dtype in dtypes:
             for name, r in matmul_rates(batch, k, v, dtype, 0.5).items():
                 flop_seconds[dtype][name] = flop_seconds[dtype].get(name, 0.0) + 1.0 / r
-        for name, step in contenders.items():
+        for name, train_for in contenders.items():
             start = time.perf_counter()
-            while time.perf_counter() - start < per_round:
-                contexts, targets = next(data)
-                step(contexts, targets)
-                tokens[name] += len(targets)
+            tokens[name] += train_for(per_round)
             seconds[name] += time.perf_counter() - start
 
     print(f"(a) matmul rate at the output layer's shape [{batch}, {k}] x [{k}, {v:,}] (forward; grad w; grad z); "

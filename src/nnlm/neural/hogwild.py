@@ -12,16 +12,16 @@ epoch's permutation from a shared counter (the only lock, held for a few instruc
 the workers stop, the batches done are exactly a prefix of the epoch, and state.json's
 (epoch, batch) position means what it means for the other trainers. eps_t (paper recipe) and
 Adam's step count are read from shared counters too. The parent process runs the training loop
-of nnlm.neural.train (`run_epochs`) with a HogwildTrainer, whose epoch is handed to the workers;
-between epochs it scores validation and writes the run directory; checkpoints are written at epoch
-ends and when the time budget stops training (the update order is not reproducible, so resuming continues the run
-rather than replaying it).
+of nnlm.neural.train (`run_epochs`) with a HogwildTrainer (trainer `hogwild` of nnlm.neural.pipeline),
+whose epoch (its permutation, in shared memory) is handed to the workers; between epochs it scores
+validation and writes the run directory; checkpoints are written at epoch ends and when the time
+budget stops training (the update order is not reproducible, so resuming continues the run rather
+than replaying it).
 """
 from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -29,22 +29,24 @@ import torch
 import torch.multiprocessing as mp
 
 from nnlm.errors import NnlmError
-from nnlm.neural import checkpoint as ck
-from nnlm.neural import train as tr
+from nnlm.neural.batches import EXPLODED, batch_loss, batch_rows, diverged, update
 from nnlm.neural.distributed import START_METHOD
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
 from nnlm.neural.optim import Adam
+from nnlm.neural.pipeline import build_optimizer
+from nnlm.neural.recipes import Recipe
 from nnlm.neural.sampled import RowAdam, SampledLoss
+from nnlm.neural.trainer import Clock, Trainer, TrainingDiverged, TrainingSetup, TrainingState, divergence_message
 
 
-def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps, recipe: tr.Recipe,
-            sampling: tuple[str, torch.Tensor, int] | None, padded: torch.Tensor, k: int, batch: int, seed: int,
-            bf16: bool, counters, commands, results) -> None:
+def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps, recipe: Recipe,
+            sampling: tuple[str, torch.Tensor, int] | None, padded: torch.Tensor, order: torch.Tensor, k: int,
+            batch: int, seed: int, bf16: bool, counters, commands, results) -> None:
     """Wait for an epoch, claim batches until none is left (or told to stop), report loss sums.
     `sampling` = (loss, proposal q, samples) for a sampled or NCE run, None for the full softmax."""
     torch.set_num_threads(1)
     if sampling is None:
-        loss_fn, optimizer = tr.batch_loss, tr.build_optimizer(net, recipe, recipe.lr)
+        loss_fn, optimizer = batch_loss, build_optimizer(net, recipe, recipe.lr)
     else:  # this worker's own draws and its own row-wise Adam over the shared rows
         loss_fn = SampledLoss(*sampling)
         optimizer = RowAdam(net, loss_fn, recipe.lr, recipe.weight_decay)
@@ -53,7 +55,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
     n_examples = len(padded) - k
     n_batches = math.ceil(n_examples / batch)
     window = torch.arange(k + 1)
-    explode_at = tr.EXPLODED * math.log(net.config.vocab_size)
+    explode_at = EXPLODED * math.log(net.config.vocab_size)
     next_batch, examples, steps, stop = counters
     while (command := commands.get()) is not None:
         epoch, lr, deadline = command
@@ -61,7 +63,6 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
         if moments is not None:
             optimizer.t = adam_steps[index]
         torch.manual_seed(int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, np.uint64)[0] >> 1))
-        order = tr.epoch_order(seed, epoch, n_examples)
         net.train()
         loss_sum, count, failure = 0.0, 0, None
         while True:
@@ -76,13 +77,13 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
                     examples.value += size
                 with steps.get_lock():
                     steps.value += 1
-            rows = tr.batch_rows(padded, order, b, batch, window)
+            rows = batch_rows(padded, order, b, batch, window)
             loss = loss_fn(net, rows[:, :k], rows[:, k], bf16)
             value = float(loss.detach())
-            if (failure := tr.diverged(value, explode_at)) is not None:
+            if (failure := diverged(value, explode_at)) is not None:
                 stop.value = 1
                 break
-            tr.update(net, optimizer, loss, seen, len(rows))
+            update(net, optimizer, loss, seen, len(rows))
             loss_sum += value * len(rows)
             count += len(rows)
             if moments is not None:
@@ -92,38 +93,18 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
         results.put((index, loss_sum, count, failure))
 
 
-def train_hogwild(out: Path, requested: dict[str, Any], workers: int, resume: bool = False, progress: bool = True,
-                  log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train (or continue) the run in `out` with `workers` Hogwild processes on this machine."""
-    session = tr.session_options(requested)
-    if session["device"] == "cuda":
-        raise NnlmError("--parallel hogwild runs on the CPU (shared memory); use --parallel ddp for GPUs")
-    run, corpus = tr.prepare_run(out, {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}, resume)
-    recipe = tr.run_recipe(run)
-    torch.manual_seed(run["seed"])
-    net = NPLM(ModelConfig.from_dict(run["model"]), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
-    optimizer = tr.build_optimizer(net, recipe, tr.learning_rate(run))
-    loss_fn, optimizer = tr.build_loss(run, net, corpus, torch.device("cpu"), optimizer, tr.learning_rate(run))
-    state = (ck.load_training_state(out, net, optimizer) if resume else None) or tr._fresh_state()
-    if tr.nothing_left_to_do(out, state, session, resume, log):
-        return state
-    state["parallel"] = {"mode": "hogwild", "world_size": workers}
-    trainer = HogwildTrainer(out, net, optimizer, run, corpus, torch.device("cpu"), workers, loss_fn)
-    try:
-        return tr.run_epochs(out, run, session, corpus, state, trainer, log, progress=False)
-    finally:
-        trainer.stop_workers()
-
-
-class HogwildTrainer(tr.Trainer):
+class HogwildTrainer(Trainer):
     """The parent process: hands each epoch to the workers, which share the parameters (and the
     batch counter) and update them without locks; it scores, logs and saves between epochs."""
 
-    def __init__(self, out: Path, net: NPLM, optimizer: Any, run: dict[str, Any], corpus: Any,
-                 device: torch.device, workers: int, loss_fn: Any = tr.batch_loss) -> None:
-        super().__init__(out, net, optimizer, run, corpus, device, loss_fn)
+    def __init__(self, setup: TrainingSetup) -> None:
+        super().__init__(setup)
+        net, optimizer, run, loss_fn = self.net, self.optimizer, self.run, self.loss_fn
+        workers = setup.workers or 2
+        setup.state["parallel"] = {"mode": "hogwild", "world_size": workers}
         net.share_memory()
         self.padded.share_memory_()
+        self.order = torch.empty(self.n_examples, dtype=torch.int64).share_memory_()  # the epoch's, set per epoch
         # Adam: each worker keeps its own moments. Shared ones would let a worker divide another's
         # fresh first moment by a second moment not yet updated (~0 early on): a step of ~1e5 x lr.
         # The checkpoint holds their mean; resuming starts every worker from it.
@@ -135,10 +116,10 @@ class HogwildTrainer(tr.Trainer):
         self.counters = (ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("b", 0))
         self.adam_steps = ctx.Array("q", [getattr(optimizer, "t", 0)] * workers, lock=False)
         self.commands, self.results = ctx.SimpleQueue(), ctx.SimpleQueue()
-        sampling = (run["loss"], loss_fn.q.share_memory_(), run["samples"]) if run["loss"] != "full" else None
+        sampling = (run.loss, loss_fn.q.share_memory_(), run.samples) if run.loss != "full" else None
         self.procs = [ctx.Process(target=_worker, daemon=True,
-                                  args=(i, net, self.moments[i], self.adam_steps, tr.run_recipe(run),
-                                        sampling, self.padded, self.k, self.batch, run["seed"], run["bf16"],
+                                  args=(i, net, self.moments[i], self.adam_steps, run.training_recipe,
+                                        sampling, self.padded, self.order, self.k, self.batch, run.seed, run.bf16,
                                         self.counters, self.commands, self.results)) for i in range(workers)]
         for p in self.procs:
             p.start()
@@ -146,10 +127,12 @@ class HogwildTrainer(tr.Trainer):
     def describe(self) -> str:
         return f"batch {self.batch}, --parallel hogwild with {len(self.procs)} worker processes (1 thread each)"
 
-    def run_batches(self, state: dict[str, Any], order: torch.Tensor, clock: tr.Clock,
+    def run_batches(self, state: TrainingState, order: torch.Tensor, clock: Clock,
                     save: Callable[[], None], bar: Any) -> bool:
-        """The workers do the epoch's remaining batches (in the epoch's order, which they draw
-        themselves); checkpoints wait for the epoch's end."""
+        """The workers do the epoch's remaining batches, in `order` (shared with them); checkpoints
+        wait for the epoch's end (`save` is not called: the workers do not pause for it), and the
+        bar, if any, moves once they are done."""
+        self.order.copy_(order)
         next_batch, examples, steps, stop = self.counters
         next_batch.value, examples.value, steps.value, stop.value = state["batch"], state["examples"], state["step"], 0
         deadline = None if clock.budget is None else time.time() + max(clock.budget - clock.elapsed(), 0.0)
@@ -161,9 +144,12 @@ class HogwildTrainer(tr.Trainer):
             state["loss_sum"] += loss_sum
             state["loss_count"] += count
             failures += [failure] if failure else []
+        done = examples.value - state["examples"]
         state.update(batch=next_batch.value, examples=examples.value, step=steps.value)
+        if bar is not None:
+            bar.update(done)
         if failures:
-            raise tr.TrainingDiverged(tr.divergence_message(self.out, state, failures[0]))
+            raise TrainingDiverged(divergence_message(self.out, state, failures[0]))
         return state["batch"] < self.n_batches
 
     def whole(self) -> tuple[NPLM, Any]:
@@ -176,7 +162,8 @@ class HogwildTrainer(tr.Trainer):
             self.optimizer.t = max(self.adam_steps)
         return self.net, self.optimizer
 
-    def stop_workers(self) -> None:
+    def close(self) -> None:
+        """Stop the worker processes."""
         for _ in self.procs:
             self.commands.put(None)
         for p in self.procs:

@@ -40,12 +40,17 @@ from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
-from nnlm.neural import train as tr
+from nnlm.neural.batches import batch_loss
+from nnlm.neural.config import session_options
+from nnlm.neural.pipeline import TRAINERS, build_optimizer, nothing_left_to_do, prepare
+from nnlm.neural.run_config import Run, open_corpus, pick_device
+from nnlm.neural.train import run_setup, train_with
+from nnlm.neural.trainer import Trainer, TrainingSetup
 from nnlm.lm import LanguageModel
-from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.model import NPLM, NeuralLM
 from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
-MODES = ("none", "hogwild", "ddp", "vocab")
+MODES = ("none", *(name for name in TRAINERS if name != "single"))  # --parallel: none is the single process
 
 
 def _quiet(_: str) -> None:
@@ -60,14 +65,14 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if mode not in MODES:
         raise NnlmError(f"--parallel must be one of {', '.join(MODES)}, got {mode!r}")
     if mode not in ("none", "hogwild"):  # (hogwild workers take any loss: sampled rows race like the rest)
-        tr.require_full_softmax(requested.get("loss", "full"), f"--parallel {mode}")
+        TRAINERS[mode].check(requested.get("loss", "full"))
     if mode == "none":
         if dd.under_torchrun():
             raise NnlmError("under torchrun, choose --parallel ddp or --parallel vocab (otherwise every process "
                             "would train the same run on its own)")
         if workers is not None:
             raise NnlmError("--workers needs --parallel hogwild, ddp or vocab")
-        return tr.train(out, requested, resume=resume, progress=progress, log=log)
+        return train_with("single", out, requested, resume=resume, progress=progress, log=log)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise NnlmError(f"--workers must be a positive integer, got {workers!r}")
     if timeout <= 0:
@@ -76,14 +81,12 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if mode == "hogwild":
         if dd.under_torchrun():
             raise NnlmError("--parallel hogwild shares memory between local processes: run it without torchrun")
-        from nnlm.neural.hogwild import train_hogwild
-
-        return train_hogwild(out, requested, workers or 2, resume=resume, progress=progress, log=log)
+        return train_with("hogwild", out, requested, resume=resume, progress=False, log=log, workers=workers or 2)
     if dd.under_torchrun():
         if workers is not None and workers != int(os.environ["WORLD_SIZE"]):
             raise NnlmError("under torchrun the number of processes is torchrun's (--nproc-per-node x --nnodes); "
                             "drop --workers")
-        device = dd.rank_device(tr.pick_device(requested.get("device", "auto")))
+        device = dd.rank_device(pick_device(requested.get("device", "auto")))
         dd.init_group(device, timeout)
         try:
             return run_rank(out, requested, mode, resume, progress, log if dist.get_rank() == 0 else _quiet, timeout)
@@ -130,49 +133,52 @@ def _sliced_view(tensors: dict[str, torch.Tensor], lo: int, hi: int) -> dict[str
 def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, progress: bool,
               log: Callable[[str], None]) -> dict[str, Any] | None:
     rank, world = dist.get_rank(), dist.get_world_size()
-    session = tr.session_options(requested)
-    device = dd.rank_device(tr.pick_device(session["device"]))
+    spec = TRAINERS[mode]
+    session = session_options(requested)
+    device = dd.rank_device(pick_device(session.device))
     # --threads, or this rank's share of the cores free now (the job's local ranks split them)
-    threads.govern(session["threads"], device, share=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    threads.govern(session.threads, device, share=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
     # Rank 0 prepares (or checks) the run directory and reads the checkpoint; the others receive it.
     failure = run = state = None
     whole: dict[str, torch.Tensor] | None = None
     if rank == 0:
         try:
-            defining = {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}
-            run, corpus = tr.prepare_run(out, defining, resume, device)
-            tr.require_full_softmax(run["loss"], f"--parallel {mode}")  # (a resumed sampled run)
-            recipe = tr.run_recipe(run)
-            torch.manual_seed(run["seed"])  # the same initial weights as a single-process run
-            net0 = NPLM(ModelConfig.from_dict(run["model"]))
-            opt0 = tr.build_optimizer(net0, recipe, 1.0)
-            state = (ck.load_training_state(out, net0, opt0) if resume else None) or tr._fresh_state()
-            whole = {f"model.{k}": v for k, v in net0.state_dict().items()} | opt0.state_tensors()
+            setup = prepare(out, requested, resume, device, spec, session)
+            run, corpus, state = setup.run, setup.corpus, setup.state
+            whole = {f"model.{k}": v for k, v in setup.net.state_dict().items()} | setup.optimizer.state_tensors()
             whole["rng.torch"] = torch.get_rng_state()
-            del net0, opt0
+            del setup
         except NnlmError as exc:
             failure = str(exc)
     failure, run, state = dd.broadcast_object((failure, run, state))
     if failure:
         raise NnlmError(failure)
     if rank != 0:
-        corpus = tr._corpus_of(run)
-        if corpus.vocab.fingerprint != run["vocab_fingerprint"]:
-            raise NnlmError(f"rank {rank}: the corpus {run['corpus']} has another vocabulary here than on rank 0")
+        corpus = open_corpus(run)
+        if corpus.vocab.fingerprint != run.vocab_fingerprint:
+            raise NnlmError(f"rank {rank}: the corpus {run.corpus} has another vocabulary here than on rank 0")
     whole = {k: v.cpu() for k, v in dd.broadcast_tensors(whole, device).items()}
     torch.set_rng_state(whole.pop("rng.torch").to(torch.uint8))
-
-    if tr.nothing_left_to_do(out, state, session, resume, log):
+    net, optimizer = rank_model(whole, run, mode, rank, world, device)
+    setup = TrainingSetup(out, run, session, corpus, device, net, optimizer, batch_loss, state, resume, world)
+    if nothing_left_to_do(setup, log):
         return state if rank == 0 else None
     before = state.get("parallel")
     if resume and before and (before["mode"], before["world_size"]) != (mode, world):
         log(f"re-sharding the checkpoint: it was written by {before['mode']} on {before['world_size']} processes, "
             f"continuing with {mode} on {world}")
     state["parallel"] = {"mode": mode, "world_size": world}
+    state = run_setup(setup, spec, log, progress)
+    return state if rank == 0 else None
 
-    recipe = tr.run_recipe(run)
-    config = ModelConfig.from_dict(run["model"])
+
+def rank_model(whole: dict[str, torch.Tensor], run: Run, mode: str, rank: int, world: int,
+                device: torch.device) -> tuple[nn.Module, Any]:
+    """This rank's model (a replica for ddp, its slice of the output layer for vocab) and optimizer,
+    from the whole checkpoint rank 0 broadcast."""
+    recipe = run.training_recipe
+    config = run.model_config
     model_part = {k[len("model."):]: v for k, v in whole.items() if k.startswith("model.")}
     optim_part = {k: v for k, v in whole.items() if k.startswith("optim.")}
     if mode == "ddp":
@@ -184,12 +190,9 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
         net = VocabParallelNPLM.from_full(model_part, config, rank, world, recipe.dropout_x,
                                           recipe.dropout_h).to(device)
         optim_part = _sliced_view(optim_part, lo, hi)
-    optimizer = tr.build_optimizer(net, recipe, tr.learning_rate(run))
+    optimizer = build_optimizer(net, recipe, run.learning_rate)
     optimizer.load_state_tensors({k: v.to(device) for k, v in optim_part.items()})
-    del whole, model_part, optim_part
-    trainer = (DDPTrainer if mode == "ddp" else VocabTrainer)(out, net, optimizer, run, corpus, device)
-    state = tr.run_epochs(out, run, session, corpus, state, trainer, log, progress)
-    return state if rank == 0 else None
+    return net, optimizer
 
 
 def _threads_each() -> str:
@@ -197,7 +200,7 @@ def _threads_each() -> str:
     return f"each {governor.describe()}" if governor else f"{torch.get_num_threads()} threads each"
 
 
-class _RankTrainer(tr.Trainer):
+class _RankTrainer(Trainer):
     """What every rank of a torch.distributed run shares: rank 0 alone logs and writes, the
     loss parts and rank 0's clock flags travel in one small all-reduce per step."""
 
@@ -261,12 +264,12 @@ class DDPTrainer(_RankTrainer):
 
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         self.engine = DistributedDataParallel(ShardLoss(self.net, self.loss_fn), device_ids=device_ids)
-        recipe = tr.run_recipe(self.run)
+        recipe = self.run.training_recipe
         self.dropout = recipe.dropout_x > 0 or recipe.dropout_h > 0
 
     def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel:
         """Every rank scores its share of the validation positions with its replica (a collective)."""
-        lm = NeuralLM(self.net, corpus.vocab, corpus.pad_token, device=self.device, bf16=bool(self.run["bf16"]))
+        lm = NeuralLM(self.net, corpus.vocab, corpus.pad_token, device=self.device, bf16=bool(self.run.bf16))
         return RowShardedLM(lm, self.device)
 
     def describe(self) -> str:
@@ -275,9 +278,9 @@ class DDPTrainer(_RankTrainer):
 
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
         if self.dropout:
-            torch.manual_seed(_step_seed(self.run["seed"], step, self.rank))
+            torch.manual_seed(_step_seed(self.run.seed, step, self.rank))
         mine = rows.tensor_split(self.world)[self.rank]
-        loss_sum = self.engine(mine[:, :self.k], mine[:, self.k], self.run["bf16"])
+        loss_sum = self.engine(mine[:, :self.k], mine[:, self.k], self.run.bf16)
         # DDP averages the gradients over the ranks: this scale makes them the global batch mean's
         return loss_sum * (self.world / len(rows)), float(loss_sum.detach())
 
@@ -290,12 +293,12 @@ class VocabTrainer(_RankTrainer):
                 f"{_threads_each()}, {self.device}")
 
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
-        loss = self.net.loss(rows[:, :self.k], rows[:, self.k], self.run["bf16"])
+        loss = self.net.loss(rows[:, :self.k], rows[:, self.k], self.run.bf16)
         return loss, float(loss.detach()) * len(rows) if self.writer else 0.0  # the same loss on every rank
 
     def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel:
         """Every rank scores its slice of the output layer (a collective), as in training."""
-        return VocabParallelLM(self.net, corpus.vocab, bf16=bool(self.run["bf16"]))
+        return VocabParallelLM(self.net, corpus.vocab, bf16=bool(self.run.bf16))
 
     def whole(self) -> tuple[NPLM, Any]:
         """The slices gathered (a collective: every rank calls it); meaningful on rank 0."""

@@ -46,7 +46,7 @@ def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int
         raise NnlmError("nnlm tune searches the Adam recipes; --recipe paper has no dropout to tune")
     record_file = out / TUNE_FILE
     base = {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}
-    base["corpus"] = tr._corpus_key(base.get("corpus", "brown"))
+    base["corpus"] = tr.corpus_key(base.get("corpus", "brown"))
     if record_file.exists():
         record = json.loads(record_file.read_text())
         if record["requested"] != base:

@@ -1,0 +1,170 @@
+"""Typed training options: what defines a run and what only one invocation chooses.
+
+`RunOptions` are the options a run is defined by (a resumed run must be given the same, or none);
+`SessionOptions` may change from one invocation to the next. Each field is declared once, with its
+default and its command-line help (field metadata), so the defaults, the help text and the
+validation cannot drift apart; `add_train_options` builds the argparse options from them. A value
+of None means "resolved when the run is created" (from the preset, the recipe or the corpus); the
+resolved values are what run.json holds (`nnlm.neural.run_config.Run`).
+
+It imports no torch itself, so that the command-line parser can build its options from it cheaply.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+from nnlm import cli_types as T
+from nnlm.errors import NnlmError
+
+LOSSES = ("full", "sampled", "nce")  # nnlm.neural.sampled.LOSSES, repeated: this module stays torch-free
+DEVICES = ("auto", "cpu", "cuda")
+RECIPE_GROUP = "recipe fields (default: the recipe's; stored in run.json, kept by --resume)"
+
+
+def option(default: Any, help: str, *, parse: Callable[[str], Any] | None = None, choices: tuple | None = None,
+           flag: bool = False, shown: str | None = None, metavar: str | None = None, group: str | None = None,
+           cli: bool = True) -> Any:
+    """A dataclass field that is also a command-line option. `shown`: how the help states the default
+    (when the bare value would not say it); `flag`: a --x/--no-x switch; `cli` False: not on the
+    command line (set by other options or by the library)."""
+    meta = {"help": help, "parse": parse, "choices": choices, "flag": flag, "shown": shown, "metavar": metavar,
+            "group": group, "cli": cli}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options that define a run (None: resolved from the preset, the recipe or the corpus)."""
+
+    corpus: str = option("brown", "'brown' (the bengio2003 protocol) or a directory with train.txt, valid.txt, "
+                                  "test.txt", cli=False)
+    min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False)
+    max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
+    vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
+    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1)")
+    order: int | None = option(None, "n, overriding the preset", parse=T.int_range(2, 64), shown="the preset's")
+    hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset", parse=T.int_range(0, 100_000),
+                                shown="the preset's")
+    features: int | None = option(None, "m, overriding the preset", parse=T.int_range(1, 100_000),
+                                  shown="the preset's")
+    direct: bool | None = option(None, "direct connections W, overriding the preset", flag=True,
+                                 shown="the preset's")
+    recipe: str | None = option(None, "adaptive, adaptive-sampled, paper, modern or sampled",
+                                shown="adaptive with --loss full, sampled with --loss sampled / nce")
+    batch_size: int = option(256, "examples per update", parse=T.int_range(1, 1 << 24))
+    seed: int = option(0, "random seed", parse=T.seed)
+    lr: float | None = option(None, "learning rate", parse=T.learning_rate, shown="the recipe's")
+    patience: int = option(3, "early stopping: epochs without a better valid perplexity", parse=T.count)
+    bf16: bool | None = option(None, "bf16 output layer and softmax in training", flag=True,
+                               shown="the recipe's, on bf16 hardware")
+    loss: str = option("full", "output layer in training: full softmax, sampled (importance-sampled softmax) or "
+                               "nce (noise-contrastive estimation); validation and eval are always exact",
+                       choices=LOSSES)
+    samples: int | None = option(None, "--loss sampled/nce: words drawn per batch from unigram^0.75",
+                                 parse=T.positive_int, metavar="K", shown="128, at most |V|")
+    lr_schedule: str | None = option(None, "epoch: lr x --lr-factor after every epoch; plateau: x --lr-factor when "
+                                           "validation stalls; constant (the paper recipe has its own eps_t)",
+                                     choices=("epoch", "plateau", "constant"), group=RECIPE_GROUP)
+    lr_factor: float | None = option(None, "the schedule's factor, in (0, 1]", group=RECIPE_GROUP,
+                                     parse=T.float_range(0.0, 1.0, lo_open=True))
+    weight_decay: float | None = option(None, "(decoupled) weight decay on C, H, U, W", group=RECIPE_GROUP,
+                                        parse=T.float_range(0.0, 1e3))
+    dropout: float | None = option(None, "dropout on x and on the hidden layer, in [0, 1)", group=RECIPE_GROUP,
+                                   parse=T.float_range(0.0, 1.0))
+    min_improvement: float | None = option(None, "an epoch counts as better only if valid perplexity < best x "
+                                                 "(1 - FRACTION)", group=RECIPE_GROUP, metavar="FRACTION",
+                                           parse=T.float_range(0.0, 1.0))
+    plateau_patience: int | None = option(None, "plateau: epochs without a --min-improvement better validation "
+                                                "before the rate drops", group=RECIPE_GROUP, parse=T.count)
+
+    def check(self) -> None:
+        """Values no run can have -> one-line NnlmError (before anything is read or written)."""
+        from nnlm.neural.recipes import RECIPES, check_recipe_values
+        from nnlm.neural.sampled import check_loss
+
+        recipe = self.recipe
+        if recipe not in RECIPES:
+            raise NnlmError(f"unknown recipe {recipe!r}; choose from {', '.join(RECIPES)}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise NnlmError(f"--batch-size must be at least 1, got {self.batch_size}")
+        if self.patience < 1:
+            raise NnlmError(f"--patience must be at least 1, got {self.patience}")
+        check_loss(self.loss, self.samples)
+        check_recipe_values(dataclasses.asdict(self))
+        if self.loss != "full" and RECIPES[recipe].optimizer != "adam":
+            raise NnlmError(f"--loss {self.loss} trains with the modern recipe (Adam on the touched rows), "
+                            f"not {recipe!r}")
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """The options of one invocation: they may change when a run is resumed."""
+
+    epochs: int = option(30, "stop after this many epochs", parse=T.int_range(1, 1_000_000))
+    time_budget: float | None = option(None, "stop after this much training time", parse=T.minutes,
+                                       metavar="MINUTES", shown="none")
+    threads: int | None = option(None, "torch CPU threads", parse=T.threads,
+                                 shown="the cores other processes leave free, re-checked as the load changes")
+    device: str = option("auto", "auto: CUDA when present", choices=DEVICES)
+    checkpoint_minutes: float = option(5.0, "checkpoint every this many minutes", parse=T.minutes)
+
+    def check(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise NnlmError(f"--threads must be at least 1, got {self.threads}")
+
+
+def defaults(options: type) -> dict[str, Any]:
+    """{field: default} of RunOptions or SessionOptions, in declaration order."""
+    return {f.name: f.default for f in fields(options)}
+
+
+RUN_DEFAULTS: dict[str, Any] = defaults(RunOptions)
+SESSION_DEFAULTS: dict[str, Any] = defaults(SessionOptions)
+
+
+def run_part(requested: dict[str, Any]) -> dict[str, Any]:
+    """The run-defining entries of a requested-options dict."""
+    return {k: v for k, v in requested.items() if k in RUN_DEFAULTS}
+
+
+def session_options(requested: dict[str, Any]) -> SessionOptions:
+    """The session's options from a requested-options dict (other keys are ignored), checked."""
+    session = SessionOptions(**{k: v for k, v in requested.items() if k in SESSION_DEFAULTS})
+    session.check()
+    return session
+
+
+def help_text(f: dataclasses.Field) -> str:
+    """The field's help with its default, as `--help` shows it."""
+    shown = f.metadata["shown"] or ("on" if f.default is True else "off" if f.default is False else f.default)
+    return f"{f.metadata['help']} (default: {shown})"
+
+
+def add_train_options(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Every command-line field of RunOptions and SessionOptions as an option of `parser`. Each
+    option's argparse default is None, so that only what was given reaches `requested` (a resume
+    compares exactly those with the run's); the help states the real default."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in fields(RunOptions) + fields(SessionOptions):
+        meta = f.metadata
+        if not meta["cli"] or f.name in skip:
+            continue
+        target = parser if meta["group"] is None else groups.setdefault(meta["group"],
+                                                                         parser.add_argument_group(meta["group"]))
+        name = "--" + f.name.replace("_", "-")
+        extra: dict[str, Any] = {"help": help_text(f), "default": None}
+        if meta["flag"]:
+            extra["action"] = argparse.BooleanOptionalAction
+        else:
+            extra |= {k: v for k, v in (("type", meta["parse"]), ("choices", meta["choices"]),
+                                        ("metavar", meta["metavar"])) if v is not None}
+        target.add_argument(name, **extra)
+
+
+def requested_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options given on the command line (None: not given), as `nnlm.neural.train.train` takes them."""
+    return {k: getattr(args, k) for k in list(RUN_DEFAULTS) + list(SESSION_DEFAULTS)
+            if getattr(args, k, None) is not None}

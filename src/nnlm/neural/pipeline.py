@@ -1,0 +1,125 @@
+"""The one setup of a training run, shared by every trainer, and the registry of trainers.
+
+`prepare` opens (or creates) the run, seeds torch with the run's seed, builds the NPLM, its
+optimizer and loss, and puts a resumed run's checkpoint back: a single process, the Hogwild parent
+and rank 0 of a ddp or vocab run all start from exactly this (so their initial weights are the
+same). `TRAINERS` names each trainer and what it accepts; its class is imported only when chosen,
+so naming one costs nothing. To add a trainer: subclass `nnlm.neural.trainer.Trainer` (override
+what differs) and register it here.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from nnlm.data.corpus import Corpus
+from nnlm.errors import NnlmError
+from nnlm.neural import checkpoint as ck
+from nnlm.neural.batches import batch_loss
+from nnlm.neural.config import SessionOptions, run_part, session_options
+from nnlm.neural.model import NPLM
+from nnlm.neural.optim import Adam, PaperSGD
+from nnlm.neural.recipes import Recipe
+from nnlm.neural.run_config import Run, open_run
+from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
+from nnlm.neural.trainer import Trainer, TrainingSetup, TrainingState
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """A registered trainer: where its class is, and what it accepts."""
+
+    name: str
+    where: str                 # "module:Class", imported when the trainer is chosen
+    full_softmax_only: bool    # ddp and vocab split the exact softmax; hogwild takes any loss
+    cpu_only: bool = False     # hogwild shares memory between local processes
+
+    def trainer_class(self) -> type[Trainer]:
+        module, name = self.where.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def check(self, loss: str, device: str = "cpu") -> None:
+        """What this trainer cannot do -> one-line NnlmError, before anything is written (and again
+        when a run trained otherwise is resumed)."""
+        if self.full_softmax_only and loss != "full":
+            raise NnlmError(f"--loss {loss} trains in one process or with --parallel hogwild; --parallel "
+                            f"{self.name} trains the full softmax only")
+        if self.cpu_only and device == "cuda":
+            raise NnlmError(f"--parallel {self.name} runs on the CPU (shared memory); use --parallel ddp for GPUs")
+
+
+TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
+    TrainerSpec("single", "nnlm.neural.trainer:Trainer", full_softmax_only=False),
+    TrainerSpec("hogwild", "nnlm.neural.hogwild:HogwildTrainer", full_softmax_only=False, cpu_only=True),
+    TrainerSpec("ddp", "nnlm.neural.parallel:DDPTrainer", full_softmax_only=True),
+    TrainerSpec("vocab", "nnlm.neural.parallel:VocabTrainer", full_softmax_only=True),
+)}
+
+
+def trainer_spec(name: str) -> TrainerSpec:
+    if name not in TRAINERS:
+        raise NnlmError(f"unknown trainer {name!r}; choose from {', '.join(TRAINERS)}")
+    return TRAINERS[name]
+
+
+def build_optimizer(net: torch.nn.Module, recipe: Recipe, lr: float) -> PaperSGD | Adam:
+    if recipe.optimizer == "paper-sgd":
+        return PaperSGD(net, lr, recipe.lr_decay, recipe.weight_decay)
+    return Adam(net, lr, recipe.weight_decay)
+
+
+def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device, optimizer: Any,
+               lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
+    """The run's batch loss and the optimizer that goes with it (full softmax: `batch_loss` and the recipe's).
+    Called before a resume loads its checkpoint, which then replaces the sampled runs' initial b."""
+    run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
+    if run.loss == "full":
+        return batch_loss, optimizer
+    loss = SampledLoss(run.loss, proposal(corpus.train, len(corpus.vocab)), run.samples).to(device)
+    with torch.no_grad():
+        net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
+    return loss, RowAdam(net, loss, lr, run.training_recipe.weight_decay)
+
+
+def fresh_state() -> TrainingState:
+    """state.json of a run that has not trained yet."""
+    return {"step": 0, "epoch": 0, "batch": 0, "examples": 0, "loss_sum": 0.0, "loss_count": 0,
+            "history": [], "best": None, "bad_epochs": 0, "elapsed": 0.0,
+            "finished": False, "stop_reason": None, "tensors": None, "lr": None, "lr_stalls": 0}
+
+
+def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.device, spec: TrainerSpec,
+            session: SessionOptions | None = None, workers: int | None = None) -> TrainingSetup:
+    """The run (created, or re-opened and checked), the seeded model with its optimizer and loss, and
+    the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG)."""
+    session = session or session_options(requested)
+    run, corpus = open_run(out, run_part(requested), resume, device)
+    spec.check(run.loss)  # (a resumed run trained with a loss this trainer lacks)
+    recipe = run.training_recipe
+    torch.manual_seed(run.seed)
+    net = NPLM(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
+    optimizer = build_optimizer(net, recipe, run.learning_rate)
+    loss_fn, optimizer = build_loss(run, net, corpus, device, optimizer, run.learning_rate)
+    state = (ck.load_training_state(out, net, optimizer) if resume else None) or fresh_state()
+    return TrainingSetup(out, run, session, corpus, device, net, optimizer, loss_fn, state, resume, workers)
+
+
+def nothing_left_to_do(setup: TrainingSetup, log: Callable[[str], None]) -> bool:
+    """A finished run, or a resumed one that already has its --epochs or used its --time-budget:
+    say so (every trainer asks this before training)."""
+    state, session, out = setup.state, setup.session, setup.out
+    if state["finished"]:
+        log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
+        return True
+    if setup.resume and state["epoch"] >= session.epochs:
+        log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+        return True
+    if setup.resume and session.time_budget is not None and state["elapsed"] >= 60.0 * session.time_budget:
+        log(f"{out}: the time budget of {session.time_budget} minutes is used already "
+            f"({state['elapsed'] / 60:.1f} min); give a larger --time-budget to continue")
+        return True
+    return False

@@ -1,0 +1,167 @@
+"""A run's resolved configuration (run.json) and the creation or re-opening of its directory.
+
+`Run` is `RunOptions` with every None resolved -- the recipe, its values scaled to the net and the
+corpus, bf16, the number of samples -- plus what the corpus and the preset decided (the model's
+shape, the vocabulary's fingerprint, the pad token). run.json holds exactly these values, so a resume
+trains on with them whatever the defaults have become. Run directories from before a field existed
+still load: `Run.from_json` fills it the way the code of that time behaved.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nnlm.data.corpus import Corpus, load_corpus
+from nnlm.errors import NnlmError
+from nnlm.neural import checkpoint as ck
+from nnlm.neural.config import RUN_DEFAULTS, RunOptions
+from nnlm.neural.model import ModelConfig
+from nnlm.neural.presets import preset
+from nnlm.neural.recipes import (
+    RECIPES, Recipe, default_recipe, learning_rate, recipe_values, regularisation_scale, run_recipe,
+)
+from nnlm.neural.sampled import DEFAULT_SAMPLES, check_loss
+
+
+@dataclass(frozen=True)
+class Run(RunOptions):
+    """The resolved, stored configuration of a run (run.json)."""
+
+    format: str = ck.RUN_FORMAT
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig.to_dict()
+    corpus_name: str = ""
+    vocab_fingerprint: str = ""
+    pad_token: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Run:
+        """A run.json's values (already checked by `checkpoint.read_run`); fields it lacks get the values
+        runs of that time trained with: the full softmax, and their named recipe's values."""
+        data = {"loss": "full", "samples": None} | data  # runs from before the --loss option
+        if data["recipe"] not in RECIPES:
+            raise NnlmError(f"this version lacks recipe {data['recipe']!r}")
+        data |= {k: v for k, v in recipe_values(RECIPES[data["recipe"]]).items() if data.get(k) is None}
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return ModelConfig.from_dict(self.model)
+
+    @property
+    def training_recipe(self) -> Recipe:
+        """The named recipe with this run's stored values."""
+        return run_recipe(self.to_json())
+
+    @property
+    def learning_rate(self) -> float:
+        return learning_rate(self.to_json())
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise NnlmError("--device cuda: no CUDA device is available (use --device cpu or auto)")
+    if name not in ("cpu", "cuda"):
+        raise NnlmError(f"--device must be auto, cpu or cuda, got {name!r}")
+    return torch.device(name)
+
+
+def bf16_is_fast(device: torch.device) -> bool:
+    """bf16 autocast pays off only with hardware bf16 (CUDA, or AVX-512 BF16 / AMX on the CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def model_config(run: dict[str, Any] | RunOptions, vocab_size: int) -> ModelConfig:
+    """The preset's architecture, with any of n, h, m, direct given explicitly taking precedence."""
+    values = run if isinstance(run, dict) else dataclasses.asdict(run)
+    base = preset(values["preset"], vocab_size)
+    picks = {k: values[k] for k in ("order", "hidden", "features", "direct") if values.get(k) is not None}
+    return ModelConfig(**(base.to_dict() | picks))
+
+
+def corpus_key(value: str) -> str:
+    """The corpus as run.json names it: 'brown', or a directory's absolute path."""
+    return value if value == "brown" else str(Path(value).resolve())
+
+
+def open_corpus(run: RunOptions) -> Corpus:
+    """The run's corpus, with its vocabulary options."""
+    return load_corpus(run.corpus, min_count=run.min_count, max_vocab=run.max_vocab, vocab_from=run.vocab_from)
+
+
+def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device) -> tuple[Run, Corpus]:
+    """The run in `out`: created from the requested run options, or re-opened (--resume) and checked
+    against them. Nothing is written when an option is refused."""
+    if "corpus" in requested:
+        requested = requested | {"corpus": corpus_key(requested["corpus"])}
+    return reopen_run(out, requested) if resume else create_run(out, requested, device)
+
+
+def refuse_existing(out: Path) -> None:
+    """A new run never overwrites anything: a trained or unfinished run, or any other file."""
+    if (out / ck.RUN).exists():
+        state = ck.read_state(out)
+        if state.get("finished") or (out / ck.WEIGHTS).exists():
+            raise NnlmError(f"{out} already holds a trained model ({state.get('epoch', 0)} epochs); it is not "
+                            "overwritten: continue it with --resume, or choose another --out")
+        raise NnlmError(f"{out} holds an unfinished run; continue it with --resume or choose another --out")
+    if out.exists() and any(out.iterdir()):
+        raise NnlmError(f"{out} exists and is not empty; choose another --out")
+
+
+def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tuple[Run, Corpus]:
+    """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
+    refuse_existing(out)
+    options = RunOptions(**requested)
+    if options.recipe is None:
+        options = dataclasses.replace(options, recipe=default_recipe(options.loss))
+    options.check()
+    model_config(options, 2)  # unknown preset or impossible shapes: say so before loading the corpus
+    recipe = RECIPES[options.recipe]
+    if options.bf16 is None:
+        options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device))
+    corpus = open_corpus(options)
+    model = model_config(options, len(corpus.vocab))
+    if options.loss != "full" and options.samples is None:
+        options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, len(corpus.vocab)))
+    check_loss(options.loss, options.samples, len(corpus.vocab))
+    scale = regularisation_scale(recipe, model.parameter_count(), len(corpus.train))
+    values = {k: v for k, v in recipe_values(recipe, scale).items() if getattr(options, k) is None}
+    run = Run(**dataclasses.asdict(options) | values, model=model.to_dict(), corpus_name=corpus.name,
+              vocab_fingerprint=corpus.vocab.fingerprint, pad_token=corpus.pad_token)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus.vocab.save(out / ck.VOCAB)
+    ck.write_json(out / ck.RUN, run.to_json())
+    return run, corpus
+
+
+def reopen_run(out: Path, requested: dict[str, Any]) -> tuple[Run, Corpus]:
+    """The saved run, if every requested run option agrees with it, and its corpus (same vocabulary)."""
+    if not (out / ck.RUN).exists():
+        raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
+    saved, _, _ = ck.read_run(out)
+    if saved["recipe"] not in RECIPES:
+        raise NnlmError(f"--resume: {out} was trained with recipe {saved['recipe']!r}, which this version lacks")
+    run = Run.from_json(saved)
+    for key, value in requested.items():
+        if key in RUN_DEFAULTS and getattr(run, key) != value:
+            raise NnlmError(f"--resume: {out} was started with {key} = {getattr(run, key)!r}, not {value!r}")
+    corpus = open_corpus(run)
+    if corpus.vocab.fingerprint != run.vocab_fingerprint:
+        raise NnlmError(f"--resume: the corpus {run.corpus} now has another vocabulary than the run in {out}")
+    return run, corpus

@@ -1,0 +1,195 @@
+"""A trainer: one process's part in training a run, and the clock that bounds it.
+
+`Trainer` is the single process: it computes whole batches, and it alone logs and writes the run
+directory. The parallel trainers (`nnlm.neural.hogwild`, `nnlm.neural.parallel`) subclass it and
+override the few methods that differ: how a batch's loss is computed and agreed on, which process
+writes, what the whole model is, who runs the batches. `nnlm.neural.pipeline` picks one by name.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, TypedDict
+
+import torch
+from torch import nn
+
+from nnlm import threads
+from nnlm.data.corpus import Corpus
+from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel
+from nnlm.neural import checkpoint as ck
+from nnlm.neural.batches import EXPLODED, batch_rows, diverged, padded_stream, update
+from nnlm.neural.model import ModelConfig, NeuralLM
+from nnlm.neural.config import SessionOptions
+from nnlm.neural.run_config import Run
+
+CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every RECHECK_SECONDS)
+
+
+class TrainingState(TypedDict, total=False):
+    """state.json: a run's progress (checkpoint.STATE_SCHEMA checks it when read). A dict, as JSON
+    reads and writes it; this names its keys and their types."""
+
+    step: int            # updates made
+    epoch: int           # epochs completed
+    batch: int           # batches done of the current epoch (its position in the epoch's order)
+    examples: int        # training examples seen (the paper recipe's t)
+    loss_sum: float      # summed -log P of the current epoch so far (the running figure)
+    loss_count: int
+    history: list[dict[str, Any]]  # one entry per validation (metrics.jsonl)
+    best: dict[str, Any] | None    # {"epoch", "valid_ppl"} of model.safetensors
+    bad_epochs: int      # epochs without a real improvement (early stopping)
+    elapsed: float       # training seconds over all sessions
+    finished: bool
+    stop_reason: str | None
+    tensors: str | None  # the checkpoint file these numbers go with
+    lr: float | None     # plateau schedule: the current rate (None: the recipe's)
+    lr_stalls: int       # plateau schedule: epochs since the rate last had a reason to stay
+    parallel: dict[str, Any]  # {"mode", "world_size"} of the trainer that wrote it (hogwild, ddp, vocab)
+
+
+class TrainingDiverged(NnlmError):
+    """The loss became NaN/inf or exploded; the best model on disk is untouched."""
+
+
+def running_label(run: Run) -> str:
+    """What the running training figure is called: a perplexity for the full softmax, only exp of
+    the objective for a sampled or NCE loss (which does not normalize over V)."""
+    return "train ppl" if run.loss == "full" else "train exp(objective)"
+
+
+def divergence_message(out: Path, state: TrainingState, what: str) -> str:
+    best = state["best"]
+    kept = (f"the best model (epoch {best['epoch']}, valid perplexity {best['valid_ppl']:.2f}) is intact in "
+            f"{out / ck.WEIGHTS}" if best else "no epoch had finished, so no model was saved")
+    return (f"training stopped at epoch {state['epoch'] + 1}, step {state['step']}: the loss became {what}; "
+            f"{kept}. Try a smaller --lr or --batch-size.")
+
+
+@dataclass
+class TrainingSetup:
+    """What every trainer is given (`nnlm.neural.pipeline.prepare` builds it): the run, this
+    invocation's options, the corpus, the model, its optimizer and loss, and the progress so far."""
+
+    out: Path
+    run: Run
+    session: SessionOptions
+    corpus: Corpus
+    device: torch.device
+    net: nn.Module
+    optimizer: Any
+    loss_fn: Callable[..., torch.Tensor]
+    state: TrainingState
+    resume: bool = False
+    workers: int | None = None  # processes asked for (hogwild, local ddp/vocab)
+
+
+class Trainer:
+    """One process's part in training a run: its model and optimizer, the training tokens, and
+    the few things the parallel trainers do differently (nnlm.neural.parallel, .hogwild override
+    them). This base class is the single process: it computes whole batches, and it alone logs
+    and writes the run directory."""
+
+    writer = True  # this process logs and writes the run directory
+
+    def __init__(self, setup: TrainingSetup) -> None:
+        self.out, self.net, self.optimizer, self.run = setup.out, setup.net, setup.optimizer, setup.run
+        self.device = device = setup.device
+        self.loss_fn = setup.loss_fn  # batch_loss (full softmax) or a sampled loss (nnlm.neural.sampled)
+        self.config: ModelConfig = self.net.config
+        self.k = self.config.order - 1
+        corpus = setup.corpus
+        self.padded = padded_stream(corpus.train, self.k, corpus.pad_id, device)
+        self.window = torch.arange(self.k + 1, device=device)
+        self.n_examples, self.batch = len(corpus.train), self.run.batch_size
+        self.n_batches = math.ceil(self.n_examples / self.batch)
+        self.explode_at = EXPLODED * math.log(self.config.vocab_size)
+
+    def describe(self) -> str:
+        governor = threads.current()
+        return f"batch {self.batch}, {governor.describe() if governor else f'{torch.get_num_threads()} threads'}, " \
+               f"{self.device}"
+
+    def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
+        """The loss to differentiate here, and this process's part of the batch's summed -log P."""
+        loss = self.loss_fn(self.net, rows[:, :self.k], rows[:, self.k], self.run.bf16)
+        return loss, float(loss.detach()) * len(rows)
+
+    def agree(self, numbers: list[float]) -> list[float]:
+        """Each number summed over the processes (loss parts; flags only the writer's clock raises)."""
+        return numbers
+
+    def share(self, value: Any) -> Any:
+        """The writer's value, on every process."""
+        return value
+
+    def whole(self) -> tuple[nn.Module, Any]:
+        """The whole model and what gives the optimizer's state_tensors(), to score and to save."""
+        return self.net, self.optimizer
+
+    def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel | None:
+        """What this process scores for the per-epoch validation, or None if it takes no part. Here
+        the writer scores the whole model alone (bf16 products for a bf16 run, see NeuralLM)."""
+        if not self.writer:
+            return None
+        return NeuralLM(whole_net, corpus.vocab, corpus.pad_token, device=next(whole_net.parameters()).device,
+                        bf16=bool(self.run.bf16))
+
+    def close(self) -> None:
+        """Release what the trainer started (worker processes); called when training ends, however it ends."""
+
+    def run_batches(self, state: TrainingState, order: torch.Tensor, clock: Clock,
+                    save: Callable[[], None], bar: Any) -> bool:
+        """The epoch's batches from state["batch"] on; True if the time budget stopped them."""
+        threads.check()
+        while state["batch"] < self.n_batches:
+            rows = batch_rows(self.padded, order, state["batch"], self.batch, self.window)
+            loss, part = self.batch_loss(rows, state["step"])
+            total, out_of_time, save_due = self.agree(
+                [part, float(self.writer and clock.out_of_time()), float(self.writer and clock.save_due())])
+            value = total / len(rows)
+            if (what := diverged(value, self.explode_at)) is not None:
+                raise TrainingDiverged(divergence_message(self.out, state, what))
+            update(self.net, self.optimizer, loss, state["examples"], len(rows))
+            state["step"] += 1
+            state["batch"] += 1
+            state["examples"] += len(rows)
+            state["loss_sum"] += value * len(rows)
+            state["loss_count"] += len(rows)
+            if state["batch"] % CHECK_THREADS_EVERY == 0:
+                threads.check()  # other processes' load may have changed (a clock read unless due)
+            if bar is not None:
+                bar.update(len(rows))
+                if state["batch"] % 20 == 0:
+                    left = ("" if clock.budget is None
+                            else f", budget left {max(clock.budget - clock.elapsed(), 0) / 60:.1f} min")
+                    running = math.exp(state["loss_sum"] / state["loss_count"])
+                    bar.set_postfix_str(f"{running_label(self.run)} {running:.1f}{left}")
+            if out_of_time:
+                return True
+            if save_due:
+                save()
+        return False
+
+
+class Clock:
+    """A run's wall time over all its sessions, against its time budget and checkpoint interval."""
+
+    def __init__(self, elapsed_before: float, budget_minutes: float | None, checkpoint_minutes: float) -> None:
+        self.start = self.last_save = time.monotonic()
+        self.before = elapsed_before
+        self.budget = None if budget_minutes is None else 60.0 * budget_minutes
+        self.interval = 60.0 * checkpoint_minutes
+
+    def elapsed(self) -> float:
+        return self.before + time.monotonic() - self.start
+
+    def out_of_time(self) -> bool:
+        return self.budget is not None and self.elapsed() >= self.budget
+
+    def save_due(self) -> bool:
+        return time.monotonic() - self.last_save >= self.interval
+

@@ -1,0 +1,94 @@
+"""Typed training options (nnlm.neural.config), the resolved run (run_config.Run) and the trainer registry."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import pytest
+
+from nnlm.cli import build_parser
+from nnlm.errors import NnlmError
+from nnlm.neural.config import (
+    RUN_DEFAULTS, SESSION_DEFAULTS, RunOptions, SessionOptions, add_train_options, requested_options,
+)
+from nnlm.neural.pipeline import TRAINERS, trainer_spec
+from nnlm.neural.recipes import RECIPES, recipe_values
+from nnlm.neural.run_config import Run
+from nnlm.neural.trainer import Trainer
+
+CORPUS_OPTIONS = ("corpus", "min_count", "max_vocab", "vocab_from")  # the CLI's shared corpus group
+ARGVS = [
+    [],
+    ["--order", "4", "--no-direct", "--lr", "0.01", "--loss", "sampled", "--samples", "5", "--epochs", "2"],
+    ["--time-budget", "1.5", "--dropout", "0.1", "--lr-schedule", "plateau", "--bf16", "--threads", "1",
+     "--seed", "7", "--batch-size", "32", "--patience", "2", "--device", "cpu", "--checkpoint-minutes", "0.5"],
+    ["--preset", "mlp3", "--hidden", "0", "--features", "9", "--direct", "--recipe", "paper", "--lr-factor", "0.5",
+     "--weight-decay", "0", "--min-improvement", "0.01", "--plateau-patience", "2"],
+]
+
+
+def from_fields(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser()
+    add_train_options(parser)
+    return requested_options(parser.parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", ARGVS)
+def test_the_options_built_from_the_fields_parse_as_the_cli_does(argv):
+    args = build_parser().parse_args(["train", "--out", "x", *argv])
+    today = {k: getattr(args, k) for k in list(RUN_DEFAULTS) + list(SESSION_DEFAULTS)
+             if getattr(args, k, None) is not None and k not in CORPUS_OPTIONS}
+    assert from_fields(argv) == today
+
+
+def test_every_train_option_of_the_cli_comes_from_a_field_and_its_help_states_the_default():
+    parser = argparse.ArgumentParser()
+    add_train_options(parser)
+    ours = {a.dest: a for a in parser._actions if a.dest != "help"}
+    cli_train = build_parser()._subparsers._group_actions[0].choices["train"]
+    theirs = {a.dest for a in cli_train._actions} & (set(RUN_DEFAULTS) | set(SESSION_DEFAULTS))
+    assert set(ours) == theirs - set(CORPUS_OPTIONS)
+    for action in ours.values():
+        assert action.default is None  # only what is given reaches `requested` (a resume compares those)
+        assert "(default: " in action.help, action.dest
+    assert "(default: 256)" in ours["batch_size"].help and "(default: 30)" in ours["epochs"].help
+
+
+def test_bad_values_are_one_line_errors():
+    with pytest.raises(NnlmError, match="unknown recipe 'fancy'"):
+        RunOptions(recipe="fancy").check()
+    with pytest.raises(NnlmError, match="--batch-size must be at least 1"):
+        RunOptions(recipe="adaptive", batch_size=0).check()
+    with pytest.raises(NnlmError, match="--samples applies to --loss sampled"):
+        RunOptions(recipe="adaptive", samples=4).check()
+    with pytest.raises(NnlmError, match="trains with the modern recipe"):
+        RunOptions(recipe="paper", loss="nce").check()
+    with pytest.raises(NnlmError, match="--threads must be at least 1"):
+        SessionOptions(threads=0).check()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RunOptions().seed = 1  # type: ignore[misc]
+
+
+def test_an_old_run_json_loads_with_the_values_it_trained_with(neural_run):
+    run_dir, _ = neural_run
+    saved = json.loads((run_dir / "run.json").read_text())
+    run = Run.from_json(saved)
+    assert run.to_json() == {k: saved[k] for k in run.to_json()}  # today's run.json: every value as written
+    old = {k: v for k, v in saved.items() if k not in ("loss", "samples", *recipe_values(RECIPES["modern"]))}
+    old |= {"recipe": "modern", "added_by_a_newer_version": 1}  # unknown keys are tolerated
+    before = Run.from_json(old)
+    assert (before.loss, before.samples) == ("full", None)
+    assert before.training_recipe == RECIPES["modern"]
+    assert before.learning_rate == RECIPES["modern"].lr
+
+
+def test_trainers_are_chosen_by_name():
+    for name, spec in TRAINERS.items():
+        assert spec.name == name and issubclass(spec.trainer_class(), Trainer)
+    with pytest.raises(NnlmError, match="unknown trainer 'mpi'"):
+        trainer_spec("mpi")
+    with pytest.raises(NnlmError, match="--parallel vocab trains the full softmax only"):
+        trainer_spec("vocab").check("sampled")
+    with pytest.raises(NnlmError, match="runs on the CPU"):
+        trainer_spec("hogwild").check("full", "cuda")
