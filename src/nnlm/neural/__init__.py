@@ -1,5 +1,10 @@
-"""The neural probabilistic language model (Bengio et al. 2003): model, presets, trainer, checkpoints."""
-from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
-from nnlm.neural.presets import PRESETS, preset
+"""The neural probabilistic language model (Bengio et al. 2003): model, presets, trainer, checkpoints.
+(Names imported on first use, nnlm.lazy: the command-line parser reads nnlm.neural.config without torch.)"""
+from __future__ import annotations
 
-__all__ = ["NPLM", "ModelConfig", "NeuralLM", "PRESETS", "preset"]
+from nnlm.lazy import lazy_getattr
+
+_EXPORTS = {"NPLM": "nnlm.neural.model", "ModelConfig": "nnlm.neural.model", "NeuralLM": "nnlm.neural.model",
+            "PRESETS": "nnlm.neural.presets", "preset": "nnlm.neural.presets"}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_getattr("nnlm.neural", _EXPORTS, globals())

@@ -197,7 +197,7 @@ def rank_model(whole: dict[str, torch.Tensor], run: Run, mode: str, rank: int, w
 
 def _threads_each() -> str:
     governor = threads.current()
-    return f"each {governor.describe()}" if governor else f"{torch.get_num_threads()} threads each"
+    return f"each {governor.describe()}" if governor else f"{threads.thread_count(torch.get_num_threads())} each"
 
 
 class _RankTrainer(Trainer):

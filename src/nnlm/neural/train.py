@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from nnlm import threads
+from nnlm.neural import presets
 from nnlm.data.corpus import Corpus
 from nnlm.lm import perplexity
 from nnlm.neural import checkpoint as ck
@@ -117,7 +118,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
             ck.save_training_state(out, net, optimizer, state)
         clock.last_save = time.monotonic()
 
-    log(f"training {run.preset} (n={config.order}, h={config.hidden}, m={config.features}, "
+    log(f"training {presets.run_name(run.preset, config)} (n={config.order}, h={config.hidden}, m={config.features}, "
         f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
         f"recipe {recipe.name}{' (bf16 output layer)' if run.bf16 and run.loss == 'full' else ''}, "
         + (f"{run.loss} loss with {run.samples} samples, " if run.loss != "full" else "")

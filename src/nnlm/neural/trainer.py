@@ -110,8 +110,8 @@ class Trainer:
 
     def describe(self) -> str:
         governor = threads.current()
-        return f"batch {self.batch}, {governor.describe() if governor else f'{torch.get_num_threads()} threads'}, " \
-               f"{self.device}"
+        cores = governor.describe() if governor else threads.thread_count(torch.get_num_threads())
+        return f"batch {self.batch}, {cores}, {self.device}"
 
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
         """The loss to differentiate here, and this process's part of the batch's summed -log P."""
