@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from nnlm.cli import main
 from nnlm.data import load_corpus
@@ -71,6 +72,39 @@ def test_plateau_lowers_the_rate_only_when_validation_stalls(gen_dir, tmp_path, 
     lrs = [h["lr"] for h in state["history"]]
     assert lrs == [0.01, 0.01, 0.01, 0.005, 0.005, 0.005, 0.0025, 0.00125]  # then 3 stalls: stop
     assert state["best"]["valid_ppl"] == 18.0 and "0.2% better" in state["stop_reason"]
+
+
+def score_in_turn(monkeypatch, scores: list[float]) -> None:
+    """The per-epoch validation perplexities, given in turn (the schedule's decisions are then known)."""
+    turn = iter(scores)
+    monkeypatch.setattr(tr, "perplexity", lambda lm, corpus, split: next(turn))
+
+
+def test_newbob_undoes_a_stalled_epoch_then_anneals_and_resumes_exactly(gen_dir, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    scores = [30.0, 20.0, 25.0, 19.0, 18.99, 18.0]  # epoch 3 worse: undone; 18.99: better, but not 0.2%
+    options = {"epochs": 6, "lr": 0.01, "lr_schedule": "newbob", "patience": 3}
+    score_in_turn(monkeypatch, scores)
+    whole = train(tmp_path / "whole", gen_dir, **options)
+    assert [h["lr"] for h in whole["history"]] == [0.01, 0.01, 0.01, 0.005, 0.0025, 0.00125]
+
+    out = tmp_path / "stopped"
+    score_in_turn(monkeypatch, scores[:3])
+    state = train(out, gen_dir, **options | {"epochs": 3})
+    saved = load_file(str(out / state["tensors"]))
+    best = load_file(str(out / "model.safetensors"))  # epoch 2's: the weights epoch 4 starts from
+    assert state["best"]["epoch"] == 2 and best.keys() == {k[len("model."):] for k in saved if k[:6] == "model."}
+    assert all(torch.equal(saved["model." + k], v) for k, v in best.items())
+    optimizer = load_file(str(out / "best-optimizer.safetensors"))
+    assert all(torch.equal(saved[k], v) for k, v in optimizer.items())
+
+    score_in_turn(monkeypatch, scores[3:])
+    resumed = train(out, None, resume=True, epochs=6)
+    assert resumed["history"] == [h | {"elapsed_seconds": r["elapsed_seconds"], "valid_seconds": r["valid_seconds"]}
+                                  for h, r in zip(whole["history"], resumed["history"], strict=True)]
+    a, b = (load_file(str(d / s["tensors"])) for d, s in ((tmp_path / "whole", whole), (out, resumed)))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -454,8 +454,9 @@ def _add_train_parser(sub) -> None:
     p.add_argument("--patience", type=T.count,
                    help="early stopping: epochs without a better valid perplexity (default 3)")
     g = p.add_argument_group("recipe fields (default: the recipe's; stored in run.json, kept by --resume)")
-    g.add_argument("--lr-schedule", choices=("epoch", "plateau", "constant"),
+    g.add_argument("--lr-schedule", choices=("epoch", "plateau", "newbob", "constant"),
                    help="epoch: lr x --lr-factor after every epoch; plateau: x --lr-factor when validation stalls; "
+                        "newbob: on a stall the best weights back, then x --lr-factor every epoch; "
                         "constant (the paper recipe has its own eps_t)")
     g.add_argument("--lr-factor", type=T.float_range(0.0, 1.0, lo_open=True), help="the schedule's factor, in (0, 1]")
     g.add_argument("--plateau-patience", type=T.count,
