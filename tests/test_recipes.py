@@ -14,7 +14,7 @@ import torch
 
 from nnlm.cli import main
 from nnlm.data import load_corpus
-from nnlm.data.synthetic import ClassSource, read_source, write_corpus
+from nnlm.data.synthetic import ClassSource, known_class_perplexity, read_source, write_corpus
 from nnlm.neural import train as tr
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
@@ -178,6 +178,47 @@ def test_generated_corpora_are_reproducible_and_beat_kneser_ney(tmp_path):
     corpus = load_corpus(str(tmp_path / "a"), use_cache=False)
     kn = KneserNeyModel.fit(corpus.vocab, corpus.train, 3)
     assert a["test_perplexity"] < perplexity(kn, corpus, "test")
+
+
+def test_known_class_estimate_counts_as_a_plain_loop_would_and_nears_the_limit(gen_dir, tmp_path):
+    """The data-limit figure: the source's classes given, its numbers counted from train."""
+    info = read_source(gen_dir)
+    source = ClassSource.random(info["words"], info["classes"], info["seed"], info["mean_length"],
+                                info["concentration"])
+    k, alpha = info["classes"], info["concentration"]
+
+    def sentences(split: str) -> list[list[int]]:  # a word's class, then 0 for the line's <p>
+        lines = (gen_dir / f"{split}.txt").read_text().splitlines()
+        return [[int(w[1:]) for w in line.split()] + [-1] for line in lines]
+
+    counts: dict[tuple[int, int, int], int] = {}
+    word_counts = np.zeros(info["words"])
+    for sentence in sentences("train"):
+        c2 = c1 = 0
+        for w in sentence:
+            c = 0 if w < 0 else int(source.word_class[w])
+            counts[c2, c1, c] = counts.get((c2, c1, c), 0) + 1
+            word_counts[w] += w >= 0
+            c2, c1 = (c1, c) if c else (0, 0)
+    class_total = np.bincount(source.word_class, weights=word_counts + 0.5)
+    unseen = [sum(0.5 / class_total[x] for w in np.flatnonzero(word_counts == 0) if source.word_class[w] == x)
+              for x in range(k + 1)]  # <unk>: the mass of a class's words never seen in train
+    log_p = []
+    for sentence in sentences("test"):
+        c2 = c1 = 0
+        for w in sentence:
+            c = 0 if w < 0 else int(source.word_class[w])
+            context = sum(counts.get((c2, c1, x), 0) for x in range(k + 1))
+            p = [(counts.get((c2, c1, x), 0) + alpha) / (context + alpha * (k + 1)) for x in range(k + 1)]
+            if w >= 0 and word_counts[w] == 0:
+                log_p.append(math.log(sum(p[x] * unseen[x] for x in range(k + 1))))
+            else:
+                log_p.append(math.log(p[c] if w < 0 else p[c] * (word_counts[w] + 0.5) / class_total[c]))
+            c2, c1 = (c1, c) if c else (0, 0)
+    assert math.isclose(known_class_perplexity(gen_dir), math.exp(-sum(log_p) / len(log_p)), rel_tol=1e-9)
+
+    big = write_corpus(tmp_path / "big", 20000, words=40, classes=5, seed=3)
+    assert 1.0 < known_class_perplexity(tmp_path / "big") / big["test_perplexity"] < 1.01
 
 
 def test_tune_tries_the_default_then_plain_adam_and_resumes(gen_dir, tmp_path, capsys):
