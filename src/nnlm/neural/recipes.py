@@ -27,6 +27,10 @@ recipe from there (`run_recipe`), so a resume trains on with the values it start
   dropout start from `modern`'s / `sampled`'s and are scaled by min(1, parameters per training token /
   Brown MLP1's), so a small net on a small corpus is not held back by Brown's regularisation
   (docs/recipes.md). Every recipe field can be given on the command line and is stored in run.json.
+- the `newbob` schedule (`--lr-schedule newbob`, any Adam recipe; `next_rate`): as `plateau`, but a
+  stalled epoch that made validation worse is undone (the best weights and the optimizer state saved
+  with them are restored) before the rate is lowered, and from then on the rate is lowered after every
+  epoch. Not a default: it did not beat `plateau` on gen-500 nor `sampled` on Brown MLP1 (docs/recipes.md).
 """
 from __future__ import annotations
 
