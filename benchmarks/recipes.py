@@ -35,7 +35,7 @@ from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
 from nnlm.lm import perplexity
 from nnlm.neural import train as tr
-from nnlm.neural.checkpoint import load_neural
+from nnlm.neural.checkpoint import load_neural, read_state
 
 SMALL_NET = {"order": 3, "features": 30, "hidden": 50, "direct": True}
 CORPORA: dict[str, dict[str, Any]] = {
@@ -104,13 +104,20 @@ def ngram_rows(options: dict[str, Any]) -> dict[str, dict[str, float]]:
     return rows
 
 
-def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int) -> dict[str, Any]:
-    """Train (or continue, or reuse) a run; its best valid, test and training time."""
+def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int,
+              report_only: bool = False) -> dict[str, Any]:
+    """Train (or continue, or reuse) a run; its best valid, test and training time. `report_only`: no training,
+    the figures of the run as it stands (its best weights so far; an unfinished run is not cached)."""
     resume = (out / "run.json").exists()
     session = {"epochs": epochs, "threads": threads}
-    state = tr.train(out, session if resume else options | session, resume=resume, progress=False,
-                     log=lambda line: print("   ", line, flush=True))
     result_file = out / "benchmark.json"
+    if report_only:
+        if not result_file.exists() and not (out / "model.safetensors").exists():
+            raise NnlmError(f"{out} has no trained model yet (--report-only trains nothing)")
+        state = read_state(out)
+    else:
+        state = tr.train(out, session if resume else options | session, resume=resume, progress=False,
+                         log=lambda line: print("   ", line, flush=True))
     if result_file.exists():
         return json.loads(result_file.read_text())
     lm = load_neural(out)
@@ -121,7 +128,10 @@ def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int) -> 
               "minutes": state["elapsed"] / 60, "stop": state["stop_reason"],
               "recipe": {k: run.get(k) for k in ("recipe", "lr", "lr_schedule", "lr_factor", "weight_decay", "dropout",
                                                  "min_improvement")}}
-    atomic_write_text(result_file, json.dumps(result) + "\n")
+    if state["finished"] or not report_only:
+        atomic_write_text(result_file, json.dumps(result) + "\n")
+    else:
+        result["epochs"] = f"{result['epochs']}, unfinished"
     return result
 
 
@@ -132,6 +142,7 @@ def main() -> None:
     ap.add_argument("--recipes", default="default,plain,modern")
     ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--report-only", action="store_true", help="train nothing: the runs' figures as they stand")
     args = ap.parse_args()
     for name in args.corpora.split(","):
         if name not in CORPORA:
@@ -171,7 +182,7 @@ def main() -> None:
                 raise SystemExit(f"recipes.py: unknown recipe {label!r}; choose from {', '.join(RECIPES)}")
             try:
                 r = train_one(args.work / "runs" / f"{name}-{label}", options | CORPORA[name]["net"] | RECIPES[label],
-                              args.epochs, args.threads)
+                              args.epochs, args.threads, args.report_only)
             except NnlmError as exc:
                 print(f"| {label} | failed: {exc} | | | | | |")
                 continue
