@@ -1,5 +1,7 @@
 """Training recipes on several corpora: n-gram baselines, each recipe's valid/test perplexity and time,
-and for generated corpora the ratio to the source's own perplexity (the limit).
+and for generated corpora the ratio to the source's own perplexity (the limit) and what a learner that
+knows the source's classes reaches from the same training text (`known_class_perplexity`): how far
+the text itself allows a model to get.
 
     python benchmarks/recipes.py --work runs/recipes                     # every corpus, every recipe
     python benchmarks/recipes.py --work runs/recipes --corpora gen-2k --recipes default,plain
@@ -8,11 +10,13 @@ Corpora (written once into WORK/corpora; Brown needs NLTK_DATA):
   gen-2k      class trigram source (nnlm.data.synthetic), 2,000 words in 40 classes, 300k tokens
   gen-500     the same kind, 500 words in 20 classes, 150k tokens
   gen-2k-1m   the 2,000-word source with 1M tokens (a larger text)
+  gen-500-1m  the 500-word source with 1M tokens (enough text to learn its classes from)
   brown-news  Brown's news category (texts ca01-ca44), one paragraph a line, split 80/10/10 by paragraph
   brown-learned  Brown's learned category (cj01-cj80)
   brown       the bengio2003 protocol; nets: MLP1 with the sampled loss (as `nnlm reproduce` trains them)
 Nets: n = 3, m = 30, h = 50, direct connections, full softmax (the issue's net) on the small corpora.
-Recipes: `default` (what `nnlm train` picks), `modern` and `sampled` (the defaults before), `plain`
+Recipes: `default` (what `nnlm train` picks), `newbob` (the default with the newbob schedule),
+`modern` and `sampled` (the defaults before), `plain`
 (Adam at a constant 2e-3, no weight decay, no dropout, early stopping after 3 epochs without any
 improvement: the script a user would write). One thread, epochs capped at --epochs; each finished run
 is kept in WORK/runs and reused, so an interrupted benchmark continues where it stopped.
@@ -26,18 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from nnlm.data import load_corpus
-from nnlm.data.synthetic import read_source, write_corpus
+from nnlm.data.synthetic import known_class_perplexity, read_source, write_corpus
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
 from nnlm.lm import perplexity
 from nnlm.neural import train as tr
-from nnlm.neural.checkpoint import load_neural
+from nnlm.neural.checkpoint import load_neural, read_state
 
 SMALL_NET = {"order": 3, "features": 30, "hidden": 50, "direct": True}
 CORPORA: dict[str, dict[str, Any]] = {
     "gen-2k": {"gen": {"tokens": 300_000, "words": 2000, "classes": 40, "seed": 0}, "net": SMALL_NET},
     "gen-500": {"gen": {"tokens": 150_000, "words": 500, "classes": 20, "seed": 1}, "net": SMALL_NET},
     "gen-2k-1m": {"gen": {"tokens": 1_000_000, "words": 2000, "classes": 40, "seed": 0}, "net": SMALL_NET},
+    "gen-500-1m": {"gen": {"tokens": 1_000_000, "words": 500, "classes": 20, "seed": 1}, "net": SMALL_NET},
     "brown-news": {"brown": "ca", "net": SMALL_NET, "min_count": 2},
     "brown-learned": {"brown": "cj", "net": SMALL_NET, "min_count": 2},
     "brown": {"net": {"preset": "mlp1", "loss": "sampled"}},
@@ -47,6 +52,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
     "modern": {"recipe": "modern"},
     "sampled": {"recipe": "sampled"},
+    "newbob": {"lr_schedule": "newbob"},
     "plain": {"recipe": "adaptive", "lr": 2e-3, "lr_schedule": "constant", "weight_decay": 0.0, "dropout": 0.0,
               "min_improvement": 0.0},
 }
@@ -98,13 +104,20 @@ def ngram_rows(options: dict[str, Any]) -> dict[str, dict[str, float]]:
     return rows
 
 
-def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int) -> dict[str, Any]:
-    """Train (or continue, or reuse) a run; its best valid, test and training time."""
+def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int,
+              report_only: bool = False) -> dict[str, Any]:
+    """Train (or continue, or reuse) a run; its best valid, test and training time. `report_only`: no training,
+    the figures of the run as it stands (its best weights so far; an unfinished run is not cached)."""
     resume = (out / "run.json").exists()
     session = {"epochs": epochs, "threads": threads}
-    state = tr.train(out, session if resume else options | session, resume=resume, progress=False,
-                     log=lambda line: print("   ", line, flush=True))
     result_file = out / "benchmark.json"
+    if report_only:
+        if not result_file.exists() and not (out / "model.safetensors").exists():
+            raise NnlmError(f"{out} has no trained model yet (--report-only trains nothing)")
+        state = read_state(out)
+    else:
+        state = tr.train(out, session if resume else options | session, resume=resume, progress=False,
+                         log=lambda line: print("   ", line, flush=True))
     if result_file.exists():
         return json.loads(result_file.read_text())
     lm = load_neural(out)
@@ -115,7 +128,10 @@ def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int) -> 
               "minutes": state["elapsed"] / 60, "stop": state["stop_reason"],
               "recipe": {k: run.get(k) for k in ("recipe", "lr", "lr_schedule", "lr_factor", "weight_decay", "dropout",
                                                  "min_improvement")}}
-    atomic_write_text(result_file, json.dumps(result) + "\n")
+    if state["finished"] or not report_only:
+        atomic_write_text(result_file, json.dumps(result) + "\n")
+    else:
+        result["epochs"] = f"{result['epochs']}, unfinished"
     return result
 
 
@@ -126,6 +142,7 @@ def main() -> None:
     ap.add_argument("--recipes", default="default,plain,modern")
     ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--report-only", action="store_true", help="train nothing: the runs' figures as they stand")
     args = ap.parse_args()
     for name in args.corpora.split(","):
         if name not in CORPORA:
@@ -149,6 +166,10 @@ def main() -> None:
         if source:
             print(f"| source (the limit) | {source['valid_perplexity']:.2f} | {limit:.2f} | | | "
                   f"{limit / grams['kn5']['test']:.3f} | 1 |")
+            known = {split: known_class_perplexity(options["corpus"], split) for split in ("valid", "test")}
+            print(f"| classes known, the rest counted from train (the data's limit) | {known['valid']:.2f} | "
+                  f"{known['test']:.2f} | | | {known['test'] / grams['kn5']['test']:.3f} | "
+                  f"{known['test'] / limit:.3f} |")
         for label in ("kn5", best):
             g = grams[label]
             ratio = f"{g['test'] / limit:.3f}" if limit else ""
@@ -161,7 +182,7 @@ def main() -> None:
                 raise SystemExit(f"recipes.py: unknown recipe {label!r}; choose from {', '.join(RECIPES)}")
             try:
                 r = train_one(args.work / "runs" / f"{name}-{label}", options | CORPORA[name]["net"] | RECIPES[label],
-                              args.epochs, args.threads)
+                              args.epochs, args.threads, args.report_only)
             except NnlmError as exc:
                 print(f"| {label} | failed: {exc} | | | | | |")
                 continue

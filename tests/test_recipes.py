@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from nnlm.cli import main
 from nnlm.data import load_corpus
-from nnlm.data.synthetic import ClassSource, read_source, write_corpus
+from nnlm.data.synthetic import ClassSource, known_class_perplexity, read_source, write_corpus
 from nnlm.neural import train as tr
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
@@ -71,6 +72,39 @@ def test_plateau_lowers_the_rate_only_when_validation_stalls(gen_dir, tmp_path, 
     lrs = [h["lr"] for h in state["history"]]
     assert lrs == [0.01, 0.01, 0.01, 0.005, 0.005, 0.005, 0.0025, 0.00125]  # then 3 stalls: stop
     assert state["best"]["valid_ppl"] == 18.0 and "0.2% better" in state["stop_reason"]
+
+
+def score_in_turn(monkeypatch, scores: list[float]) -> None:
+    """The per-epoch validation perplexities, given in turn (the schedule's decisions are then known)."""
+    turn = iter(scores)
+    monkeypatch.setattr(tr, "perplexity", lambda lm, corpus, split: next(turn))
+
+
+def test_newbob_undoes_a_stalled_epoch_then_anneals_and_resumes_exactly(gen_dir, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    scores = [30.0, 20.0, 25.0, 19.0, 18.99, 18.0]  # epoch 3 worse: undone; 18.99: better, but not 0.2%
+    options = {"epochs": 6, "lr": 0.01, "lr_schedule": "newbob", "patience": 3}
+    score_in_turn(monkeypatch, scores)
+    whole = train(tmp_path / "whole", gen_dir, **options)
+    assert [h["lr"] for h in whole["history"]] == [0.01, 0.01, 0.01, 0.005, 0.0025, 0.00125]
+
+    out = tmp_path / "stopped"
+    score_in_turn(monkeypatch, scores[:3])
+    state = train(out, gen_dir, **options | {"epochs": 3})
+    saved = load_file(str(out / state["tensors"]))
+    best = load_file(str(out / "model.safetensors"))  # epoch 2's: the weights epoch 4 starts from
+    assert state["best"]["epoch"] == 2 and best.keys() == {k[len("model."):] for k in saved if k[:6] == "model."}
+    assert all(torch.equal(saved["model." + k], v) for k, v in best.items())
+    optimizer = load_file(str(out / "best-optimizer.safetensors"))
+    assert all(torch.equal(saved[k], v) for k, v in optimizer.items())
+
+    score_in_turn(monkeypatch, scores[3:])
+    resumed = train(out, None, resume=True, epochs=6)
+    assert resumed["history"] == [h | {"elapsed_seconds": r["elapsed_seconds"], "valid_seconds": r["valid_seconds"]}
+                                  for h, r in zip(whole["history"], resumed["history"], strict=True)]
+    a, b = (load_file(str(d / s["tensors"])) for d, s in ((tmp_path / "whole", whole), (out, resumed)))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -144,6 +178,47 @@ def test_generated_corpora_are_reproducible_and_beat_kneser_ney(tmp_path):
     corpus = load_corpus(str(tmp_path / "a"), use_cache=False)
     kn = KneserNeyModel.fit(corpus.vocab, corpus.train, 3)
     assert a["test_perplexity"] < perplexity(kn, corpus, "test")
+
+
+def test_known_class_estimate_counts_as_a_plain_loop_would_and_nears_the_limit(gen_dir, tmp_path):
+    """The data-limit figure: the source's classes given, its numbers counted from train."""
+    info = read_source(gen_dir)
+    source = ClassSource.random(info["words"], info["classes"], info["seed"], info["mean_length"],
+                                info["concentration"])
+    k, alpha = info["classes"], info["concentration"]
+
+    def sentences(split: str) -> list[list[int]]:  # a word's class, then 0 for the line's <p>
+        lines = (gen_dir / f"{split}.txt").read_text().splitlines()
+        return [[int(w[1:]) for w in line.split()] + [-1] for line in lines]
+
+    counts: dict[tuple[int, int, int], int] = {}
+    word_counts = np.zeros(info["words"])
+    for sentence in sentences("train"):
+        c2 = c1 = 0
+        for w in sentence:
+            c = 0 if w < 0 else int(source.word_class[w])
+            counts[c2, c1, c] = counts.get((c2, c1, c), 0) + 1
+            word_counts[w] += w >= 0
+            c2, c1 = (c1, c) if c else (0, 0)
+    class_total = np.bincount(source.word_class, weights=word_counts + 0.5)
+    unseen = [sum(0.5 / class_total[x] for w in np.flatnonzero(word_counts == 0) if source.word_class[w] == x)
+              for x in range(k + 1)]  # <unk>: the mass of a class's words never seen in train
+    log_p = []
+    for sentence in sentences("test"):
+        c2 = c1 = 0
+        for w in sentence:
+            c = 0 if w < 0 else int(source.word_class[w])
+            context = sum(counts.get((c2, c1, x), 0) for x in range(k + 1))
+            p = [(counts.get((c2, c1, x), 0) + alpha) / (context + alpha * (k + 1)) for x in range(k + 1)]
+            if w >= 0 and word_counts[w] == 0:
+                log_p.append(math.log(sum(p[x] * unseen[x] for x in range(k + 1))))
+            else:
+                log_p.append(math.log(p[c] if w < 0 else p[c] * (word_counts[w] + 0.5) / class_total[c]))
+            c2, c1 = (c1, c) if c else (0, 0)
+    assert math.isclose(known_class_perplexity(gen_dir), math.exp(-sum(log_p) / len(log_p)), rel_tol=1e-9)
+
+    big = write_corpus(tmp_path / "big", 20000, words=40, classes=5, seed=3)
+    assert 1.0 < known_class_perplexity(tmp_path / "big") / big["test_perplexity"] < 1.01
 
 
 def test_tune_tries_the_default_then_plain_adam_and_resumes(gen_dir, tmp_path, capsys):

@@ -17,7 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(corpus=None)
     p.add_argument("--out", required=True, help="run directory (weights, config, vocabulary, checkpoints, metrics)")
     add_train_options(p)  # every run and session option, from the typed configuration
-    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped (default: off)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out exactly where it stopped (default: off)")
     p.add_argument("--parallel", choices=("none", "hogwild", "ddp", "vocab"),
                    help="hogwild: asynchronous shared-memory workers; ddp: synchronous data-parallel; vocab: "
                         "output layer split by words over the processes (under torchrun, or --workers local ones) "

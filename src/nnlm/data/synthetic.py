@@ -155,3 +155,51 @@ def read_source(corpus_dir: Path | str) -> dict | None:
     path = Path(corpus_dir) / SOURCE_FILE
     return json.loads(path.read_text()) if path.is_file() else None
 
+
+
+def _stream(path: Path) -> np.ndarray:
+    """A split's word ids as written by `write_corpus` (w<id>; -1 for each line's `<p>`)."""
+    words = np.array(path.read_text().replace("\n", " \n ").split(" "))
+    words = words[words != ""]
+    end = words == "\n"
+    return np.where(end, -1, np.char.lstrip(np.where(end, "w0", words), "w").astype(np.int64))
+
+
+def known_class_perplexity(corpus_dir: Path | str, split: str = "test", prior: float | None = None) -> float:
+    """The perplexity of `split` under the source's structure with its numbers estimated from train: the true
+    classes given, P(c | c2, c1) the posterior mean under the source's own Dirichlet prior (counts + concentration)
+    and P(w | c) add-one-half counts. What 'enough data for this source' means: a learner that had found the
+    classes could get this close to the limit from this train split; a net's further gap is its own."""
+    corpus_dir = Path(corpus_dir)
+    info = read_source(corpus_dir)
+    if info is None:
+        raise NnlmError(f"{corpus_dir} is not a generated corpus (no {SOURCE_FILE})")
+    source = ClassSource.random(info["words"], info["classes"], info["seed"], info["mean_length"],
+                                info["concentration"])
+    k = info["classes"]
+
+    def histories(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        c = np.where(ids < 0, END, source.word_class[np.maximum(ids, 0)])
+        c1 = np.concatenate([[END], c[:-1]])
+        c2 = np.where(c1 == END, END, np.concatenate([[END, END], c[:-2]]))  # after `<p>`: a fresh start
+        return c2, c1, c
+
+    train = _stream(corpus_dir / "train.txt")
+    counts = np.zeros((k + 1, k + 1, k + 1))
+    np.add.at(counts, histories(train), 1.0)
+    alpha = info["concentration"] if prior is None else prior
+    class_probs = (counts + alpha) / (counts.sum(axis=2, keepdims=True) + alpha * (k + 1))
+    word_counts = np.bincount(train[train >= 0], minlength=info["words"]) + 0.5
+    word_probs = word_counts / np.bincount(source.word_class, weights=word_counts, minlength=k + 1)[source.word_class]
+    seen = word_counts > 0.5
+    unseen = np.bincount(source.word_class[~seen], weights=word_probs[~seen], minlength=k + 1)
+
+    ids = _stream(corpus_dir / f"{split}.txt")
+    c2, c1, c = histories(ids)
+    log_p = np.log(class_probs[c2, c1, c])
+    word = ids >= 0
+    known = word & seen[np.maximum(ids, 0)]
+    log_p[known] += np.log(word_probs[ids[known]])
+    oov = word & ~known  # `<unk>` to a model: every unseen word's mass after this history
+    log_p[oov] = np.log(np.einsum("ij,j->i", class_probs[c2[oov], c1[oov]], unseen))
+    return float(np.exp(-log_p.mean()))

@@ -140,8 +140,8 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "samples": (False, _int(1, optional=True), "null or an integer >= 1"),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
     # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
-    "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "constant"),
-                    "null, 'paper', 'epoch', 'plateau' or 'constant'"),
+    "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "newbob", "constant"),
+                    "null, 'paper', 'epoch', 'plateau', 'newbob' or 'constant'"),
     "lr_factor": (False, lambda v: v is None or (_number(0.0, positive=True)(v) and v <= 1.0),
                   "null or a number in (0, 1]"),
     "weight_decay": (False, _number(0.0, optional=True), "null or a finite number >= 0"),

@@ -66,8 +66,9 @@ class RunOptions:
     samples: int | None = option(None, "--loss sampled/nce: words drawn per batch from unigram^0.75",
                                  parse=T.positive_int, metavar="K", shown="128, at most |V|")
     lr_schedule: str | None = option(None, "epoch: lr x --lr-factor after every epoch; plateau: x --lr-factor when "
-                                           "validation stalls; constant (the paper recipe has its own eps_t)",
-                                     choices=("epoch", "plateau", "constant"), group=RECIPE_GROUP)
+                                           "validation stalls; newbob: on a stall the best weights back, then x "
+                                           "--lr-factor every epoch; constant (the paper recipe has its own eps_t)",
+                                     choices=("epoch", "plateau", "newbob", "constant"), group=RECIPE_GROUP)
     lr_factor: float | None = option(None, "the schedule's factor, in (0, 1]", group=RECIPE_GROUP,
                                      parse=T.float_range(0.0, 1.0, lo_open=True))
     weight_decay: float | None = option(None, "(decoupled) weight decay on C, H, U, W", group=RECIPE_GROUP,

@@ -27,18 +27,25 @@ recipe from there (`run_recipe`), so a resume trains on with the values it start
   dropout start from `modern`'s / `sampled`'s and are scaled by min(1, parameters per training token /
   Brown MLP1's), so a small net on a small corpus is not held back by Brown's regularisation
   (docs/recipes.md). Every recipe field can be given on the command line and is stored in run.json.
+- the `newbob` schedule (`--lr-schedule newbob`, any Adam recipe; `next_rate`): as `plateau`, but a
+  stalled epoch that made validation worse is undone (the best weights and the optimizer state saved
+  with them are restored) before the rate is lowered, and from then on the rate is lowered after every
+  epoch. Not a default: it did not beat `plateau` on gen-500 nor `sampled` on Brown MLP1 (docs/recipes.md).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 from nnlm.errors import NnlmError
+from nnlm.neural import checkpoint as ck
 
 
-LR_SCHEDULES = ("paper", "epoch", "plateau", "constant")
+LR_SCHEDULES = ("paper", "epoch", "plateau", "newbob", "constant")
+BEST_OPTIMIZER = "best-optimizer.safetensors"  # the optimizer state that goes with model.safetensors (newbob)
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class Recipe:
     optimizer: str           # "paper-sgd" or "adam"
     lr: float                # eps_0 (paper, per example) or Adam's step size
     lr_decay: float = 0.0    # paper: r, per example
-    lr_schedule: str = "epoch"  # paper (eps_t above), epoch (x lr_factor per epoch), plateau, constant
+    lr_schedule: str = "epoch"  # paper (eps_t above), epoch (x lr_factor per epoch), plateau, newbob, constant
     lr_factor: float = 1.0   # epoch: lr x factor after every epoch; plateau: x factor when validation stalls
     weight_decay: float = 0.0
     dropout_x: float = 0.0
@@ -68,7 +75,9 @@ class Recipe:
                     f"{self.weight_decay:g}, early stopping on validation)")
         schedule = {"epoch": f"x {self.lr_factor:g} per epoch", "constant": "constant",
                     "plateau": f"x {self.lr_factor:g} whenever validation improves by less than "
-                               f"{100 * self.min_improvement:g}%"}[self.lr_schedule]
+                               f"{100 * self.min_improvement:g}%",
+                    "newbob": f"until validation improves by less than {100 * self.min_improvement:g}%, then the "
+                              f"best weights restored and x {self.lr_factor:g} per epoch"}[self.lr_schedule]
         scale = " (at most; scaled down with the parameters per training token)" if self.scaled else ""
         return (f"{self.name} recipe (Adam with decoupled weight decay {self.weight_decay:g}, dropout "
                 f"{self.dropout_x:g}{scale}, learning rate {self.lr:g} {schedule}, early stopping on validation)")
@@ -155,7 +164,7 @@ def check_recipe_values(run: dict[str, Any]) -> None:
     if schedule is not None:
         adam = RECIPES[run["recipe"]].optimizer == "adam"
         if schedule not in LR_SCHEDULES or (schedule == "paper") == adam:
-            allowed = "epoch, plateau or constant" if adam else "paper (the paper recipe's own eps_t)"
+            allowed = "epoch, plateau, newbob or constant" if adam else "paper (the paper recipe's own eps_t)"
             raise NnlmError(f"--lr-schedule with recipe {run['recipe']} must be {allowed}, got {schedule!r}")
     if RECIPES[run["recipe"]].optimizer != "adam" and run.get("dropout"):
         raise NnlmError("--dropout applies to the Adam recipes, not to the paper recipe")
@@ -170,6 +179,36 @@ def epoch_lr(recipe: Recipe, state: dict[str, Any]) -> float:
     the state's own (lowered by `end_epoch` on a plateau, checkpointed) for `plateau`."""
     if recipe.lr_schedule == "epoch":
         return recipe.lr * recipe.lr_factor ** state["epoch"]
-    if recipe.lr_schedule == "plateau" and state.get("lr") is not None:
+    if recipe.lr_schedule in ("plateau", "newbob") and state.get("lr") is not None:
         return state["lr"]
     return recipe.lr  # constant; paper (PaperSGD applies its eps_t itself); a plateau run's first epoch
+
+
+def keep_best_optimizer(out: Path, optimizer: Any, recipe: Recipe) -> None:
+    """With model.safetensors (a better validation), the optimizer state that goes with it: newbob restores both."""
+    if recipe.lr_schedule == "newbob":
+        ck.save_tensors(out / BEST_OPTIMIZER, optimizer.state_tensors())
+
+
+def next_rate(out: Path, net: Any, optimizer: Any, recipe: Recipe, state: dict[str, Any], lr: float,
+              improved: bool, real: bool, log: Callable[[str], None]) -> None:
+    """After a whole epoch (state["epoch"] already advanced): the plateau and newbob schedules' next rate.
+
+    plateau: x lr_factor after `plateau_patience` epochs without a real improvement.
+    newbob (the schedule of speech recognition and RNNLM training): the same test, but a stalled epoch
+    is undone -- the best weights and the optimizer state saved with them are put back -- before the
+    rate is lowered, and from the first stall on the rate is lowered after every epoch (annealing).
+    An epoch that overfits at a rate too high for the data is then not the starting point of the slower
+    epochs. The restored tensors are checkpointed with the state, so a resume continues exactly."""
+    if recipe.lr_schedule not in ("plateau", "newbob"):
+        return
+    state["lr_stalls"] = 0 if real else state.get("lr_stalls", 0) + 1
+    stalled = state["lr_stalls"] >= recipe.plateau_patience
+    if recipe.lr_schedule == "newbob" and stalled and not improved:
+        ck.load_weights(net, out / ck.WEIGHTS)
+        tensors, _ = ck.load_tensors(out / BEST_OPTIMIZER)
+        optimizer.load_state_tensors(tensors)
+        log(f"validation stalled: the best weights and optimizer state (epoch {state['best']['epoch']}) restored")
+    if stalled or (recipe.lr_schedule == "newbob" and state.get("annealing")):
+        state.update(lr=lr * recipe.lr_factor, lr_stalls=0, annealing=recipe.lr_schedule == "newbob")
+        log(f"{'validation stalled' if stalled else 'annealing'}: learning rate {lr:.3g} -> {state['lr']:.3g}")

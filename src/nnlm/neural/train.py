@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from nnlm import threads
+from nnlm.errors import NnlmError
 from nnlm.neural import presets
 from nnlm.data.corpus import Corpus
 from nnlm.lm import perplexity
@@ -47,7 +48,8 @@ from nnlm.neural.pipeline import (  # noqa: F401  (re-exported)
 )
 from nnlm.neural.recipes import (  # noqa: F401  (re-exported: the recipe API used to live here)
     LR_SCHEDULES, RECIPE_KEYS, RECIPES, REFERENCE_PARAMETERS_PER_TOKEN, Recipe, check_recipe_values,
-    default_recipe, epoch_lr, learning_rate, recipe_values, regularisation_scale, run_recipe,
+    default_recipe, epoch_lr, keep_best_optimizer, learning_rate, next_rate, recipe_values, regularisation_scale,
+    run_recipe,
 )
 from nnlm.neural.run_config import Run, bf16_is_fast, corpus_key, model_config, open_run, pick_device  # noqa: F401
 from nnlm.neural.sampled import initial_bias  # noqa: F401  (re-exported)
@@ -123,6 +125,9 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         f"recipe {recipe.name}{' (bf16 output layer)' if run.bf16 and run.loss == 'full' else ''}, "
         + (f"{run.loss} loss with {run.samples} samples, " if run.loss != "full" else "")
         + trainer.describe())
+    if recipe.lr_schedule == "newbob" and type(trainer) is not Trainer:
+        raise NnlmError("--lr-schedule newbob restores the best weights: single-process training only "
+                        "(no --parallel)")
     first_step, stop = state["step"], None
     while stop is None and state["epoch"] < session.epochs:
         epoch = state["epoch"]
@@ -147,7 +152,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
         valid = None if lm is None else (perplexity(lm, corpus, "valid"), time.monotonic() - started)
         decision = end_epoch(out, whole[0], valid, run, state, trainer.n_batches, trainer.optimizer.lr,
-                             clock.elapsed, log) if trainer.writer else None
+                             clock.elapsed, log, whole[1]) if trainer.writer else None
         state, decision = trainer.share((state, decision))
         partial, early_stop = decision
         stop = early_stop or stop  # an early stop at the budget's end still finishes the run
@@ -169,7 +174,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
 
 def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, state: TrainingState,
               n_batches: int, lr: float, elapsed: Callable[[], float],
-              log: Callable[[str], None]) -> tuple[bool, str | None]:
+              log: Callable[[str], None], optimizer: Any = None) -> tuple[bool, str | None]:
     """Given the validation perplexity and the seconds it took, keep the best
     weights, update the history and the early-stopping count. Returns (partial epoch, early-stopping
     reason or None)."""
@@ -188,6 +193,7 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, s
     if improved:
         state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
         ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
+        keep_best_optimizer(out, optimizer, recipe)
     log(f"epoch {label}: {running_label(run)} {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
         f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
     if partial:  # the weights at the budget's end are scored too; the position is kept for --resume
@@ -198,11 +204,7 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, s
         better = (f"{100 * recipe.min_improvement:g}% better than the best" if recipe.min_improvement
                   else "better")
         return False, f"early stopping: no {better} validation perplexity for {run.patience} epochs"
-    if recipe.lr_schedule == "plateau":
-        state["lr_stalls"] = 0 if real else state.get("lr_stalls", 0) + 1
-        if state["lr_stalls"] >= recipe.plateau_patience:
-            state.update(lr=lr * recipe.lr_factor, lr_stalls=0)
-            log(f"validation stalled: learning rate {lr:.3g} -> {state['lr']:.3g}")
+    next_rate(out, net, optimizer, recipe, state, lr, improved, real, log)
     return False, None
 
 

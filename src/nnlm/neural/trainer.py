@@ -48,6 +48,7 @@ class TrainingState(TypedDict, total=False):
     tensors: str | None  # the checkpoint file these numbers go with
     lr: float | None     # plateau schedule: the current rate (None: the recipe's)
     lr_stalls: int       # plateau schedule: epochs since the rate last had a reason to stay
+    annealing: bool      # newbob schedule: stalled once, so the rate drops after every epoch
     parallel: dict[str, Any]  # {"mode", "world_size"} of the trainer that wrote it (hogwild, ddp, vocab)
 
 
