@@ -55,9 +55,10 @@ def test_governor_chooses_within_the_cores():
 def test_cores_busy_elsewhere_leaves_out_this_process(monkeypatch):
     """0.4 s machine-busy in a 0.2 s window, 0.2 s of it ours, is one core kept busy elsewhere (the
     load average would have counted our own work too)."""
-    real = threads.cores_busy_elsewhere(0.05)
+    real = threads.cores_busy_elsewhere(0.25)
     if real is None:
         pytest.skip("no /proc/stat here")
+    # /proc/stat counts in 10 ms ticks per core, so a short window can over-count by a few ticks
     assert 0.0 <= real <= (os.cpu_count() or 1) + 0.5
     machine, own, wall = iter([10.0, 10.4]), iter([5.0, 5.2]), iter([100.0, 100.2])
     monkeypatch.setattr(threads, "machine_busy_seconds", lambda: next(machine))
