@@ -71,12 +71,17 @@ def _ngram_model(args: argparse.Namespace, corpus):
 
 
 def _kind_options(args: argparse.Namespace) -> dict:
-    """Options that only some kinds take (--classes: class)."""
+    """Options that only some kinds take (--classes: class; --memory: kn)."""
+    options: dict = {}
+    if args.memory is not None:
+        if args.kind != "kn":
+            raise NnlmError("--memory applies only when building --kind kn")
+        options["memory_gb"] = args.memory
     if args.classes is None:
-        return {}
+        return options
     if args.kind != "class":
         raise NnlmError("--classes applies only when building --kind class")
-    return {"classes": args.classes}
+    return options | {"classes": args.classes}
 
 
 def cmd_ngram(args: argparse.Namespace) -> int:
@@ -563,6 +568,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--classes", type=T.positive_int, default=None, metavar="C",
                    help="--kind class: number of word classes (default 500)")
     p.add_argument("--order", type=T.ngram_order, default=None, help="n-gram order (default: the kind's own)")
+    p.add_argument("--memory", type=T.positive_float, metavar="GB",
+                   help="--kind kn: count out of core within about GB of memory (chunks sorted on disk and "
+                        "merged, like lmplz -S); the same model")
     p.add_argument("--save", metavar="DIR", help="save the model to DIR (loads again without retraining)")
     p.add_argument("--arpa", metavar="FILE", help="also write the model as an ARPA file (back-off models: kn)")
     p.add_argument("--load", metavar="DIR", help="evaluate a model saved with --save instead of building one")

@@ -31,6 +31,7 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.ngram.backoff import BackoffModel, BackoffTables
 from nnlm.ngram.counts import MAX_ORDER, NgramCounts, count_ngrams
+from nnlm.ngram.external_counts import count_ngrams_external
 
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
 
@@ -120,21 +121,31 @@ def kneser_ney_tables(counts: NgramCounts, ids: np.ndarray) -> tuple[BackoffTabl
     return BackoffTables(v, keys, [np.log10(p) for p in probs], backoffs), discounts
 
 
-def fit_kneser_ney(ids: np.ndarray, order: int, vocab_size: int) -> BackoffTables:
+def fit_kneser_ney(ids: np.ndarray, order: int, vocab_size: int, memory_gb: float | None = None) -> BackoffTables:
     """Modified Kneser-Ney of `order` over an int id stream (ids in 0..vocab_size-1).
 
     The result scores with `log_prob(contexts, targets)` (natural log) and `distribution(contexts)`
-    over all vocab_size ids; no Vocabulary needed (class-based models use it over class ids)."""
-    return _fit(ids, order, vocab_size)[0]
+    over all vocab_size ids; no Vocabulary needed (class-based models use it over class ids).
+    `memory_gb`: count out of core within about that much memory (the same model, see
+    nnlm.ngram.external_counts)."""
+    return _fit(ids, order, vocab_size, memory_gb)[0]
 
 
-def _fit(ids: np.ndarray, order: int, vocab_size: int) -> tuple[BackoffTables, list[Discounts]]:
+def _fit(ids: np.ndarray, order: int, vocab_size: int,
+         memory_gb: float | None = None) -> tuple[BackoffTables, list[Discounts]]:
     if not 1 <= order <= MAX_ORDER:
         raise NnlmError(f"n-gram order must be between 1 and {MAX_ORDER}, got {order}")
-    ids = np.asarray(ids, dtype=np.int64)
+    if memory_gb is not None and not memory_gb > 0:
+        raise NnlmError(f"--memory must be a positive number of GB, got {memory_gb}")
+    ids = np.asarray(ids) if memory_gb is not None else np.asarray(ids, dtype=np.int64)  # int32 ids stay as they are
+    if ids.dtype.kind not in "iu":
+        raise NnlmError("token ids must be integers")
     if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
         raise NnlmError(f"token ids must lie in 0..{vocab_size - 1}")
-    counts = count_ngrams(ids, order, vocab_size)
+    if memory_gb is None:
+        counts = count_ngrams(ids, order, vocab_size)
+    else:
+        counts = count_ngrams_external(ids, order, vocab_size, int(memory_gb * 2**30))
     return kneser_ney_tables(counts, ids)
 
 
@@ -144,8 +155,9 @@ class KneserNeyModel(BackoffModel):
     kind = "kn"
 
     @classmethod
-    def fit(cls, vocab: Vocabulary, train: np.ndarray, order: int) -> "KneserNeyModel":
-        tables, discounts = _fit(train, order, len(vocab))
+    def fit(cls, vocab: Vocabulary, train: np.ndarray, order: int,
+            memory_gb: float | None = None) -> "KneserNeyModel":
+        tables, discounts = _fit(train, order, len(vocab), memory_gb)
         params = {"discounts": [[d.d1, d.d2, d.d3] for d in discounts],
                   "fallback_orders": [k + 1 for k, d in enumerate(discounts) if d.fallback]}
         return cls(vocab, tables, params)
