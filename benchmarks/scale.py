@@ -20,7 +20,8 @@ stages: seconds to np.sort 16M random int64 keys on one core. `ref x` columns di
 by it, so runs under different load can be compared. Children get an address-space limit (`--limit-gb`,
 default 10) so that a stage too big for the machine fails with MemoryError (reported as such) instead
 of pushing a shared machine into swap or the OOM killer.
-Growth exponent between sizes a < b: log(t_b / t_a) / log(n_b / n_a).
+Growth exponent between sizes a < b: log(t_b / t_a) / log(n_b / n_a), t the stage's CPU seconds
+(user + system, from wait4; for train, the whole run's, so compare its tokens/s instead).
 
     PYTHONPATH=src python benchmarks/scale.py --data /work/scale-data [--sizes 1M,14M,140M]
         [--stages prepare,kn5,train,score] [--memory GB] [--out results.jsonl]
@@ -43,6 +44,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 STAGES = ("prepare", "kn5", "train", "score")
+CPU_SECONDS: list[float] = []
 AP_NET = ["--order", "6", "--hidden", "60", "--features", "100", "--direct", "--loss", "sampled"]
 
 
@@ -69,7 +71,9 @@ def reference_seconds() -> float:
 
 
 def run_child(argv: list[str], env: dict[str, str], limit_gb: float | None = None) -> tuple[float, float, str]:
-    """Run argv; its wall seconds, its peak RSS in GB (from wait4, which reaps it), its stdout."""
+    """Run argv; its wall seconds, its peak RSS in GB (from wait4, which reaps it), its stdout.
+    Its CPU seconds (user + system) go to CPU_SECONDS[-1]: on a shared machine they, not the wall
+    time, say how the work grows."""
     def limit() -> None:
         if limit_gb:
             cap = int(limit_gb * 2**30)
@@ -80,6 +84,7 @@ def run_child(argv: list[str], env: dict[str, str], limit_gb: float | None = Non
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err, text=True, preexec_fn=limit)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t
+        CPU_SECONDS.append(usage.ru_utime + usage.ru_stime)
         proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait for it again
         out.seek(0)
         err.seek(0)
@@ -185,7 +190,8 @@ def main() -> None:
                 row = stage(name, size, args, corpus_dir, env)
             except StageFailed as exc:
                 row = {"seconds": exc.seconds, "rss_gb": exc.rss_gb, "failed": str(exc)}
-            row.update(stage=name, size=size, load=round(os.getloadavg()[0], 2), ref_seconds=ref)
+            row.update(stage=name, size=size, load=round(os.getloadavg()[0], 2), ref_seconds=ref,
+                       cpu_seconds=CPU_SECONDS[-1])
             results[(name, size)] = row
             print(json.dumps(row), flush=True)
             if args.out:
@@ -199,8 +205,8 @@ def main() -> None:
 
 def table(results: dict, stages: list[str], sizes: list[int], ref: float) -> str:
     """Markdown: per stage and size, seconds, ref multiples, peak RSS; growth exponents between sizes."""
-    head = "| stage | tokens | seconds | ref x | peak RSS GB | time exponent | RSS exponent |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
+    head = "| stage | tokens | wall s | ref x | CPU s | peak RSS GB | CPU-time exponent | RSS exponent |"
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in stages:
         prev = None
         for size in sizes:
@@ -208,21 +214,21 @@ def table(results: dict, stages: list[str], sizes: list[int], ref: float) -> str
             if row is None:
                 continue
             if "failed" in row:
-                lines.append(f"| {name} | {size / 1e6:g}M | failed after {row['seconds']:.0f} s | | "
+                lines.append(f"| {name} | {size / 1e6:g}M | failed after {row['seconds']:.0f} s | | | "
                              f"{row['rss_gb']:.2f} | {row['failed'][-60:]} | |")
                 continue
             t_exp = r_exp = ""
             if prev is not None:
                 span = math.log(size / prev["size"])
-                t_exp = f"{math.log(row['seconds'] / prev['seconds']) / span:.2f}"
+                t_exp = f"{math.log(row['cpu_seconds'] / prev['cpu_seconds']) / span:.2f}"
                 r_exp = f"{math.log(row['rss_gb'] / prev['rss_gb']) / span:.2f}"
             lines.append(f"| {name} | {size / 1e6:g}M | {row['seconds']:.1f} | {row['seconds'] / ref:.1f} | "
-                         f"{row['rss_gb']:.2f} | {t_exp} | {r_exp} |")
+                         f"{row['cpu_seconds']:.1f} | {row['rss_gb']:.2f} | {t_exp} | {r_exp} |")
             prev = row
         if name == "train" and prev is not None and sizes[-1] > prev["size"]:
             rate = prev["tokens_per_s"]
             lines.append(f"| train (extrapolated from {prev['size'] / 1e6:g}M's {rate:,.0f} tokens/s) | "
-                         f"{sizes[-1] / 1e6:g}M | {sizes[-1] / rate:.0f} | | | | |")
+                         f"{sizes[-1] / 1e6:g}M | {sizes[-1] / rate:.0f} | | | | | |")
     return "\n".join(lines)
 
 
