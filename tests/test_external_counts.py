@@ -1,4 +1,8 @@
 """Out-of-core counting (--memory) gives the in-memory model to the last bit."""
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -48,3 +52,21 @@ def test_tiny_budget_gives_the_same_model_and_arpa_bytes(tmp_path):
 def test_bad_budget_is_one_clear_error():
     with pytest.raises(NnlmError, match="--memory"):
         KneserNeyModel.fit(Vocabulary(("<unk>", "a")), np.zeros(10, dtype=np.int32), 3, memory_gb=0)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nnlm", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_memory_option_gives_the_same_perplexities(random_corpus, tmp_path):
+    corpus_dir = str(tmp_path / "rand")  # where the fixture wrote the corpus
+    base = ["ngram", "--corpus", corpus_dir, "--kind", "kn", "--order", "4", "--json", "--no-cache"]
+    chunks_of_500 = 500 * 4 * external_counts.BYTES_PER_POSITION / 2**30
+    plain, budget = _cli(*base), _cli(*base, "--memory", f"{chunks_of_500:.12f}")
+    assert plain.returncode == 0 and budget.returncode == 0, plain.stderr + budget.stderr
+    assert json.loads(plain.stdout)["perplexity"] == json.loads(budget.stdout)["perplexity"]
+
+
+def test_cli_memory_is_for_kneser_ney_only(toy_dir):
+    proc = _cli("ngram", "--corpus", str(toy_dir), "--kind", "addone", "--memory", "1", "--no-cache")
+    assert proc.returncode == 2 and proc.stderr.strip() == "nnlm: error: --memory applies only when building --kind kn"
