@@ -78,9 +78,14 @@ def adjusted_counts(counts: NgramCounts, ids: np.ndarray) -> list[np.ndarray]:
 
 
 def kneser_ney_tables(counts: NgramCounts, ids: np.ndarray) -> tuple[BackoffTables, list[Discounts]]:
-    """Estimate the interpolated model from counts of `ids` and put it in back-off form."""
+    """Estimate the interpolated model from counts of `ids` and put it in back-off form.
+
+    Consumes `counts`: the tables an order no longer needs are released as soon as it is done, and
+    each order's probabilities become log10 in place once the next order has used them, so the peak
+    holds little more than the model (large corpora; the arithmetic is unchanged, bit for bit)."""
     v, order = counts.vocab_size, counts.order
     adjusted = adjusted_counts(counts, ids)
+    counts.counts = []  # the adjusted counts replace them
     discounts = [discounts_from(a) for a in adjusted]
     seen_words = counts.keys[0]  # order-1 table index -> word id
 
@@ -91,17 +96,35 @@ def kneser_ney_tables(counts: NgramCounts, ids: np.ndarray) -> tuple[BackoffTabl
     gamma = float(discounts[0].of(a1).sum()) / total
     probs = [(a1 - discounts[0].of(a1)) / total + gamma / v]
     gammas: list[np.ndarray] = []
+    empty = np.empty(0, dtype=np.int64)
 
     for k in range(2, order + 1):
-        a = adjusted[k - 1]
+        a, adjusted[k - 1] = adjusted[k - 1], empty
         ctx = counts.prefix[k - 1]  # index of each entry's context in order k-1
         n_ctx = len(counts.keys[k - 2])
         mass = np.bincount(ctx, weights=a, minlength=n_ctx)
-        left = np.bincount(ctx, weights=discounts[k - 1].of(a), minlength=n_ctx)
+        discount = discounts[k - 1].of(a)
+        left = np.bincount(ctx, weights=discount, minlength=n_ctx)
         g = np.divide(left, mass, out=np.ones(n_ctx), where=mass > 0)  # contexts never continued: 1
-        lower = probs[-1][seen_words[counts.suffix[k - 1]]] if k == 2 else probs[-1][counts.suffix[k - 1]]
-        probs.append((a - discounts[k - 1].of(a)) / mass[ctx] + g[ctx] * lower)
+        # p = (a - D(a)) / mass[ctx] + g[ctx] * lower, with one temporary at a time
+        p = a - discount
+        del a, discount, left
+        p /= mass[ctx]
+        del mass
+        below = counts.suffix[k - 1]
+        lower = probs[-1][seen_words[below]] if k == 2 else probs[-1][below]
+        del below
+        weight = g[ctx]
+        counts.prefix[k - 1] = counts.suffix[k - 1] = empty
+        del ctx
+        weight *= lower
+        del lower
+        p += weight
+        del weight
+        np.log10(probs[-1], out=probs[-1])  # order k-1 is final: log10 in place
+        probs.append(p)
         gammas.append(g)
+    np.log10(probs[-1], out=probs[-1])
 
     keys = [np.arange(v, dtype=np.int64)]
     if order >= 2:  # bigram keys: re-key the prefix from order-1 table index to word id (order kept)
@@ -117,8 +140,8 @@ def kneser_ney_tables(counts: NgramCounts, ids: np.ndarray) -> tuple[BackoffTabl
             b[seen_words] = gammas[0]
             backoffs.append(np.log10(b))
         else:
-            backoffs.append(np.log10(gammas[k - 1]))
-    return BackoffTables(v, keys, [np.log10(p) for p in probs], backoffs), discounts
+            backoffs.append(np.log10(gammas[k - 1], out=gammas[k - 1]))
+    return BackoffTables(v, keys, probs, backoffs), discounts
 
 
 def fit_kneser_ney(ids: np.ndarray, order: int, vocab_size: int, memory_gb: float | None = None) -> BackoffTables:
