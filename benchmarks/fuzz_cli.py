@@ -417,13 +417,13 @@ def corpus_cases(S: Path) -> list[Case]:
         def setup(d: Path) -> None:
             shutil.copytree(S / "cache-of-rand", d / "cache")
             (entry,) = [p for p in (d / "cache").iterdir() if (p / "meta.json").exists()]
-            if damage == "truncated splits.npz":
-                data = (entry / "splits.npz").read_bytes()
-                (entry / "splits.npz").write_bytes(data[: len(data) // 2])
+            if damage == "truncated ids.npy":
+                data = (entry / "ids.npy").read_bytes()
+                (entry / "ids.npy").write_bytes(data[: len(data) // 2])
             elif damage == "garbage meta.json":
                 (entry / "meta.json").write_text("][")
-            elif damage == "no splits.npz":
-                (entry / "splits.npz").unlink()
+            elif damage == "no ids.npy":
+                (entry / "ids.npy").unlink()
             elif damage == "garbage vocab.json":
                 (entry / "vocab.json").write_text("x")
             elif damage == "entry is a file":
@@ -432,13 +432,12 @@ def corpus_cases(S: Path) -> list[Case]:
             elif damage == "ids out of range":
                 import numpy as np
 
-                with np.load(entry / "splits.npz") as z:
-                    arrays = {k: z[k] for k in z.files}
-                arrays["train"][0] = 10**6
-                np.savez(entry / "splits.npz", **arrays)
+                ids = np.load(entry / "ids.npy")
+                ids[0] = 10**6
+                np.save(entry / "ids.npy", ids)
         return setup
 
-    for damage in ["truncated splits.npz", "garbage meta.json", "no splits.npz", "garbage vocab.json",
+    for damage in ["truncated ids.npy", "garbage meta.json", "no ids.npy", "garbage vocab.json",
                    "entry is a file", "ids out of range"]:
         for argv in (["stats", "--corpus", str(S / "rand")], ["ngram", "--corpus", str(S / "rand"), "--kind", "kn"]):
             cases.append(Case("corpus", f"cache: {damage} ({argv[0]})", argv, False, setup=cache(damage),

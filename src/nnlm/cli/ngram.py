@@ -18,6 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--classes", type=T.positive_int, default=None, metavar="C",
                    help="--kind class: number of word classes (default 500)")
     p.add_argument("--order", type=T.ngram_order, default=None, help="n-gram order (default: the kind's own)")
+    p.add_argument("--memory", type=T.positive_float, metavar="GB",
+                   help="--kind kn: count out of core within about GB of memory (sorted chunks on disk, merged, "
+                        "like lmplz -S); the same model (default: in memory)")
     p.add_argument("--save", metavar="DIR",
                    help="save the model to DIR, with the corpus options it was built on (default: not saved)")
     p.add_argument("--arpa", metavar="FILE",
@@ -41,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     if args.arpa:
         check_output(args.arpa)
     corpus, options = corpus_and_options(args, args.load)
-    obtained = obtain_ngram(corpus, args.kind, args.order, args.classes, args.load, args.load_arpa)
+    obtained = obtain_ngram(corpus, args.kind, args.order, args.classes, args.load, args.load_arpa,
+                            memory_gb=args.memory)
     write_outputs(obtained, save=args.save, arpa=args.arpa, corpus=options)
     result = evaluate_ngram(obtained, corpus)
     json_result = {"corpus": result.corpus, "kind": result.kind, "order": result.order, "vocab": result.vocab,

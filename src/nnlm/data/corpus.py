@@ -9,6 +9,9 @@ Two sources:
 
 The three splits are consecutive pieces of one stream: a model of order n predicts the first
 n-1 tokens of a split from the end of the split before it (see `nnlm.lm.contexts`).
+
+Memory stays O(|V| + ids) whatever the corpus size: text files are read in blocks twice (count,
+then encode), the ids go straight into the cache's `ids.npy`, and a cached corpus is memory-mapped.
 """
 from __future__ import annotations
 
@@ -17,17 +20,19 @@ import json
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
+from nnlm.data.text_stream import token_blocks
 from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary, start_token
 from nnlm.errors import NnlmError
-from nnlm.io import JSON_LIMIT, TEXT_LIMIT, atomic_dir, read_input, require_regular
+from nnlm.io import JSON_LIMIT, atomic_dir, read_input, require_regular
 
 SPLITS = ("train", "valid", "test")
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: one memory-mapped ids.npy (1: splits.npz)
 BROWN_SIZES = (800_000, 200_000)  # train, valid; test = the rest
 BROWN_MIN_COUNT = 4  # "tokens of frequency <= 3 become <unk>"
 
@@ -42,6 +47,7 @@ class Corpus:
     valid: np.ndarray
     test: np.ndarray
     pad_token: str
+    whole: np.ndarray | None = field(default=None, repr=False, compare=False)  # train+valid+test, if one array
 
     @property
     def pad_id(self) -> int:
@@ -53,7 +59,9 @@ class Corpus:
         return getattr(self, name)
 
     def stream(self) -> np.ndarray:
-        """The whole corpus as one array: train, then valid, then test."""
+        """The whole corpus as one array: train, then valid, then test (no copy when it is one array)."""
+        if self.whole is not None:
+            return self.whole
         return np.concatenate([self.train, self.valid, self.test])
 
     def split_offset(self, name: str) -> int:
@@ -81,12 +89,13 @@ def load_corpus(
     use_cache: bool = True,
 ) -> Corpus:
     """Load `brown` or a directory of train/valid/test.txt, from the cache when it is there."""
+    planner: Callable[[], CorpusPlan]
     if source == "brown":
         if min_count is not None or max_vocab is not None or vocab_from != "train":
             raise NnlmError("the brown corpus follows the fixed bengio2003 protocol; "
                             "--min-count, --max-vocab and --vocab-from are for text directories")
         key = {"source": "brown", "protocol": "bengio2003", "file": _file_id(_brown_root())}
-        builder = _build_brown
+        planner = _build_brown
     else:
         root = Path(source)
         if not root.is_dir():
@@ -101,8 +110,8 @@ def load_corpus(
         key = {"source": str(root.resolve()), "files": [_file_id(f) for f in files],
                "min_count": min_count or 1, "max_vocab": max_vocab, "vocab_from": vocab_from}
 
-        def builder() -> Corpus:
-            return _build_text_dir(root, min_count or 1, max_vocab, vocab_from)
+        def planner() -> CorpusPlan:
+            return _plan_text_dir(root, min_count or 1, max_vocab, vocab_from)
 
     key["version"] = CACHE_VERSION
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
@@ -114,13 +123,33 @@ def load_corpus(
         except NnlmError as exc:  # a cache is only a cache: build it again
             print(f"nnlm: note: {exc}; rebuilding it", file=sys.stderr)
             damaged = True
-    corpus = builder()
+    plan = planner()  # reads every input once: bad input fails here, before any cache is touched
     if use_cache:
         try:
-            _write_cache(cache_dir, corpus, key, replace=damaged)
-        except NnlmError as exc:  # e.g. a full disk: the corpus is built, only the cache is missing
+            _write_cache(cache_dir, plan, key, replace=damaged)
+            return _read_cache(cache_dir)
+        except NnlmError as exc:  # e.g. a full disk: the corpus is built in memory, only the cache is missing
             print(f"nnlm: note: corpus cache not written ({exc})", file=sys.stderr)
-    return corpus
+    ids = np.empty(sum(plan.sizes), dtype=np.int32)
+    plan.fill(ids)
+    return _split(plan.name, plan.vocab, ids, plan.sizes, plan.pad_token)
+
+
+@dataclass(frozen=True)
+class CorpusPlan:
+    """What the first pass over the input found: the vocabulary and split sizes; `fill(out)` then
+    writes all ids, train then valid then test, into an int32 array of sum(sizes) (e.g. a memmap)."""
+
+    name: str
+    vocab: Vocabulary
+    sizes: tuple[int, int, int]
+    pad_token: str
+    fill: Callable[[np.ndarray], None]
+
+
+def _split(name: str, vocab: Vocabulary, ids: np.ndarray, sizes: tuple[int, ...], pad_token: str) -> Corpus:
+    a, b = sizes[0], sizes[0] + sizes[1]
+    return Corpus(name, vocab, ids[:a], ids[a:b], ids[b:], pad_token=pad_token, whole=ids)
 
 
 def _file_id(path: Path) -> dict:
@@ -128,29 +157,33 @@ def _file_id(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _write_cache(cache_dir: Path, corpus: Corpus, key: dict, replace: bool = False) -> None:
+def _write_cache(cache_dir: Path, plan: CorpusPlan, key: dict, replace: bool = False) -> None:
     if replace and os.path.lexists(cache_dir) and (cache_dir.is_symlink() or not cache_dir.is_dir()):
         os.unlink(cache_dir)  # a damaged entry that is not a directory: the cache's own name, nothing else's
     with atomic_dir(cache_dir, replace=replace) as tmp:
-        corpus.vocab.save(tmp / "vocab.json")
-        np.savez(tmp / "splits.npz", train=corpus.train, valid=corpus.valid, test=corpus.test)
-        (tmp / "meta.json").write_text(json.dumps({"name": corpus.name, "pad_token": corpus.pad_token, "key": key}))
+        plan.vocab.save(tmp / "vocab.json")
+        ids = np.lib.format.open_memmap(tmp / "ids.npy", mode="w+", dtype=np.int32, shape=(sum(plan.sizes),))
+        plan.fill(ids)
+        ids.flush()
+        del ids
+        (tmp / "meta.json").write_text(json.dumps({"name": plan.name, "pad_token": plan.pad_token,
+                                                   "sizes": list(plan.sizes), "key": key}))
 
 
 def _read_cache(cache_dir: Path) -> Corpus:
+    """The cached corpus, its ids memory-mapped copy-on-write (pages are read when used)."""
     try:
         meta = json.loads(read_input(cache_dir / "meta.json", "cache file", JSON_LIMIT))
         vocab = Vocabulary.load(cache_dir / "vocab.json")
-        require_regular(cache_dir / "splits.npz", "cache file")
-        with np.load(cache_dir / "splits.npz", allow_pickle=False) as arrays:
-            splits = {s: arrays[s] for s in SPLITS}
-        corpus = Corpus(meta["name"], vocab, pad_token=meta["pad_token"], **splits)
-        for s in SPLITS:
-            ids = splits[s]
-            if ids.dtype != np.int32 or ids.ndim != 1 or (len(ids) and (ids.min() < 0 or ids.max() >= len(vocab))):
-                raise ValueError(f"split {s} holds ids outside the vocabulary")
-        return corpus
-    except Exception as exc:  # BadZipFile, OSError, ValueError, KeyError, NnlmError...: a damaged cache
+        require_regular(cache_dir / "ids.npy", "cache file")
+        ids = np.load(cache_dir / "ids.npy", mmap_mode="c", allow_pickle=False)
+        sizes = tuple(int(n) for n in meta["sizes"])
+        if ids.dtype != np.int32 or ids.ndim != 1 or len(sizes) != 3 or min(sizes) < 0 or len(ids) != sum(sizes):
+            raise ValueError("ids.npy does not match meta.json")
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(vocab)):
+            raise ValueError("ids.npy holds ids outside the vocabulary")
+        return _split(meta["name"], vocab, ids, sizes, meta["pad_token"])
+    except Exception as exc:  # OSError, ValueError, KeyError, TypeError, NnlmError...: a damaged cache
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise NnlmError(f"unreadable corpus cache {cache_dir} ({reason})") from None
 
@@ -194,37 +227,45 @@ def brown_tokens() -> list[str]:
     return tokens
 
 
-def _build_brown() -> Corpus:
+def _build_brown() -> CorpusPlan:
+    """Brown is small and fixed (1.2M tokens): its token list is held while the ids are written."""
     tokens = brown_tokens()
     vocab = Vocabulary.from_counts(Counter(tokens), min_count=BROWN_MIN_COUNT, specials=(UNK, PARAGRAPH, TEXT))
-    ids = vocab.encode(tokens)
-    a, b = BROWN_SIZES[0], BROWN_SIZES[0] + BROWN_SIZES[1]
-    return Corpus("brown", vocab, ids[:a], ids[a:b], ids[b:], pad_token=start_token(vocab))
+    sizes = (BROWN_SIZES[0], BROWN_SIZES[1], len(tokens) - sum(BROWN_SIZES))
+
+    def fill(out: np.ndarray) -> None:
+        out[:] = vocab.encode(tokens)
+
+    return CorpusPlan("brown", vocab, sizes, start_token(vocab), fill)
 
 
 # --- a user's text directory ----------------------------------------------------------------
 
-def read_text_file(path: Path) -> list[str]:
-    """Whitespace tokens of a UTF-8 file, `<p>` at the end of every non-blank line."""
-    raw = read_input(path, "corpus file", TEXT_LIMIT)  # NUL bytes: refused as binary
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise NnlmError(f"{path} is not valid UTF-8 (bad byte at offset {exc.start})") from None
-    tokens: list[str] = []
-    for line in text.splitlines():
-        words = line.split()
-        if words:
-            tokens.extend(words)
-            tokens.append(PARAGRAPH)
-    if not tokens:
-        raise NnlmError(f"{path} is empty: it holds no tokens")
-    return tokens
+def _plan_text_dir(root: Path, min_count: int, max_vocab: int | None, vocab_from: str) -> CorpusPlan:
+    """First pass: count the words (of train, or of all splits) and the tokens of each split."""
+    counts: Counter[str] = Counter()
+    sizes = []
+    for split in SPLITS:
+        path, n = root / f"{split}.txt", 0
+        for tokens in token_blocks(path):
+            n += len(tokens)
+            if vocab_from == "all" or split == "train":
+                counts.update(tokens)
+        if n == 0:
+            raise NnlmError(f"{path} is empty: it holds no tokens")
+        sizes.append(n)
+    vocab = Vocabulary.from_counts(counts, min_count=min_count, max_size=max_vocab)
 
+    def fill(out: np.ndarray) -> None:
+        at, end = 0, 0
+        for split, size in zip(SPLITS, sizes, strict=True):
+            end += size
+            for tokens in token_blocks(root / f"{split}.txt"):
+                if at + len(tokens) > end:
+                    break
+                out[at:at + len(tokens)] = vocab.encode(tokens)
+                at += len(tokens)
+            if at != end:
+                raise NnlmError(f"{root / split}.txt changed while it was read; run again")
 
-def _build_text_dir(root: Path, min_count: int, max_vocab: int | None, vocab_from: str) -> Corpus:
-    split_tokens = {s: read_text_file(root / f"{s}.txt") for s in SPLITS}
-    counted = split_tokens["train"] if vocab_from == "train" else [t for s in SPLITS for t in split_tokens[s]]
-    vocab = Vocabulary.from_counts(Counter(counted), min_count=min_count, max_size=max_vocab)
-    ids = {s: vocab.encode(toks) for s, toks in split_tokens.items()}
-    return Corpus(root.name or str(root), vocab, pad_token=start_token(vocab), **ids)
+    return CorpusPlan(root.name or str(root), vocab, (sizes[0], sizes[1], sizes[2]), start_token(vocab), fill)

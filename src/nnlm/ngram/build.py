@@ -41,7 +41,7 @@ def _interpolated(corpus: Corpus, order: int, options: dict) -> LanguageModel:
 
 
 def _kn(corpus: Corpus, order: int, options: dict) -> LanguageModel:
-    return KneserNeyModel.fit(corpus.vocab, corpus.train, order)
+    return KneserNeyModel.fit(corpus.vocab, corpus.train, order, memory_gb=options.get("memory_gb"))
 
 
 def _class(corpus: Corpus, order: int, options: dict) -> LanguageModel:

@@ -35,8 +35,10 @@ class NgramEvaluation:
 
 
 def obtain_ngram(corpus: Corpus, kind: str, order: int | None = None, classes: int | None = None,
-                 load: str | None = None, load_arpa: str | None = None) -> ObtainedNgram:
-    """Build `kind` on the corpus's train split, or load a saved model (`load`) or an ARPA file."""
+                 load: str | None = None, load_arpa: str | None = None,
+                 memory_gb: float | None = None) -> ObtainedNgram:
+    """Build `kind` on the corpus's train split, or load a saved model (`load`) or an ARPA file.
+    `memory_gb` (kn only): count out of core within about that much memory (the same model)."""
     from nnlm.ngram.arpa import read_arpa
     from nnlm.ngram.build import build_ngram, load_ngram
 
@@ -46,9 +48,12 @@ def obtain_ngram(corpus: Corpus, kind: str, order: int | None = None, classes: i
         raise NnlmError("--classes applies only when building --kind class")
     if classes is not None and kind != "class":
         raise NnlmError("--classes applies only when building --kind class")
+    if memory_gb is not None and (kind != "kn" or load or load_arpa):
+        raise NnlmError("--memory applies only when building --kind kn")
     started = time.perf_counter()
     if not (load or load_arpa):
-        model = build_ngram(kind, corpus, order, **({"classes": classes} if classes is not None else {}))
+        options = {k: v for k, v in (("classes", classes), ("memory_gb", memory_gb)) if v is not None}
+        model = build_ngram(kind, corpus, order, **options)
         return ObtainedNgram(model, kind, "built", time.perf_counter() - started)
     model = load_ngram(load) if load else read_arpa(load_arpa, corpus.vocab)
     if order is not None and order != model.order:

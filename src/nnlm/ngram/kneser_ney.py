@@ -31,6 +31,7 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.ngram.backoff import BackoffModel, BackoffTables
 from nnlm.ngram.counts import MAX_ORDER, NgramCounts, count_ngrams
+from nnlm.ngram.external_counts import count_ngrams_external
 
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
 
@@ -77,9 +78,14 @@ def adjusted_counts(counts: NgramCounts, ids: np.ndarray) -> list[np.ndarray]:
 
 
 def kneser_ney_tables(counts: NgramCounts, ids: np.ndarray) -> tuple[BackoffTables, list[Discounts]]:
-    """Estimate the interpolated model from counts of `ids` and put it in back-off form."""
+    """Estimate the interpolated model from counts of `ids` and put it in back-off form.
+
+    Consumes `counts`: the tables an order no longer needs are released as soon as it is done, and
+    each order's probabilities become log10 in place once the next order has used them, so the peak
+    holds little more than the model (large corpora; the arithmetic is unchanged, bit for bit)."""
     v, order = counts.vocab_size, counts.order
     adjusted = adjusted_counts(counts, ids)
+    counts.counts = []  # the adjusted counts replace them
     discounts = [discounts_from(a) for a in adjusted]
     seen_words = counts.keys[0]  # order-1 table index -> word id
 
@@ -90,17 +96,35 @@ def kneser_ney_tables(counts: NgramCounts, ids: np.ndarray) -> tuple[BackoffTabl
     gamma = float(discounts[0].of(a1).sum()) / total
     probs = [(a1 - discounts[0].of(a1)) / total + gamma / v]
     gammas: list[np.ndarray] = []
+    empty = np.empty(0, dtype=np.int64)
 
     for k in range(2, order + 1):
-        a = adjusted[k - 1]
+        a, adjusted[k - 1] = adjusted[k - 1], empty
         ctx = counts.prefix[k - 1]  # index of each entry's context in order k-1
         n_ctx = len(counts.keys[k - 2])
         mass = np.bincount(ctx, weights=a, minlength=n_ctx)
-        left = np.bincount(ctx, weights=discounts[k - 1].of(a), minlength=n_ctx)
+        discount = discounts[k - 1].of(a)
+        left = np.bincount(ctx, weights=discount, minlength=n_ctx)
         g = np.divide(left, mass, out=np.ones(n_ctx), where=mass > 0)  # contexts never continued: 1
-        lower = probs[-1][seen_words[counts.suffix[k - 1]]] if k == 2 else probs[-1][counts.suffix[k - 1]]
-        probs.append((a - discounts[k - 1].of(a)) / mass[ctx] + g[ctx] * lower)
+        # p = (a - D(a)) / mass[ctx] + g[ctx] * lower, with one temporary at a time
+        p = a - discount
+        del a, discount, left
+        p /= mass[ctx]
+        del mass
+        below = counts.suffix[k - 1]
+        lower = probs[-1][seen_words[below]] if k == 2 else probs[-1][below]
+        del below
+        weight = g[ctx]
+        counts.prefix[k - 1] = counts.suffix[k - 1] = empty
+        del ctx
+        weight *= lower
+        del lower
+        p += weight
+        del weight
+        np.log10(probs[-1], out=probs[-1])  # order k-1 is final: log10 in place
+        probs.append(p)
         gammas.append(g)
+    np.log10(probs[-1], out=probs[-1])
 
     keys = [np.arange(v, dtype=np.int64)]
     if order >= 2:  # bigram keys: re-key the prefix from order-1 table index to word id (order kept)
@@ -116,25 +140,35 @@ def kneser_ney_tables(counts: NgramCounts, ids: np.ndarray) -> tuple[BackoffTabl
             b[seen_words] = gammas[0]
             backoffs.append(np.log10(b))
         else:
-            backoffs.append(np.log10(gammas[k - 1]))
-    return BackoffTables(v, keys, [np.log10(p) for p in probs], backoffs), discounts
+            backoffs.append(np.log10(gammas[k - 1], out=gammas[k - 1]))
+    return BackoffTables(v, keys, probs, backoffs), discounts
 
 
-def fit_kneser_ney(ids: np.ndarray, order: int, vocab_size: int) -> BackoffTables:
+def fit_kneser_ney(ids: np.ndarray, order: int, vocab_size: int, memory_gb: float | None = None) -> BackoffTables:
     """Modified Kneser-Ney of `order` over an int id stream (ids in 0..vocab_size-1).
 
     The result scores with `log_prob(contexts, targets)` (natural log) and `distribution(contexts)`
-    over all vocab_size ids; no Vocabulary needed (class-based models use it over class ids)."""
-    return _fit(ids, order, vocab_size)[0]
+    over all vocab_size ids; no Vocabulary needed (class-based models use it over class ids).
+    `memory_gb`: count out of core within about that much memory (the same model, see
+    nnlm.ngram.external_counts)."""
+    return _fit(ids, order, vocab_size, memory_gb)[0]
 
 
-def _fit(ids: np.ndarray, order: int, vocab_size: int) -> tuple[BackoffTables, list[Discounts]]:
+def _fit(ids: np.ndarray, order: int, vocab_size: int,
+         memory_gb: float | None = None) -> tuple[BackoffTables, list[Discounts]]:
     if not 1 <= order <= MAX_ORDER:
         raise NnlmError(f"n-gram order must be between 1 and {MAX_ORDER}, got {order}")
-    ids = np.asarray(ids, dtype=np.int64)
+    if memory_gb is not None and not memory_gb > 0:
+        raise NnlmError(f"--memory must be a positive number of GB, got {memory_gb}")
+    ids = np.asarray(ids) if memory_gb is not None else np.asarray(ids, dtype=np.int64)  # int32 ids stay as they are
+    if ids.dtype.kind not in "iu":
+        raise NnlmError("token ids must be integers")
     if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
         raise NnlmError(f"token ids must lie in 0..{vocab_size - 1}")
-    counts = count_ngrams(ids, order, vocab_size)
+    if memory_gb is None:
+        counts = count_ngrams(ids, order, vocab_size)
+    else:
+        counts = count_ngrams_external(ids, order, vocab_size, int(memory_gb * 2**30))
     return kneser_ney_tables(counts, ids)
 
 
@@ -144,8 +178,9 @@ class KneserNeyModel(BackoffModel):
     kind = "kn"
 
     @classmethod
-    def fit(cls, vocab: Vocabulary, train: np.ndarray, order: int) -> "KneserNeyModel":
-        tables, discounts = _fit(train, order, len(vocab))
+    def fit(cls, vocab: Vocabulary, train: np.ndarray, order: int,
+            memory_gb: float | None = None) -> "KneserNeyModel":
+        tables, discounts = _fit(train, order, len(vocab), memory_gb)
         params = {"discounts": [[d.d1, d.d2, d.d3] for d in discounts],
                   "fallback_orders": [k + 1 for k, d in enumerate(discounts) if d.fallback]}
         return cls(vocab, tables, params)

@@ -1,0 +1,60 @@
+"""Reading a corpus text file in blocks of whole lines, so that no list of all its tokens is built.
+
+A block is cut after its last line break, so every line lies in one block and the tokens are those
+of reading the whole file at once: the words of each non-blank line, then `<p>`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from nnlm.data.vocab import PARAGRAPH
+from nnlm.errors import NnlmError
+from nnlm.io import require_regular
+
+BLOCK_BYTES = 8 << 20  # a few million tokens: their Python strings stay well under a gigabyte
+
+
+def line_tokens(text: str) -> list[str]:
+    """Whitespace tokens of `text`, `<p>` at the end of every non-blank line."""
+    lines = list(filter(str.strip, text.splitlines()))
+    if not lines:
+        return []
+    joined = f" {PARAGRAPH} ".join(lines)
+    return joined.split() + [PARAGRAPH]
+
+
+def token_blocks(path: Path, block_bytes: int | None = None) -> Iterator[list[str]]:
+    """The tokens of a UTF-8 file, one list per block of whole lines (a blank file yields nothing)."""
+    require_regular(path, "corpus file")
+    block_bytes = block_bytes or BLOCK_BYTES
+    offset, rest = 0, b""
+    try:
+        with open(path, "rb") as fh:
+            while True:
+                chunk = fh.read(block_bytes)
+                data = rest + chunk
+                if chunk:
+                    cut = data.rfind(b"\n") + 1
+                    if cut == 0:  # one line longer than a block: read on
+                        rest = data
+                        continue
+                    block, rest = data[:cut], data[cut:]
+                else:
+                    block, rest = data, b""
+                if block:
+                    yield line_tokens(_decode(block, path, offset))
+                offset += len(block)
+                if not chunk:
+                    return
+    except OSError as exc:
+        raise NnlmError(f"cannot read corpus file {path}: {exc.strerror or exc}") from None
+
+
+def _decode(block: bytes, path: Path, offset: int) -> str:
+    if b"\x00" in block:
+        raise NnlmError(f"corpus file {path} looks like a binary file (it holds NUL bytes), not UTF-8 text")
+    try:
+        return block.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NnlmError(f"{path} is not valid UTF-8 (bad byte at offset {offset + exc.start})") from None
