@@ -35,11 +35,13 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import contextlib
+
 from helpers import fill_disk  # noqa: E402 - the test suite's helper, shared
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # children inherit it: one thread each on a shared machine
@@ -657,18 +659,14 @@ def run_child(argv: list[str], stdin: bytes, d: Path, env: dict[str, str], timeo
         if done:
             break
         if time.monotonic() - start > timeout:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             _, status = os.waitpid(pid, 0)
             killed = True
             break
         time.sleep(0.003)
-    try:  # grandchildren (e.g. worker processes) of a finished child
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # grandchildren (e.g. workers) of a finished child
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     code = os.waitstatus_to_exitcode(status)
     return {"code": code, "killed": killed, "seconds": time.monotonic() - start,
             "stdout": (d / "stdout").read_bytes()[:200_000].decode("utf-8", "replace"),
@@ -695,10 +693,8 @@ def nonsense_output(stdout: str) -> str | None:
     if re.search(r"\b(nan|NaN|inf|Infinity)\b", stdout):
         return "nan/inf in the output"
     values = []
-    try:
+    with contextlib.suppress(ValueError):
         values += _perplexities(json.loads(stdout))
-    except ValueError:
-        pass
     for m in re.finditer(r"\b(?:ppl|train|valid|test) ([0-9][0-9,]*\.[0-9]+)\b", stdout):
         values.append(float(m.group(1).replace(",", "")))
     bad = [v for v in values if not (math.isfinite(v) and v >= 1.0 - 1e-9)]
@@ -737,6 +733,8 @@ def main() -> int:
     os.environ["NNLM_CACHE_DIR"] = str(S / "cache")
     t0 = time.monotonic()
     build_fixtures(S)
+    import matplotlib.pyplot  # noqa: F401
+
     import nnlm.cli  # noqa: F401 - everything a command imports, once, before the forks
     import nnlm.loading  # noqa: F401
     import nnlm.neural.checkpoint  # noqa: F401
@@ -745,7 +743,6 @@ def main() -> int:
     import nnlm.ngram.arpa  # noqa: F401
     import nnlm.ngram.build  # noqa: F401
     import nnlm.use  # noqa: F401
-    import matplotlib.pyplot  # noqa: F401
 
     mount = root / "tmpfs"
     mount.mkdir()

@@ -14,7 +14,6 @@ import math
 import time
 from collections import Counter, defaultdict
 
-
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import perplexity
 from nnlm.ngram.kneser_ney import FALLBACK_DISCOUNTS, KneserNeyModel

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -142,7 +143,7 @@ def main() -> None:
     ap.add_argument("--split-tokens", type=int, default=100_000, help="Brown test tokens of the exact split scoring")
     args = ap.parse_args()
     governor = threads.govern(args.threads)
-    print(f"{governor.describe()}; load average {', '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"{governor.describe()}; load average {', '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     lines, model = brown_lines(args.tokens)
     split_scoring(model, args.split_tokens)
     n_tokens = sum(len(line.split()) + 1 for line in lines)

@@ -101,7 +101,7 @@ def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, reci
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
     state = json.loads(state_file.read_text())
-    assert 0 < state["step"] and state["epoch"] < epochs
+    assert state["step"] > 0 and state["epoch"] < epochs
 
     run_train(killed, rand_dir, resume=True, epochs=epochs, threads=1)
     a, b = weights(whole), weights(killed)

@@ -11,9 +11,9 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from helpers import fill_disk

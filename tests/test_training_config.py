@@ -10,7 +10,12 @@ import pytest
 from nnlm.cli import build_parser
 from nnlm.errors import NnlmError
 from nnlm.neural.config import (
-    RUN_DEFAULTS, SESSION_DEFAULTS, RunOptions, SessionOptions, add_train_options, requested_options,
+    RUN_DEFAULTS,
+    SESSION_DEFAULTS,
+    RunOptions,
+    SessionOptions,
+    add_train_options,
+    requested_options,
 )
 from nnlm.neural.pipeline import TRAINERS, trainer_spec
 from nnlm.neural.recipes import RECIPES, recipe_values

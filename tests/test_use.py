@@ -73,7 +73,7 @@ def test_next_words_k_too_large(saved_addone):
 
 
 def test_render_paragraphs_and_texts():
-    assert render("a b <p> c <text> d".split()) == "a b\n\nc\n\n---\n\nd"
+    assert render(["a", "b", "<p>", "c", "<text>", "d"]) == "a b\n\nc\n\n---\n\nd"
 
 
 def test_cli_score_json_and_skip_bad(saved_addone, tmp_path):

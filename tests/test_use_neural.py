@@ -7,7 +7,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from test_cli import run
 
+from nnlm.cli import main
 from nnlm.data.corpus import load_corpus
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
@@ -18,8 +20,6 @@ from nnlm.neural.features import neighbors, pca_2d, word2vec_text
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.ngram.simple import AddOneBigram
 from nnlm.use import score_lines, score_words
-from nnlm.cli import main
-from test_cli import run
 
 
 @pytest.fixture

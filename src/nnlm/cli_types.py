@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
 _INT = re.compile(r"[+-]?\d+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)

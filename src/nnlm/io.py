@@ -18,9 +18,10 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from nnlm.errors import NnlmError
 

@@ -7,8 +7,8 @@ EM fits the table on the components' probabilities of a held-out split, computed
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -7,8 +7,8 @@ previous line, as in the corpus); the stream starts after the text marker.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 

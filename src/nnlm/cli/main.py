@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from nnlm.cli import eval as eval_command
 from nnlm.cli import export, features, mix, ngram, reproduce, score, stats, text, train, tune

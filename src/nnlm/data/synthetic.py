@@ -43,7 +43,7 @@ class ClassSource:
 
     @classmethod
     def random(cls, words: int, classes: int, seed: int, mean_length: float = 20.0,
-               concentration: float = 0.1) -> "ClassSource":
+               concentration: float = 0.1) -> ClassSource:
         """A source of `words` words in `classes` classes; sentences of about `mean_length` words."""
         if classes < 1 or words < classes:
             raise NnlmError(f"a generated corpus needs at least one word per class (words {words}, classes {classes})")

@@ -5,8 +5,8 @@ of reading the whole file at once: the words of each non-blank line, then `<p>`.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from nnlm.data.vocab import PARAGRAPH
 from nnlm.errors import NnlmError

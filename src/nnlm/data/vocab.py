@@ -4,9 +4,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class Vocabulary:
         min_count: int = 1,
         max_size: int | None = None,
         specials: Sequence[str] = (UNK, PARAGRAPH),
-    ) -> "Vocabulary":
+    ) -> Vocabulary:
         """Specials first, then tokens of count >= min_count by decreasing count (ties by string)."""
         if min_count < 1:
             raise NnlmError(f"--min-count must be at least 1, got {min_count}")
@@ -87,7 +87,7 @@ class Vocabulary:
         atomic_write_text(path, json.dumps({"unk": self.unk, "tokens": list(self.tokens)}))
 
     @classmethod
-    def load(cls, path: Path) -> "Vocabulary":
+    def load(cls, path: Path) -> Vocabulary:
         from nnlm.io import JSON_LIMIT, read_input
 
         raw = read_input(path, "vocabulary file", JSON_LIMIT)

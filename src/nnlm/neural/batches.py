@@ -9,7 +9,8 @@ These are the functions every trainer (and the benchmarks) run, so they time wha
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch

@@ -18,8 +18,9 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 from safetensors import safe_open
@@ -65,7 +66,7 @@ def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     try:
         with safe_open(str(path), framework="pt") as fh:
             meta = fh.metadata() or {}
-            tensors = {name: fh.get_tensor(name) for name in fh.keys()}
+            tensors = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118 (safe_open is no dict)
     except Exception as exc:  # safetensors raises its own error types for truncated or malformed files
         raise NnlmError(f"{path} is truncated or not a safetensors file ({str(exc).splitlines()[0][:120]})") from None
     if meta.get("sha256") != tensors_digest(tensors):

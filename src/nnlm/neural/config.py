@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
 from nnlm import cli_types as T
 from nnlm.errors import NnlmError

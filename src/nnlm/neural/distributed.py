@@ -14,8 +14,8 @@ import os
 import socket
 import sys
 import traceback
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist

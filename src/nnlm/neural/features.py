@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary
 from nnlm.capabilities import HasWordFeatures
+from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_path, atomic_write_text, read_input
 from nnlm.lm import LanguageModel

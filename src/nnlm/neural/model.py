@@ -77,7 +77,7 @@ class ModelConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ModelConfig":
+    def from_dict(cls, data: dict) -> ModelConfig:
         try:
             return cls(**{k: data[k] for k in ("vocab_size", "order", "hidden", "features", "direct")})
         except (KeyError, TypeError) as exc:

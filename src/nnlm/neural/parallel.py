@@ -26,9 +26,10 @@ readable by every rank (`brown` from its cache, or the same directory path on ev
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,16 +39,16 @@ from torch import nn
 from nnlm import threads
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import session_options
+from nnlm.neural.model import NPLM, NeuralLM
 from nnlm.neural.pipeline import TRAINERS, build_optimizer, nothing_left_to_do, prepare
 from nnlm.neural.run_config import Run, open_corpus, pick_device
 from nnlm.neural.train import run_setup, train_with
 from nnlm.neural.trainer import Trainer, TrainingSetup
-from nnlm.lm import LanguageModel
-from nnlm.neural.model import NPLM, NeuralLM
 from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
 MODES = ("none", *(name for name in TRAINERS if name != "single"))  # --parallel: none is the single process

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
-
 
 LR_SCHEDULES = ("paper", "epoch", "plateau", "newbob", "constant")
 BEST_OPTIMIZER = "best-optimizer.safetensors"  # the optimizer state that goes with model.safetensors (newbob)

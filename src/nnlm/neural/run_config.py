@@ -22,7 +22,13 @@ from nnlm.neural.config import RUN_DEFAULTS, RunOptions
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import (
-    RECIPES, Recipe, default_recipe, learning_rate, recipe_values, regularisation_scale, run_recipe,
+    RECIPES,
+    Recipe,
+    default_recipe,
+    learning_rate,
+    recipe_values,
+    regularisation_scale,
+    run_recipe,
 )
 from nnlm.neural.sampled import DEFAULT_SAMPLES, check_loss
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -22,8 +23,8 @@ from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import EXPLODED, batch_rows, diverged, padded_stream, update
-from nnlm.neural.model import ModelConfig, NeuralLM
 from nnlm.neural.config import SessionOptions
+from nnlm.neural.model import ModelConfig, NeuralLM
 from nnlm.neural.run_config import Run
 
 CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every RECHECK_SECONDS)

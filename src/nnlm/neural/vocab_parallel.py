@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.neural.distributed import all_gather_rows
 from nnlm.lm import LanguageModel
+from nnlm.neural.distributed import all_gather_rows
 from nnlm.neural.model import EVAL_ROWS, NPLM, ModelConfig, NPLMParameters
 
 SLICED = ("b", "W", "U")  # the output layer's parameters, split by rows (words)
@@ -99,7 +99,7 @@ class VocabParallelNPLM(NPLMParameters):
 
     @classmethod
     def from_full(cls, tensors: dict[str, torch.Tensor], config: ModelConfig, rank: int, world: int,
-                  dropout_x: float = 0.0, dropout_h: float = 0.0) -> "VocabParallelNPLM":
+                  dropout_x: float = 0.0, dropout_h: float = 0.0) -> VocabParallelNPLM:
         """This rank's share of a whole model's tensors (an NPLM state_dict or a checkpoint's)."""
         lo, hi = vocab_slices(config.vocab_size, world)[rank]
         net = cls(config, lo, hi, dropout_x, dropout_h)

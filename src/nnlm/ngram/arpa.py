@@ -23,8 +23,8 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_path, require_regular
 from nnlm.ngram.backoff import BackoffModel, BackoffTables
-from nnlm.ngram.keys import lookup
 from nnlm.ngram.counts import MAX_ORDER
+from nnlm.ngram.keys import lookup
 
 MARKERS = ("<s>", "</s>")
 NEVER = -99.0  # log10 probability of a marker the model never predicts
@@ -219,7 +219,7 @@ def read_arpa(path: Path | str, vocab: Vocabulary | None = None) -> BackoffModel
     path = Path(path)
     require_regular(path, "ARPA file")  # a FIFO or a device is refused before it is opened
     try:
-        fh = open(path, encoding="utf-8")
+        fh = open(path, encoding="utf-8")  # noqa: SIM115 (closed by the `with fh` below, after the error check)
     except OSError as exc:
         raise NnlmError(f"cannot read ARPA file {path}: {exc.strerror}") from None
     r = _Reader(path, fh)

@@ -127,7 +127,7 @@ class BackoffTables:
         return out
 
     @classmethod
-    def from_arrays(cls, vocab_size: int, order: int, arrays: dict[str, np.ndarray]) -> "BackoffTables":
+    def from_arrays(cls, vocab_size: int, order: int, arrays: dict[str, np.ndarray]) -> BackoffTables:
         try:
             return cls(vocab_size,
                        [arrays[f"keys_{k}"].astype(np.int64) for k in range(1, order + 1)],
@@ -166,7 +166,7 @@ class BackoffModel(LanguageModel):
         save_arrays(directory, self.kind, self.order, self.vocab, self.tables.arrays(), self.params)
 
     @classmethod
-    def load(cls, directory: Path) -> "BackoffModel":
+    def load(cls, directory: Path) -> BackoffModel:
         config, vocab, arrays = load_arrays(directory)
         order = config.get("order")
         if not isinstance(order, int) or not 1 <= order <= 6:

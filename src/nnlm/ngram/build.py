@@ -5,8 +5,8 @@ provides `save(directory)` and a classmethod `load(directory)`, usually via nnlm
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from nnlm.capabilities import Saveable
 from nnlm.data.corpus import Corpus

@@ -71,7 +71,7 @@ class ClassNgram(LanguageModel):
 
     @classmethod
     def fit(cls, vocab: Vocabulary, train: np.ndarray, order: int, n_classes: int = DEFAULT_CLASSES,
-            progress: bool = True, clusters: WordClasses | None = None) -> "ClassNgram":
+            progress: bool = True, clusters: WordClasses | None = None) -> ClassNgram:
         """`clusters`: word classes already found for this train and c (the clustering does not
         depend on the order, so the orders of one c can share it); otherwise clustered here."""
         v = len(vocab)
@@ -93,7 +93,7 @@ class ClassNgram(LanguageModel):
         return cls(vocab, clusters.classes, word_prob, tables, params)
 
     @classmethod
-    def fit_corpus(cls, corpus: Corpus, order: int, n_classes: int = DEFAULT_CLASSES) -> "ClassNgram":
+    def fit_corpus(cls, corpus: Corpus, order: int, n_classes: int = DEFAULT_CLASSES) -> ClassNgram:
         return cls.fit(corpus.vocab, corpus.train, order, n_classes)
 
     @property
@@ -128,7 +128,7 @@ class ClassNgram(LanguageModel):
         save_arrays(directory, self.kind, self.order, self.vocab, arrays, {**self.params, "classes": self.n_classes})
 
     @classmethod
-    def load(cls, directory: Path) -> "ClassNgram":
+    def load(cls, directory: Path) -> ClassNgram:
         config, vocab, arrays = load_arrays(directory)
         params = config.get("params") or {}
         order, n_classes = config.get("order"), params.get("classes")

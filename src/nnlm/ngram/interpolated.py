@@ -49,7 +49,7 @@ class InterpolatedTrigram(LanguageModel):
 
     # ---- counting -------------------------------------------------------------------------
     @classmethod
-    def fit(cls, vocab: Vocabulary, train: np.ndarray) -> "InterpolatedTrigram":
+    def fit(cls, vocab: Vocabulary, train: np.ndarray) -> InterpolatedTrigram:
         """Relative-frequency tables from train, weights at their EM starting point."""
         v = len(vocab)
         if v > MAX_VOCAB:
@@ -76,7 +76,7 @@ class InterpolatedTrigram(LanguageModel):
         return model
 
     @classmethod
-    def fit_corpus(cls, corpus: Corpus, iterations: int = EM_ITERATIONS) -> "InterpolatedTrigram":
+    def fit_corpus(cls, corpus: Corpus, iterations: int = EM_ITERATIONS) -> InterpolatedTrigram:
         """Counts from train, mixture weights by EM on the validation split."""
         model = cls.fit(corpus.vocab, corpus.train)
         positions = np.arange(len(corpus.valid)) + corpus.split_offset("valid")
@@ -195,7 +195,7 @@ class InterpolatedTrigram(LanguageModel):
                     {"train_tokens": self.train_tokens, "em_history": self.em_history})
 
     @classmethod
-    def load(cls, directory: Path) -> "InterpolatedTrigram":
+    def load(cls, directory: Path) -> InterpolatedTrigram:
         config, vocab, arrays = load_arrays(directory)
         weights = arrays.pop("weights")
         params = config["params"]

@@ -179,7 +179,7 @@ class KneserNeyModel(BackoffModel):
 
     @classmethod
     def fit(cls, vocab: Vocabulary, train: np.ndarray, order: int,
-            memory_gb: float | None = None) -> "KneserNeyModel":
+            memory_gb: float | None = None) -> KneserNeyModel:
         tables, discounts = _fit(train, order, len(vocab), memory_gb)
         params = {"discounts": [[d.d1, d.d2, d.d3] for d in discounts],
                   "fallback_orders": [k + 1 for k, d in enumerate(discounts) if d.fallback]}

@@ -38,7 +38,7 @@ class AddOneBigram(LanguageModel):
         self._pair_keys, self._pair_counts, self._context_counts = pair_keys, pair_counts, context_counts
 
     @classmethod
-    def fit(cls, vocab: Vocabulary, train: np.ndarray) -> "AddOneBigram":
+    def fit(cls, vocab: Vocabulary, train: np.ndarray) -> AddOneBigram:
         v = len(vocab)
         train = np.asarray(train, dtype=np.int64)
         pair_keys, pair_counts = np.unique(train[:-1] * v + train[1:], return_counts=True)
@@ -51,7 +51,7 @@ class AddOneBigram(LanguageModel):
                      "context_counts": self._context_counts})
 
     @classmethod
-    def load(cls, directory: Path) -> "AddOneBigram":
+    def load(cls, directory: Path) -> AddOneBigram:
         _, vocab, a = load_arrays(directory)
         return cls(vocab, a["pair_keys"], a["pair_counts"], a["context_counts"])
 

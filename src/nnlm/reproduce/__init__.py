@@ -12,8 +12,8 @@ Modules: `table` (rows and the paper's figures), `planner` (who gets how much of
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from nnlm.errors import NnlmError
 from nnlm.reproduce.table import ALL_MODELS, DEFAULT_MODELS, NGRAM_ROWS, NgramRow, Row, mlp_rows, parse_models

@@ -5,8 +5,8 @@ planner's (`planner.plan`); the report is written from results.json alone (`repo
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -14,9 +14,9 @@ from nnlm.data.corpus import load_corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
 from nnlm.ngram.clusters import WordClasses
+from nnlm.reproduce import table
 from nnlm.reproduce.planner import Rates
 from nnlm.reproduce.results import Results, requested_options
-from nnlm.reproduce import table
 from nnlm.reproduce.table import Row
 
 SPLITS = ("train", "valid", "test")

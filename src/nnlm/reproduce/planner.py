@@ -21,8 +21,8 @@ stopping) or late hands the difference to the rows after it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 SAFETY = 1.15  # on every estimate: rates are measured on a slice, and the load moves
 EXPECTED_EPOCHS = 10  # a Table 1 net early-stops after 8-9 epochs on Brown (patience 3)
