@@ -151,7 +151,8 @@ def stage(name: str, size: int, args: argparse.Namespace, corpus_dir: Path, env:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=Path("/work/scale-data"), help="corpora, caches, runs (not the repo)")
+    ap.add_argument("--data", type=Path, default=Path("scale-data"),
+                    help="corpora, caches, runs (git ignores ./scale-data)")
     ap.add_argument("--sizes", default="1M,14M,140M")
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--memory", type=float, help="kn5: memory budget in GB (out-of-core counting)")
