@@ -111,6 +111,7 @@ def test_newbob_undoes_a_stalled_epoch_then_anneals_and_resumes_exactly(gen_dir,
     (["--min-improvement", "1"], "--min-improvement must be"),
     (["--recipe", "paper", "--lr-schedule", "plateau"], "--lr-schedule with recipe paper must be paper"),
     (["--recipe", "paper", "--dropout", "0.1"], "--dropout applies to the Adam recipes"),
+    (["--lr-schedule", "newbob", "--parallel", "hogwild"], "newbob restores the best weights"),
 ])
 def test_bad_recipe_values_are_one_line_and_exit_2(gen_dir, tmp_path, capsys, extra, message):
     out = tmp_path / "x"

@@ -65,8 +65,8 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     processes are started. Returns the final state (on rank 0; None on the other ranks)."""
     if mode not in MODES:
         raise NnlmError(f"--parallel must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode not in ("none", "hogwild"):  # (hogwild workers take any loss: sampled rows race like the rest)
-        TRAINERS[mode].check(requested.get("loss", "full"))
+    if mode != "none":  # before anything is written
+        TRAINERS[mode].check(requested.get("loss", "full"), lr_schedule=requested.get("lr_schedule"))
     if mode == "none":
         if dd.under_torchrun():
             raise NnlmError("under torchrun, choose --parallel ddp or --parallel vocab (otherwise every process "

@@ -38,12 +38,13 @@ class TrainerSpec:
     where: str                 # "module:Class", imported when the trainer is chosen
     full_softmax_only: bool    # ddp and vocab split the exact softmax; hogwild takes any loss
     cpu_only: bool = False     # hogwild shares memory between local processes
+    restores_best: bool = False  # the newbob schedule puts the best weights back: one process only
 
     def trainer_class(self) -> type[Trainer]:
         module, name = self.where.split(":")
         return getattr(importlib.import_module(module), name)
 
-    def check(self, loss: str, device: str = "cpu") -> None:
+    def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None) -> None:
         """What this trainer cannot do -> one-line NnlmError, before anything is written (and again
         when a run trained otherwise is resumed)."""
         if self.full_softmax_only and loss != "full":
@@ -51,10 +52,13 @@ class TrainerSpec:
                             f"{self.name} trains the full softmax only")
         if self.cpu_only and device == "cuda":
             raise NnlmError(f"--parallel {self.name} runs on the CPU (shared memory); use --parallel ddp for GPUs")
+        if lr_schedule == "newbob" and not self.restores_best:
+            raise NnlmError(f"--lr-schedule newbob restores the best weights, which --parallel {self.name} "
+                            "cannot: train it in one process")
 
 
 TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
-    TrainerSpec("single", "nnlm.neural.trainer:Trainer", full_softmax_only=False),
+    TrainerSpec("single", "nnlm.neural.trainer:Trainer", full_softmax_only=False, restores_best=True),
     TrainerSpec("hogwild", "nnlm.neural.hogwild:HogwildTrainer", full_softmax_only=False, cpu_only=True),
     TrainerSpec("ddp", "nnlm.neural.parallel:DDPTrainer", full_softmax_only=True),
     TrainerSpec("vocab", "nnlm.neural.parallel:VocabTrainer", full_softmax_only=True),
@@ -99,7 +103,7 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG)."""
     session = session or session_options(requested)
     run, corpus = open_run(out, run_part(requested), resume, device)
-    spec.check(run.loss)  # (a resumed run trained with a loss this trainer lacks)
+    spec.check(run.loss, lr_schedule=run.training_recipe.lr_schedule)  # (a resumed run trained otherwise)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = NPLM(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)

@@ -36,7 +36,6 @@ from torch import nn
 
 from nnlm import threads
 from nnlm.data.corpus import Corpus
-from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import presets
@@ -116,7 +115,7 @@ def train_with(name: str, out: Path | str, requested: dict[str, Any], resume: bo
     process (single, or hogwild with `workers` processes); returns the final state."""
     spec = trainer_spec(name)
     session = session_options(requested)
-    spec.check(requested.get("loss", "full"), session.device)
+    spec.check(requested.get("loss", "full"), session.device, requested.get("lr_schedule"))
     device = CPU if spec.cpu_only else pick_device(session.device)
     if not spec.cpu_only:
         threads.govern(session.threads, device)  # --threads, or the cores free now (re-checked while training)
@@ -158,9 +157,6 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         f"recipe {recipe.name}{' (bf16 output layer)' if run.bf16 and run.loss == 'full' else ''}, "
         + (f"{run.loss} loss with {run.samples} samples, " if run.loss != "full" else "")
         + trainer.describe())
-    if recipe.lr_schedule == "newbob" and type(trainer) is not Trainer:
-        raise NnlmError("--lr-schedule newbob restores the best weights: single-process training only "
-                        "(no --parallel)")
     first_step, stop = state["step"], None
     while stop is None and state["epoch"] < session.epochs:
         epoch = state["epoch"]
