@@ -46,3 +46,12 @@ def test_the_walk_catches_an_undescribed_option():
     bare = parser.add_argument("--bare", type=int, default=3)
     flag = parser.add_argument("--flag", action="store_true", help="does a thing")
     assert described(bare) == ["help", "default"] and described(flag) == ["default"]
+
+
+def test_the_parallel_choices_are_the_registered_trainers():
+    """cli/train.py spells the --parallel choices out (importing the trainer registry would load torch
+    for `nnlm --help`); they must stay the registry's."""
+    from nnlm.neural.parallel import MODES
+
+    (action,) = [a for a in commands()["train"]._actions if a.dest == "parallel"]
+    assert tuple(action.choices) == MODES

@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_train_options(p)  # every run and session option, from the typed configuration
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out exactly where it stopped (default: off)")
-    p.add_argument("--parallel", choices=("none", "hogwild", "ddp", "vocab"),
+    p.add_argument("--parallel", choices=("none", "hogwild", "ddp", "vocab"),  # = parallel.MODES (tested)
                    help="hogwild: asynchronous shared-memory workers; ddp: synchronous data-parallel; vocab: "
                         "output layer split by words over the processes (under torchrun, or --workers local ones) "
                         "(default: none, one process)")

@@ -44,9 +44,7 @@ def obtain_ngram(corpus: Corpus, kind: str, order: int | None = None, classes: i
 
     if load and load_arpa:
         raise NnlmError("give --load or --load-arpa, not both")
-    if classes is not None and (load or load_arpa):
-        raise NnlmError("--classes applies only when building --kind class")
-    if classes is not None and kind != "class":
+    if classes is not None and (kind != "class" or load or load_arpa):
         raise NnlmError("--classes applies only when building --kind class")
     if memory_gb is not None and (kind != "kn" or load or load_arpa):
         raise NnlmError("--memory applies only when building --kind kn")
