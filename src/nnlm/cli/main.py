@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from nnlm.cli import eval as eval_command
-from nnlm.cli import export, features, mix, ngram, reproduce, rescore, score, stats, text, train, tune
+from nnlm.cli import export, features, mix, ngram, reproduce, rescore, score, serve, stats, text, train, tune
 from nnlm.cli.common import Parser
 from nnlm.cli.crash import report_unexpected
 from nnlm.errors import NnlmError
@@ -19,7 +19,7 @@ from nnlm.errors import NnlmError
 # In the order `nnlm --help` lists them.
 REGISTER = (stats.add_parser, ngram.add_parser, train.add_parser, eval_command.add_parser, tune.add_parser,
             mix.add_parser, reproduce.add_parser, score.add_parser, text.add_parsers, features.add_parsers,
-            export.add_parser, rescore.add_parser)
+            export.add_parser, rescore.add_parser, serve.add_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

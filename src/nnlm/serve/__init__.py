@@ -1,0 +1,1 @@
+"""`nnlm serve`: models behind a local HTTP server (JSON API, request batching) with a page to explore them."""

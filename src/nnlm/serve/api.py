@@ -1,0 +1,165 @@
+"""The JSON API of `nnlm serve`: each endpoint a function of (served models, request object) -> response
+object. Requests are checked here and refused with NnlmError (the server answers 400 with its message)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nnlm.capabilities import HasWordFeatures
+from nnlm.data.vocab import PARAGRAPH
+from nnlm.errors import NnlmError
+from nnlm.lm import LanguageModel
+from nnlm.rescore.lm_scores import hypothesis_contexts
+from nnlm.serve.batcher import Batcher
+from nnlm.use import LOG10_E, generate
+
+MAX_TOKENS = 20_000          # tokens scored per request
+MAX_ALTERNATIVES_AT = 256    # positions given top alternatives per request (each costs a |V| distribution)
+MAX_K = 100
+MAX_GENERATE = 500
+
+
+@dataclass
+class Served:
+    """A model the server answers for, with its batcher."""
+
+    name: str
+    model: LanguageModel
+    batcher: Batcher
+    timeout: float
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.model.kind_name(), "order": self.model.order,
+                "vocabulary": len(self.model.vocab), "features": isinstance(self.model, HasWordFeatures)}
+
+
+def served_models(paths: list[str], timeout: float) -> dict[str, Served]:
+    """Load each model; its name is the path's last part (made unique with -2, -3, ...)."""
+    from nnlm.loading import load
+
+    out: dict[str, Served] = {}
+    for path in paths:
+        base = Path(path).name or path
+        name, n = base, 1
+        while name in out:
+            n += 1
+            name = f"{base}-{n}"
+        model = load(path)
+        out[name] = Served(name, model, Batcher(model), timeout)
+    return out
+
+
+def _field(request: dict[str, Any], key: str, kind: type, default: Any = None, low: float | None = None,
+           high: float | None = None) -> Any:
+    value = request.get(key, default)
+    if value is None:
+        raise NnlmError(f"missing field {key!r}")
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise NnlmError(f"field {key!r} must be a {kind.__name__}")
+    if low is not None and not (low <= value <= (high if high is not None else value)):
+        raise NnlmError(f"field {key!r} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _model(models: dict[str, Served], request: dict[str, Any]) -> Served:
+    name = request.get("model", next(iter(models)))
+    if name not in models:
+        raise NnlmError(f"no model {name!r} (served: {', '.join(models)})")
+    return models[name]
+
+
+def _tokens(text: str) -> list[str]:
+    """The corpus format: each non-blank line a paragraph ending in `<p>`."""
+    tokens = [t for line in text.splitlines() if line.split() for t in (*line.split(), PARAGRAPH)]
+    if not tokens:
+        raise NnlmError("the text has no words")
+    if len(tokens) > MAX_TOKENS:
+        raise NnlmError(f"the text has {len(tokens)} tokens, more than the {MAX_TOKENS} a request may have")
+    return tokens
+
+
+def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]]:
+    """The k most probable words of each row, most probable first, as [word, probability]."""
+    top = np.argpartition(-dist, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(dist, top, axis=1), axis=1, kind="stable")
+    top = np.take_along_axis(top, order, axis=1)
+    return [[[model.vocab.tokens[i], float(row[i])] for i in ids] for row, ids in zip(dist, top, strict=True)]
+
+
+def score(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+    """`text` scored as one stream: the total, and each token's log10 probability (and, with `top` > 0, the
+    `top` most probable words at each position)."""
+    served = _model(models, request)
+    model = served.model
+    tokens = _tokens(_field(request, "text", str))
+    k = _field(request, "top", int, 0, 0, MAX_K)
+    if k and len(tokens) > MAX_ALTERNATIVES_AT:
+        raise NnlmError(f"alternatives ('top') are given for at most {MAX_ALTERNATIVES_AT} tokens")
+    ids = np.asarray(model.vocab.encode(tokens), dtype=np.int64)
+    ctx = hypothesis_contexts(model, np.array([len(ids)]), ids)
+    log10 = served.batcher.log_prob(ctx, ids, served.timeout) * LOG10_E
+    words = [{"word": t, "log10": float(p), "known": t in model.vocab} for t, p in zip(tokens, log10, strict=True)]
+    if k:
+        for word, alternatives in zip(words, _top(served.batcher.distribution(ctx, served.timeout), model, k),
+                                      strict=True):
+            word["top"] = alternatives
+    total = float(log10.sum())
+    return {"model": served.name, "log10_prob": total, "tokens": len(tokens),
+            "perplexity": float(10 ** (-total / len(tokens))), "words": words}
+
+
+def next_words(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+    """The `k` most probable next tokens after `history` (text; empty: the start of a text)."""
+    served = _model(models, request)
+    model = served.model
+    history = _field(request, "history", str, "").split()
+    k = _field(request, "k", int, 10, 1, min(MAX_K, len(model.vocab)))
+    ids = np.asarray(model.vocab.encode(history + ["<next>"]), dtype=np.int64)  # a placeholder target
+    ctx = hypothesis_contexts(model, np.array([len(ids)]), ids)[-1:]
+    dist = served.batcher.distribution(ctx, served.timeout)
+    return {"model": served.name, "history": history,
+            "next": [{"word": w, "p": p} for w, p in _top(dist, model, k)[0]]}
+
+
+def generated(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+    """`tokens` tokens sampled after `prompt`, reproducible from `seed`."""
+    served = _model(models, request)
+    model = served.model
+    top_k = request.get("top_k")
+    words = generate(model, _field(request, "prompt", str, ""), _field(request, "tokens", int, 30, 1, MAX_GENERATE),
+                     _field(request, "temperature", float, 1.0, 1e-3, 100.0),
+                     None if top_k is None else _field(request, "top_k", int, None, 1, len(model.vocab)),
+                     _field(request, "seed", int, 0, 0, 2**32 - 1))
+    return {"model": served.name, "tokens": words}
+
+
+def neighbors(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+    """Nearest words to `word` in a neural model's feature space (as `nnlm neighbors`)."""
+    from nnlm.neural.features import neighbors as nearest
+
+    served = _model(models, request)
+    ranked = nearest(served.model, _field(request, "word", str), _field(request, "k", int, 10, 1, MAX_K))
+    return {"model": served.name, "neighbors": [{"word": w, "cosine": c} for w, c in ranked]}
+
+
+def feature_map(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+    """The 2-D PCA map of the `top` most frequent words' feature vectors (as `nnlm map`)."""
+    from nnlm.neural.features import most_frequent_words, pca_2d, word_features
+
+    served = _model(models, request)
+    model = served.model
+    features = word_features(model)
+    words = most_frequent_words(model.vocab, _field(request, "top", int, 100, 2, 1000))
+    xy = pca_2d(features[[model.vocab.id(w) for w in words]])
+    return {"model": served.name, "words": words, "x": xy[:, 0].tolist(), "y": xy[:, 1].tolist()}
+
+
+ENDPOINTS: dict[str, Callable[[dict[str, Served], dict[str, Any]], dict[str, Any]]] = {
+    "/api/score": score, "/api/next": next_words, "/api/generate": generated, "/api/neighbors": neighbors,
+    "/api/map": feature_map}

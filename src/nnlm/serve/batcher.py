@@ -1,0 +1,91 @@
+"""Requests from many clients merged into one model call: a worker thread per model takes every job
+waiting (up to a row budget), stacks their context rows, calls `log_prob` or `distribution` once, and
+hands each client its slice. A network call costs nearly the same for 1 row as for 100, so concurrent
+clients share it instead of queueing for the model one by one."""
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnlm.lm import LanguageModel
+
+MAX_BATCH_ROWS = 1 << 14
+DISTRIBUTION_ROW_COST = 64  # a distribution row is |V| floats: a batch holds MAX_BATCH_ROWS / 64 of them
+
+
+@dataclass
+class Job:
+    contexts: np.ndarray              # [rows, order-1]
+    targets: np.ndarray | None        # [rows] for log_prob; None for distribution
+    result: Future = field(default_factory=Future)
+
+    @property
+    def cost(self) -> int:
+        return len(self.contexts) * (1 if self.targets is not None else DISTRIBUTION_ROW_COST)
+
+
+class Batcher:
+    """Runs a model's `log_prob` / `distribution` jobs in merged batches on one worker thread."""
+
+    def __init__(self, model: LanguageModel, max_rows: int = MAX_BATCH_ROWS) -> None:
+        self.model = model
+        self.max_rows = max_rows
+        self.batches = 0                         # model calls made: fewer than jobs when clients overlap
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.worker = threading.Thread(target=self._run, name=f"batcher-{model.kind_name()}", daemon=True)
+        self.worker.start()
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray, timeout: float) -> np.ndarray:
+        return self._submit(Job(contexts, targets), timeout)
+
+    def distribution(self, contexts: np.ndarray, timeout: float) -> np.ndarray:
+        return self._submit(Job(contexts, None), timeout)
+
+    def _submit(self, job: Job, timeout: float) -> np.ndarray:
+        self.jobs.put(job)
+        return job.result.result(timeout=timeout)
+
+    def close(self) -> None:
+        self.jobs.put(None)
+
+    def _run(self) -> None:
+        while True:
+            first = self.jobs.get()
+            if first is None:
+                return
+            pending, rows = [first], first.cost
+            while rows < self.max_rows:
+                try:
+                    job = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    self.jobs.put(None)
+                    break
+                pending.append(job)
+                rows += job.cost
+            for wants_targets in (True, False):
+                group = [j for j in pending if (j.targets is not None) == wants_targets]
+                if group:
+                    self._serve(group)
+
+    def _serve(self, group: list[Job]) -> None:
+        try:
+            ctx = np.concatenate([j.contexts for j in group])
+            if group[0].targets is not None:
+                out = self.model.log_prob(ctx, np.concatenate([j.targets for j in group]))
+            else:
+                out = self.model.distribution(ctx)
+            self.batches += 1
+        except Exception as exc:  # every waiting client hears of it
+            for job in group:
+                job.result.set_exception(exc)
+            return
+        at = 0
+        for job in group:
+            job.result.set_result(out[at:at + len(job.contexts)])
+            at += len(job.contexts)
