@@ -150,12 +150,13 @@ def neighbors(models: dict[str, Served], request: dict[str, Any]) -> dict[str, A
 
 def feature_map(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
     """The 2-D PCA map of the `top` most frequent words' feature vectors (as `nnlm map`)."""
-    from nnlm.neural.features import most_frequent_words, pca_2d, word_features
+    from nnlm.neural.features import SPECIALS, most_frequent_words, pca_2d, word_features
 
     served = _model(models, request)
     model = served.model
     features = word_features(model)
-    words = most_frequent_words(model.vocab, _field(request, "top", int, 100, 2, 1000))
+    available = sum(1 for t in model.vocab.tokens if t not in SPECIALS)
+    words = most_frequent_words(model.vocab, min(_field(request, "top", int, 100, 2, 1000), available))
     xy = pca_2d(features[[model.vocab.id(w) for w in words]])
     return {"model": served.name, "words": words, "x": xy[:, 0].tolist(), "y": xy[:, 1].tolist()}
 
