@@ -32,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", choices=("wer", "likelihood"), default="wer",
                    help="tuning: minimize the 1-best's word error rate, or maximize the log-likelihood of each "
                         "list's lowest-error hypothesis (default wer)")
-    p.add_argument("--tune-features", help="the features to tune, comma-separated (default: every --lm and nwords)")
+    p.add_argument("--tune-features", help="the features to tune, comma-separated, each starting at 0 unless "
+                                           "--weights gives it (default: every --lm and nwords)")
     p.add_argument("--refs", help="references of the lists rescored: report word error rate before and after "
                                    "(default: none)")
     p.add_argument("--unnormalized", action="store_true",
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from nnlm.io import atomic_write_text, check_output
+    from nnlm.io import atomic_write_text
     from nnlm.loading import load
     from nnlm.rescore import add_lm_features, corpus_wer, file_order, parse_weights, rerank
     from nnlm.rescore.formats import one_best_text, read_nbest, write_reranked
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.tune) != bool(args.tune_refs):
         raise NnlmError("--tune and --tune-refs go together")
     out = Path(args.out)
-    check_output(out)
+    if out.exists() and not out.is_dir():
+        raise NnlmError(f"--out {out} is a file, not a directory")
     names = [n.strip() for n in args.score_names.split(",") if n.strip()]
     nbest = read_nbest(args.format, args.nbest, args.scores, names)
     dev = read_nbest(args.format, args.tune, args.tune_scores, names) if args.tune else None
@@ -75,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
     if dev is not None:
         weights = _tuned(args, dev, models, weights, lm_names, read_references(args.tune_refs))
     orders = rerank(nbest, weights)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NnlmError(f"cannot create {out}: {exc.strerror}") from None
     write_reranked(nbest, weights, orders, out, lm_names)
     atomic_write_text(out / "one-best.txt", one_best_text(nbest, orders))
     result["weights"] = dict(zip(nbest.names, weights.tolist(), strict=True))
@@ -103,6 +108,11 @@ def _tuned(args, dev, models, weights, lm_names, refs):
               else [*lm_names, "nwords"])
     tunable = [dev.column(n) for n in chosen]
     fixed = dev.column(next(iter(DEFAULT_WEIGHTS[dev.format])))
-    if dev.names != list(dict.fromkeys(dev.names)) or len(dev.names) != len(weights):
+    if len(dev.names) != len(weights):
         raise NnlmError("the dev lists' features differ from the lists rescored")
-    return tune_weights(DevSet.build(dev, refs), np.asarray(weights), tunable, fixed, args.objective)
+    given = {item.partition("=")[0].strip() for item in (args.weights or "").split(",")}
+    start = np.asarray(weights, dtype=np.float64).copy()
+    for j in tunable:  # from the decoder's score alone, unless --weights gave a start: a search started with
+        if dev.names[j] not in given:  # every model at 1 gets stuck where one model's weight drowns the others
+            start[j] = 0.0
+    return tune_weights(DevSet.build(dev, refs), start, tunable, fixed, args.objective)
