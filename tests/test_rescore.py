@@ -118,7 +118,8 @@ def test_cli_rescore_lowers_word_errors(random_corpus, kn3, tmp_path, cli):  # n
     (["--format", "kaldi"], "needs --scores"),
     (["--format", "srilm", "--weights", "bogus=1"], "no feature 'bogus'"),
     (["--format", "srilm", "--tune", "x"], "go together"),
+    (["--format", "moses"], "no hypotheses"),
 ])
 def test_cli_rescore_errors(kn3, tmp_path, cli, args, message):  # noqa: F811
-    (tmp_path / "l").write_text("-1 0 1 w1\n")
+    (tmp_path / "l").write_text("" if "moses" in args else "-1 0 1 w1\n")
     one_line_error(cli("rescore", tmp_path / "l", "--lm", kn3, "--out", tmp_path / "o", *args), message)

@@ -43,16 +43,20 @@ def read_nbest(fmt: str, paths: list[str], scores: str | None = None,
                score_names: list[str] | None = None) -> NBestSet:
     """An n-best set from files in format `fmt` (one of FORMATS)."""
     if fmt == "srilm":
-        return _read_srilm(paths)
-    if len(paths) != 1:
+        nbest = _read_srilm(paths)
+    elif fmt not in FORMATS:
+        raise NnlmError(f"unknown n-best format {fmt!r} (one of {', '.join(FORMATS)})")
+    elif len(paths) != 1:
         raise NnlmError(f"the {fmt} format is one file holding every utterance, got {len(paths)}")
-    if fmt == "moses":
-        return _read_moses(paths[0])
-    if fmt == "kaldi":
-        if scores is None:
-            raise NnlmError("the kaldi format needs --scores FILE (lines `uttid-N score...`)")
-        return _read_kaldi(paths[0], scores, score_names or ["ac_cost"])
-    raise NnlmError(f"unknown n-best format {fmt!r} (one of {', '.join(FORMATS)})")
+    elif fmt == "moses":
+        nbest = _read_moses(paths[0])
+    elif scores is None:
+        raise NnlmError("the kaldi format needs --scores FILE (lines `uttid-N score...`)")
+    else:
+        nbest = _read_kaldi(paths[0], scores, score_names or ["ac_cost"])
+    if not nbest.utterances:
+        raise NnlmError(f"no hypotheses in {', '.join(paths)}")
+    return nbest
 
 
 def _srilm_files(paths: list[str]) -> list[Path]:
