@@ -4,7 +4,7 @@ import pytest
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.ngram import external_counts
+from nnlm.ngram import arpa, external_counts
 from nnlm.ngram.arpa import write_arpa
 from nnlm.ngram.backoff import BackoffModel
 from nnlm.ngram.kneser_ney import KneserNeyModel, _fit
@@ -36,7 +36,7 @@ def test_disk_tables_equal_the_in_memory_tables(n, order, chunk, tmp_path, monke
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # the counts' directory is gone
 
 
-def test_disk_model_writes_the_same_arpa_bytes(tmp_path, monkeypatch):
+def test_disk_model_writes_the_same_arpa_bytes_and_kenlm_agrees(tmp_path, monkeypatch):
     v, order = 400, 5
     ids = zipf_ids(40_000, v, 1)
     vocab = Vocabulary(tuple(["<unk>", "<p>"] + [f"w{i}" for i in range(2, v)]))
@@ -44,6 +44,7 @@ def test_disk_model_writes_the_same_arpa_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr("nnlm.ngram.kneser_ney_disk.chunk_positions", lambda memory, order: 2_000)
     monkeypatch.setattr(external_counts, "chunk_positions", lambda memory, order: 2_000)
     fit_kneser_ney_to_disk(ids, order, v, 1.0, tmp_path / "model")
+    monkeypatch.setattr(arpa, "WRITE_ROWS", 333)  # the memory-mapped tables written a block at a time
     write_arpa(BackoffModel(vocab, load_disk_tables(tmp_path / "model", v, order)), tmp_path / "disk.arpa")
     assert (tmp_path / "memory.arpa").read_bytes() == (tmp_path / "disk.arpa").read_bytes()
 
@@ -61,3 +62,25 @@ def test_bad_input_is_one_clear_error(tmp_path):
         fit_kneser_ney_to_disk(np.array([0, 5, 1]), 2, 3, 1.0, tmp_path / "m")
     with pytest.raises(NnlmError, match="--memory"):
         fit_kneser_ney_to_disk(np.array([0, 1, 1]), 2, 3, 0.0, tmp_path / "m")
+
+
+def test_kenlm_reads_the_disk_models_arpa(tmp_path):
+    kenlm = pytest.importorskip("kenlm")
+    v, order = 200, 4
+    ids = zipf_ids(30_000, v, 3)
+    vocab = Vocabulary(tuple(["<unk>", "<p>"] + [f"w{i}" for i in range(2, v)]))
+    fit_kneser_ney_to_disk(ids, order, v, 1e-4, tmp_path / "model")
+    model = BackoffModel(vocab, load_disk_tables(tmp_path / "model", v, order))
+    write_arpa(model, tmp_path / "disk.arpa")
+    theirs = kenlm.Model(str(tmp_path / "disk.arpa"))
+    rng = np.random.default_rng(0)
+    for start in rng.integers(0, len(ids) - 40, 20):
+        sentence = ids[start:start + 40]
+        words = [vocab.tokens[i] for i in sentence]
+        # no <s> or </s>; the words with a full context, whose scores do not depend on how a start is treated
+        full = [score for score, _, _ in theirs.full_scores(" ".join(words), bos=False, eos=False)][order - 1:]
+        at = np.arange(order - 1, len(sentence))
+        contexts = np.stack([sentence[t - order + 1:t] for t in at])
+        ours = model.log10_prob(contexts, sentence[at])
+        np.testing.assert_allclose(full, ours, atol=2e-5, rtol=0)
+        assert sum(full) == pytest.approx(float(ours.sum()), abs=1e-4)
