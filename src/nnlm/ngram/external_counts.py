@@ -169,21 +169,23 @@ def _merge(spills: list[tuple[Path, Path]], chunk: int, keys_out: Path, counts_o
         spills[0][1].rename(counts_out)
         return
     keys = [np.load(k, mmap_mode="r") for k, _ in spills]
-    counts = [np.load(c, mmap_mode="r") for _, c in spills]
     total = sum(len(k) for k in keys)
     ranges = max(1, -(-total // chunk))
     step = max(1, total // (ranges * 64))  # bounds from a sample of every chunk's keys
     sample = np.sort(np.concatenate([np.asarray(k[::step]) for k in keys]))
+    del keys
     bounds = np.unique(sample[np.linspace(0, len(sample) - 1, ranges + 1).astype(np.int64)[1:-1]])
     edges = [None, *bounds.tolist(), None]
     pieces = []
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         piece_keys, piece_counts = [], []
-        for k, c in zip(keys, counts, strict=True):
+        for key_path, count_path in spills:  # mapped for this range only: read pages do not pile up
+            k = np.load(key_path, mmap_mode="r")
             a = 0 if lo is None else int(np.searchsorted(k, lo))
             b = len(k) if hi is None else int(np.searchsorted(k, hi))
-            piece_keys.append(np.asarray(k[a:b]))
-            piece_counts.append(np.asarray(c[a:b]))
+            piece_keys.append(np.array(k[a:b]))
+            piece_counts.append(read_slice(count_path, a, b))
+            del k
         cat = np.concatenate(piece_keys)
         by_key = np.argsort(cat, kind="stable")
         cat = cat[by_key]
@@ -204,7 +206,6 @@ def _merge(spills: list[tuple[Path, Path]], chunk: int, keys_out: Path, counts_o
             write_slice(out, at, piece)
             at += len(piece)
             f.unlink()
-    del keys, counts
     for spill in spills:
         for path in spill:
             path.unlink()
