@@ -1,4 +1,8 @@
 """Kneser-Ney estimated out of core (tables on disk, order by order) is the in-memory model to the last bit."""
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -84,3 +88,20 @@ def test_kenlm_reads_the_disk_models_arpa(tmp_path):
         ours = model.log10_prob(contexts, sentence[at])
         np.testing.assert_allclose(full, ours, atol=2e-5, rtol=0)
         assert sum(full) == pytest.approx(float(ours.sum()), abs=1e-4)
+
+
+def test_cli_memory_builds_saves_and_writes_the_in_memory_model(random_corpus, tmp_path):
+    corpus_dir = str(tmp_path / "rand")  # where the fixture wrote the corpus
+    base = ["ngram", "--corpus", corpus_dir, "--kind", "kn", "--order", "4", "--json", "--no-cache"]
+    runs = {}
+    for name, extra in (("memory", []), ("disk", ["--memory", "0.0001"])):
+        outputs = ["--arpa", str(tmp_path / f"{name}.arpa"), "--save", str(tmp_path / name)]
+        runs[name] = subprocess.run([sys.executable, "-m", "nnlm", *base, *extra, *outputs],
+                                    capture_output=True, text=True, timeout=300)
+        assert runs[name].returncode == 0, runs[name].stderr
+    assert json.loads(runs["memory"].stdout)["perplexity"] == json.loads(runs["disk"].stdout)["perplexity"]
+    assert (tmp_path / "memory.arpa").read_bytes() == (tmp_path / "disk.arpa").read_bytes()
+    saved = [BackoffModel.load(tmp_path / name).tables for name in ("memory", "disk")]
+    for k in range(4):
+        assert np.array_equal(saved[0].log10_prob[k], saved[1].log10_prob[k])
+        assert np.array_equal(saved[0].log10_backoff[k], saved[1].log10_backoff[k])

@@ -31,7 +31,6 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.ngram.backoff import BackoffModel, BackoffTables
 from nnlm.ngram.counts import MAX_ORDER, NgramCounts, count_ngrams
-from nnlm.ngram.external_counts import count_ngrams_external
 
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
 
@@ -154,19 +153,19 @@ def fit_kneser_ney(ids: np.ndarray, order: int, vocab_size: int, memory_gb: floa
 
     The result scores with `log_prob(contexts, targets)` (natural log) and `distribution(contexts)`
     over all vocab_size ids; no Vocabulary needed (class-based models use it over class ids).
-    `memory_gb`: count out of core within about that much memory (the same model, see
-    nnlm.ngram.external_counts)."""
+    `memory_gb`: count and estimate out of core within about that much memory (the same model,
+    its tables memory-mapped; see nnlm.ngram.kneser_ney_disk)."""
     return _fit(ids, order, vocab_size, memory_gb)[0]
 
 
 def _fit(ids: np.ndarray, order: int, vocab_size: int,
          memory_gb: float | None = None) -> tuple[BackoffTables, list[Discounts]]:
     ids = checked_ids(ids, order, vocab_size, memory_gb)
-    if memory_gb is None:
-        counts = count_ngrams(ids, order, vocab_size)
-    else:
-        counts = count_ngrams_external(ids, order, vocab_size, int(memory_gb * 2**30))
-    return kneser_ney_tables(counts, ids)
+    if memory_gb is not None:
+        from nnlm.ngram.kneser_ney_disk import fit_kneser_ney_mapped  # it builds on this module
+
+        return fit_kneser_ney_mapped(ids, order, vocab_size, memory_gb)
+    return kneser_ney_tables(count_ngrams(ids, order, vocab_size), ids)
 
 
 def checked_ids(ids: np.ndarray, order: int, vocab_size: int, memory_gb: float | None) -> np.ndarray:

@@ -171,3 +171,14 @@ def fit_kneser_ney_to_disk(ids: np.ndarray, order: int, vocab_size: int, memory_
     except OSError as exc:
         raise NnlmError(f"out-of-core Kneser-Ney failed ({out}, {workdir or tempfile.gettempdir()}): "
                         f"{exc.strerror or exc}") from None
+
+
+def fit_kneser_ney_mapped(ids: np.ndarray, order: int, vocab_size: int, memory_gb: float,
+                          workdir: Path | str | None = None) -> tuple[BackoffTables, list[Discounts]]:
+    """fit_kneser_ney_to_disk into a temporary directory, its tables memory-mapped and the files
+    unlinked at once: the mappings keep them readable, and their disk space is freed with the model
+    (nothing is left behind however the process ends)."""
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="nnlm-kn-") as tmp:
+        out = Path(tmp) / "model"
+        discounts = fit_kneser_ney_to_disk(ids, order, vocab_size, memory_gb, out, workdir=tmp)
+        return load_disk_tables(out, vocab_size, order), discounts
