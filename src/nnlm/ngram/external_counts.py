@@ -1,10 +1,11 @@
 """N-gram counting within a memory budget, the way KenLM's lmplz -S does: count in chunks, spill
 the sorted chunk counts to disk, merge them one key range at a time.
 
-The result is the very NgramCounts of `count_ngrams` (same keys, counts, prefix and suffix links,
-same dtypes); only the working memory differs. In memory, counting order k sorts one int64 key per
-token position with np.unique (argsort, inverse, counts: several arrays of the stream's length).
-Here the per-position arrays live in memory-mapped files in a temporary directory:
+The result is the very tables of `count_ngrams` (same keys, counts and suffix links, same dtypes),
+written as .npy files (DiskCounts: kneser_ney_disk estimates from them) or loaded as NgramCounts;
+only the working memory differs. In memory, counting order k sorts one int64 key per token
+position with np.unique (argsort, inverse, counts: several arrays of the stream's length).
+Here the per-position arrays live in .npy files, mapped a chunk at a time:
   pos_{k}   index in the order-k table of the k-gram starting at each position;
 and the sorting is done on chunks of `chunk` positions at a time:
   1. each chunk's keys (index of the (k-1)-gram prefix) * |V| + last word are np.unique'd and saved;
