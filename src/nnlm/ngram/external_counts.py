@@ -146,14 +146,17 @@ def _count(ids: np.ndarray, order: int, v: int, chunk: int, tmp: Path) -> DiskCo
             spills.append((tmp / f"spill_keys_{k}_{i}.npy", tmp / f"spill_counts_{k}_{i}.npy"))
         _merge(spills, chunk, tmp / f"keys_{k}.npy", tmp / f"counts_{k}.npy")
         table = np.load(tmp / f"keys_{k}.npy")
-        here, links = tmp / f"pos_{k}.npy", tmp / f"suffix_{k}.npy"
+        here = tmp / f"pos_{k}.npy"
         create_table(here, starts)
-        create_table(links, len(table))
+        # in memory like the table: written at scattered places by every chunk, a mapped file would be
+        # flushed whole after each chunk
+        links = np.empty(len(table), dtype=np.int64)
         for s, e in _spans(starts, chunk):
             at = np.searchsorted(table, chunk_keys(s, e))
             write_slice(here, s, at)
-            # every occurrence of a k-gram has the same suffix
-            write_slice(links, 0, np.array(np.load(previous, mmap_mode="r")[s + 1:e + 1]), at)
+            links[at] = read_slice(previous, s + 1, e + 1)  # every occurrence of a k-gram has the same suffix
+        np.save(tmp / f"suffix_{k}.npy", links)
+        del links
         del table
         opening.append(int(np.load(here, mmap_mode="r")[0]))
         previous.unlink()  # the previous order's positions are no longer needed
