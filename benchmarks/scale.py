@@ -5,6 +5,10 @@ types; valid and test 1M tokens each) goes through the stages, each in a child p
 RSS is read from os.wait4 (so one stage's memory never hides another's):
   prepare  text -> vocabulary + memory-mapped ids (a fresh corpus cache)
   kn5      modified Kneser-Ney of order 5 on train (`--memory GB`: the out-of-core counting path)
+  kn5disk  the same model counted and estimated out of core (nnlm.ngram.kneser_ney_disk, `--memory GB`,
+           default 1): its back-off tables are written as .npy files to DATA/kn5-SIZE (the counts go
+           to a temporary directory in DATA), then memory-mapped and checked: P(. | context) sums
+           to 1 for 64 contexts of the train stream
   train    one epoch of the AP News net (n = 6, h = 60, m = 100, direct connections, sampled
            softmax, one thread; `--hogwild`: two workers) via `nnlm train`; tokens/s = examples /
            (elapsed - the end-of-epoch validation), read back from metrics.jsonl; with
@@ -24,7 +28,7 @@ Growth exponent between sizes a < b: log(t_b / t_a) / log(n_b / n_a), t the stag
 (user + system, from wait4; for train, the whole run's, so compare its tokens/s instead).
 
     PYTHONPATH=src python benchmarks/scale.py --data /work/scale-data [--sizes 1M,14M,140M]
-        [--stages prepare,kn5,train,score] [--memory GB] [--out results.jsonl]
+        [--stages prepare,kn5,kn5disk,train,score] [--memory GB] [--out results.jsonl]
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-STAGES = ("prepare", "kn5", "train", "score")
+STAGES = ("prepare", "kn5", "kn5disk", "train", "score")
 CPU_SECONDS: list[float] = []
 AP_NET = ["--order", "6", "--hidden", "60", "--features", "100", "--direct", "--loss", "sampled"]
 
@@ -104,7 +108,7 @@ def reference_in_child() -> float:
     return float(run_child([sys.executable, __file__, "--child", "reference"], dict(os.environ))[2])
 
 
-def child_stage(stage: str, corpus_dir: str, memory: float | None) -> None:
+def child_stage(stage: str, corpus_dir: str, memory: float | None, out_dir: str | None = None) -> None:
     """Inside the child: one library stage; prints one JSON line of what it built."""
     if stage == "reference":
         print(reference_seconds())
@@ -119,12 +123,25 @@ def child_stage(stage: str, corpus_dir: str, memory: float | None) -> None:
 
         model = KneserNeyModel.fit(corpus.vocab, corpus.train, 5, memory_gb=memory)
         print(json.dumps({"ngrams": [int(len(k)) for k in model.tables.keys]}))
+    elif stage == "kn5disk":
+        from nnlm.ngram.kneser_ney_disk import fit_kneser_ney_to_disk, load_disk_tables
+
+        out = Path(out_dir)
+        shutil.rmtree(out, ignore_errors=True)
+        fit_kneser_ney_to_disk(corpus.train, 5, len(corpus.vocab), memory or 1.0, out, workdir=out.parent)
+        tables = load_disk_tables(out, len(corpus.vocab), 5)
+        rows = np.linspace(4, len(corpus.train) - 1, 64).astype(np.int64)
+        contexts = np.stack([np.asarray(corpus.train[r - 4:r], dtype=np.int64) for r in rows])
+        sums = tables.distribution(contexts).sum(axis=1)
+        print(json.dumps({"ngrams": [int(len(k)) for k in tables.keys], "max_sum_error": float(np.abs(sums - 1).max()),
+                          "table_gb": sum(f.stat().st_size for f in out.iterdir()) / 2**30}))
 
 
 def stage(name: str, size: int, args: argparse.Namespace, corpus_dir: Path, env: dict[str, str]) -> dict:
     run_dir = args.data / f"run-{label(size)}"
-    if name in ("prepare", "kn5"):
-        argv = [sys.executable, __file__, "--child", name, "--corpus", str(corpus_dir)]
+    if name in ("prepare", "kn5", "kn5disk"):
+        argv = [sys.executable, __file__, "--child", name, "--corpus", str(corpus_dir),
+                "--child-out", str(args.data / f"kn5-{label(size)}")]
         if args.memory is not None:
             argv += ["--memory", str(args.memory)]
         seconds, rss, out = run_child(argv, env, args.limit_gb)
@@ -155,17 +172,19 @@ def main() -> None:
                     help="corpora, caches, runs (git ignores ./scale-data)")
     ap.add_argument("--sizes", default="1M,14M,140M")
     ap.add_argument("--stages", default=",".join(STAGES))
-    ap.add_argument("--memory", type=float, help="kn5: memory budget in GB (out-of-core counting)")
+    ap.add_argument("--memory", type=float, help="kn5: memory budget in GB (out-of-core counting); "
+                                                           "kn5disk: the same (default 1)")
     ap.add_argument("--out", type=Path, help="append one JSON line per stage and size here")
     ap.add_argument("--train-minutes", type=float, help="train: stop after this many minutes and extrapolate "
                                                           "the epoch from tokens/s (a full epoch if not given)")
     ap.add_argument("--hogwild", action="store_true", help="train: two Hogwild workers (--parallel hogwild)")
     ap.add_argument("--limit-gb", type=float, default=10.0, help="address-space limit of prepare/kn5 children")
-    ap.add_argument("--child", choices=("reference", "prepare", "kn5"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("reference", "prepare", "kn5", "kn5disk"), help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)
     ap.add_argument("--corpus", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child_stage(args.child, args.corpus, args.memory)
+        child_stage(args.child, args.corpus, args.memory, args.child_out)
         return
     stages = [s for s in args.stages.split(",") if s]
     unknown = set(stages) - set(STAGES)

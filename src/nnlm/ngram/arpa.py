@@ -34,6 +34,7 @@ _HEADER = re.compile(r"^\\(\d+)-grams:$", re.ASCII)
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 MIN_LOG10 = -99.0   # the ARPA convention for "never": anything lower would overflow a perplexity
 MAX_BACKOFF = 10.0  # |log10 back-off| above this is no model (a back-off of 10^10 makes P > 1)
+WRITE_ROWS = 1 << 20  # entries formatted at once when writing
 
 
 def write_arpa(model: BackoffModel, path: Path | str) -> None:
@@ -47,22 +48,27 @@ def write_arpa(model: BackoffModel, path: Path | str) -> None:
         out.writelines(f"ngram {k}={c}\n" for k, c in enumerate(counts, 1))
         for k in range(1, tables.order + 1):
             out.write(f"\n\\{k}-grams:\n")
-            grams = tables.words(k)
-            text = tokens[grams[:, 0]]
-            for j in range(1, k):
-                text = text + " " + tokens[grams[:, j]]
-            probs = tables.log10_prob[k - 1]
-            if k < tables.order:
-                backoffs = tables.log10_backoff[k - 1]
-                out.writelines(f"{p:.10g}\t{w}\t{b:.10g}\n"
-                               for p, w, b in zip(probs.tolist(), text, backoffs.tolist(), strict=True))
-                if k == 1:
-                    out.writelines(f"{NEVER:g}\t{m}\t0\n" for m in markers)
-            else:
-                out.writelines(f"{p:.10g}\t{w}\n" for p, w in zip(probs.tolist(), text, strict=True))
-                if k == 1:
-                    out.writelines(f"{NEVER:g}\t{m}\n" for m in markers)
+            for start in range(0, tables.sizes()[k - 1], WRITE_ROWS):  # a block at a time: tables may be memory-mapped
+                _write_block(out, tables, tokens, k, start, start + WRITE_ROWS)
+            if k == 1:
+                out.writelines(f"{NEVER:g}\t{m}\t0\n" if k < tables.order else f"{NEVER:g}\t{m}\n"
+                               for m in markers)
         out.write("\n\\end\\\n")
+
+
+def _write_block(out, tables: BackoffTables, tokens: np.ndarray, k: int, start: int, stop: int) -> None:
+    """The ARPA lines of entries start..stop of order k."""
+    grams = tables.words(k, start, stop)
+    text = tokens[grams[:, 0]]
+    for j in range(1, k):
+        text = text + " " + tokens[grams[:, j]]
+    probs = np.asarray(tables.log10_prob[k - 1][start:stop])
+    if k < tables.order:
+        backoffs = np.asarray(tables.log10_backoff[k - 1][start:stop])
+        out.writelines(f"{p:.10g}\t{w}\t{b:.10g}\n"
+                       for p, w, b in zip(probs.tolist(), text, backoffs.tolist(), strict=True))
+    else:
+        out.writelines(f"{p:.10g}\t{w}\n" for p, w in zip(probs.tolist(), text, strict=True))
 
 
 @dataclass

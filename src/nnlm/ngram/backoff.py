@@ -63,10 +63,10 @@ class BackoffTables:
         """Table index of each row of grams [N, k] in order k; -1 where it is not listed."""
         return lookup(self.keys, self.vocab_size, grams)
 
-    def words(self, k: int) -> np.ndarray:
-        """The listed k-grams as an int64 array [U_k, k], in table order."""
-        out = np.empty((len(self.keys[k - 1]), k), dtype=np.int64)
-        rows = np.arange(len(self.keys[k - 1]))
+    def words(self, k: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The listed k-grams (entries start..stop of order k) as an int64 array [rows, k], in table order."""
+        rows = np.arange(start, len(self.keys[k - 1]) if stop is None else min(stop, len(self.keys[k - 1])))
+        out = np.empty((len(rows), k), dtype=np.int64)
         for j in range(k, 0, -1):
             key = self.keys[j - 1][rows]
             out[:, j - 1] = key % self.vocab_size

@@ -38,7 +38,7 @@ def obtain_ngram(corpus: Corpus, kind: str, order: int | None = None, classes: i
                  load: str | None = None, load_arpa: str | None = None,
                  memory_gb: float | None = None) -> ObtainedNgram:
     """Build `kind` on the corpus's train split, or load a saved model (`load`) or an ARPA file.
-    `memory_gb` (kn only): count out of core within about that much memory (the same model)."""
+    `memory_gb` (kn only): count and estimate out of core within about that much memory (the same model)."""
     from nnlm.ngram.arpa import read_arpa
     from nnlm.ngram.build import build_ngram, load_ngram
 

@@ -31,7 +31,6 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.ngram.backoff import BackoffModel, BackoffTables
 from nnlm.ngram.counts import MAX_ORDER, NgramCounts, count_ngrams
-from nnlm.ngram.external_counts import count_ngrams_external
 
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)
 
@@ -53,7 +52,12 @@ class Discounts:
 
 def discounts_from(adjusted: np.ndarray) -> Discounts:
     """Chen & Goodman's estimates from counts-of-counts of the (positive) adjusted counts."""
-    n = np.bincount(np.minimum(adjusted[adjusted > 0], 5), minlength=6)[1:5].astype(np.float64)
+    return discounts_from_counts_of_counts(np.bincount(np.minimum(adjusted[adjusted > 0], 5), minlength=6))
+
+
+def discounts_from_counts_of_counts(counts_of_counts: np.ndarray) -> Discounts:
+    """The same, from n_0..n_5 (how many adjusted counts are 0, 1, .., 4, and 5 or more)."""
+    n = np.asarray(counts_of_counts)[1:5].astype(np.float64)
     if np.all(n > 0):
         y = n[0] / (n[0] + 2.0 * n[1])
         d = [j - (j + 1) * y * n[j] / n[j - 1] for j in (1, 2, 3)]
@@ -149,13 +153,23 @@ def fit_kneser_ney(ids: np.ndarray, order: int, vocab_size: int, memory_gb: floa
 
     The result scores with `log_prob(contexts, targets)` (natural log) and `distribution(contexts)`
     over all vocab_size ids; no Vocabulary needed (class-based models use it over class ids).
-    `memory_gb`: count out of core within about that much memory (the same model, see
-    nnlm.ngram.external_counts)."""
+    `memory_gb`: count and estimate out of core within about that much memory (the same model,
+    its tables memory-mapped; see nnlm.ngram.kneser_ney_disk)."""
     return _fit(ids, order, vocab_size, memory_gb)[0]
 
 
 def _fit(ids: np.ndarray, order: int, vocab_size: int,
          memory_gb: float | None = None) -> tuple[BackoffTables, list[Discounts]]:
+    ids = checked_ids(ids, order, vocab_size, memory_gb)
+    if memory_gb is not None:
+        from nnlm.ngram.kneser_ney_disk import fit_kneser_ney_mapped  # it builds on this module
+
+        return fit_kneser_ney_mapped(ids, order, vocab_size, memory_gb)
+    return kneser_ney_tables(count_ngrams(ids, order, vocab_size), ids)
+
+
+def checked_ids(ids: np.ndarray, order: int, vocab_size: int, memory_gb: float | None) -> np.ndarray:
+    """The id stream as the estimators take it, or an NnlmError saying what is wrong."""
     if not 1 <= order <= MAX_ORDER:
         raise NnlmError(f"n-gram order must be between 1 and {MAX_ORDER}, got {order}")
     if memory_gb is not None and not memory_gb > 0:
@@ -165,11 +179,7 @@ def _fit(ids: np.ndarray, order: int, vocab_size: int,
         raise NnlmError("token ids must be integers")
     if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
         raise NnlmError(f"token ids must lie in 0..{vocab_size - 1}")
-    if memory_gb is None:
-        counts = count_ngrams(ids, order, vocab_size)
-    else:
-        counts = count_ngrams_external(ids, order, vocab_size, int(memory_gb * 2**30))
-    return kneser_ney_tables(counts, ids)
+    return ids
 
 
 class KneserNeyModel(BackoffModel):
