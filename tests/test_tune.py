@@ -9,7 +9,7 @@ import pytest
 
 from nnlm.cli import main
 from nnlm.data.synthetic import write_corpus
-from nnlm.neural.tune import cumulative_budgets, round_sizes, tune
+from nnlm.neural.tune import cumulative_budgets, round_sizes, trial_options, tune
 
 NET = ["--preset", "mlp7", "--hidden", "8", "--features", "4", "--threads", "1"]
 
@@ -21,6 +21,7 @@ def gen_dir(tmp_path) -> Path:
 
 
 def test_rounds_halve_and_share_the_budget_equally():
+    assert len(trial_options(0)) == 37 and trial_options(0)[0] == {} and trial_options(1)[:2] == trial_options(0)[:2]
     assert round_sizes(6) == [6, 3, 2, 1] and round_sizes(1) == [1] and round_sizes(5) == [5, 3, 2, 1]
     budgets = cumulative_budgets(24.0, 6)  # 6 minutes a round: 1 each, then 2, 3, 6
     assert budgets == pytest.approx([1.0, 3.0, 6.0, 12.0])

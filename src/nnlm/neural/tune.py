@@ -105,10 +105,11 @@ def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int
         raise NnlmError("nnlm tune searches the Adam recipes; --recipe paper has no dropout to tune")
     base = {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}
     base["corpus"] = tr.corpus_key(base.get("corpus", "brown"))
+    plan = trial_options(int(base.get("seed") or 0))
+    trials = min(trials, len(plan))  # the grid has 37 points in all
     record = open_record(out, base, minutes, trials)
     out.mkdir(parents=True, exist_ok=True)
     session = {k: v for k, v in requested.items() if k in tr.SESSION_DEFAULTS and k != "time_budget"}
-    plan = trial_options(int(base.get("seed") or 0))[:trials]
     sizes, budgets = round_sizes(trials), cumulative_budgets(minutes, trials)
     results = {t["index"]: t for t in record["trials"]}
 
