@@ -220,21 +220,3 @@ def test_known_class_estimate_counts_as_a_plain_loop_would_and_nears_the_limit(g
 
     big = write_corpus(tmp_path / "big", 20000, words=40, classes=5, seed=3)
     assert 1.0 < known_class_perplexity(tmp_path / "big") / big["test_perplexity"] < 1.01
-
-
-def test_tune_tries_the_default_then_plain_adam_and_resumes(gen_dir, tmp_path, capsys):
-    out = tmp_path / "tune"
-    argv = ["tune", "--corpus", str(gen_dir), "--out", str(out), "--minutes", "5", "--trials", "2", "--epochs", "1",
-            "--preset", "mlp7", "--hidden", "8", "--features", "4", "--threads", "1"]
-    assert main(argv) == 0
-    printed = capsys.readouterr().out
-    record = json.loads((out / "tune.json").read_text())
-    assert [t["dir"] for t in record["trials"]] == ["trial-00", "trial-01"]
-    assert record["trials"][0]["options"]["lr_schedule"] == "plateau"
-    assert (record["trials"][1]["options"]["weight_decay"], record["trials"][1]["options"]["dropout"]) == (0.0, 0.0)
-    assert "best: trial-0" in printed and "--weight-decay" in printed
-    assert main(argv + ["--trials", "3"]) == 0  # resumed: two trials kept, a third run
-    record = json.loads((out / "tune.json").read_text())
-    assert [t["index"] for t in record["trials"]] == [0, 1, 2]
-    code = main(argv[:-2] + ["--threads", "1", "--order", "4"])
-    assert code == 2 and "other options" in capsys.readouterr().err

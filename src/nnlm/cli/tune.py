@@ -13,9 +13,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="search lr / weight decay / dropout on validation within a time budget")
     add_corpus_options(p)
     p.add_argument("--out", required=True, help="directory of the search: tune.json and one run per trial")
-    p.add_argument("--minutes", type=T.minutes, required=True, help="total training time, shared equally by the trials")
+    p.add_argument("--minutes", type=T.minutes, required=True,
+                   help="total training time: equal parts for the rounds of successive halving")
     p.add_argument("--trials", type=T.int_range(1, 1000), default=6,
-                   help="trials: the default recipe, plain Adam, then a grid (6)")
+                   help="trials in the first round: the default recipe, plain Adam, then a grid; each later round "
+                        "continues the better half (6)")
     for flag, kind, text in (("--preset", str, "mlp1 ... mlp10"), ("--order", T.int_range(2, 64), "n"),
                              ("--hidden", T.int_range(0, 100_000), "h"), ("--features", T.int_range(1, 100_000), "m"),
                              ("--batch-size", T.int_range(1, 1 << 24), "examples per update"),

@@ -1,15 +1,22 @@
 """`nnlm tune`: a small, budgeted search of lr / weight decay / dropout on validation for one corpus and net.
 
-Trials are runs of `nnlm train` in OUT/trial-NN, each with an equal share of the time budget: first the
-default recipe, then the same net with plain Adam (constant rate, no regularisation), then points of a
-small grid in an order fixed by the seed. OUT/tune.json records every trial (its options, best valid
-perplexity, epochs, minutes) as it ends, so an interrupted search resumes: finished trials are kept, an
-unfinished one continues (`--resume` of its run). The best trial's directory is a trained model.
+Trials are runs of `nnlm train` in OUT/trial-NN: first the default recipe, then the same net with plain
+Adam (constant rate, no regularisation), then points of a small grid in an order fixed by the seed.
+Trials of a few minutes rank early progress, which an unregularised net wins even where a regularised
+one ends better, so the budget is spent by successive halving: every round gets an equal part of it;
+the first round trains every trial briefly, each later round continues the better half (rounded up)
+of the previous round from their checkpoints (`--resume` with a larger time budget), until one trial
+is left. A trial that ended on early stopping or its epoch cap is final and keeps its place by its
+perplexity. OUT/tune.json records the rounds and every trial as it ends, so an interrupted search
+resumes where it stopped, and says (`warning`) when trials were still ended by the budget rather
+than by early stopping: then their ranking is of unfinished training. The best trial's directory is a
+trained model.
 """
 from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +28,11 @@ from nnlm.io import atomic_write_text
 from nnlm.neural import train as tr
 
 TUNE_FILE = "tune.json"
+SEARCH = "successive halving"
 LRS = (1e-3, 2e-3, 4e-3)
 WEIGHT_DECAYS = (0.0, 0.01, 0.05, 0.2)
 DROPOUTS = (0.0, 0.1, 0.25)
+BUDGET_STOP = "time budget"  # how the trainer's stop reason starts when the budget ended a session
 
 
 def trial_options(seed: int) -> list[dict[str, Any]]:
@@ -33,6 +42,55 @@ def trial_options(seed: int) -> list[dict[str, Any]]:
     plain = {"lr": 2e-3, "lr_schedule": "constant", "weight_decay": 0.0, "dropout": 0.0}
     order = np.random.default_rng([seed, 7]).permutation(len(grid))
     return [{}, plain] + [grid[i] for i in order if grid[i] != {k: plain[k] for k in ("lr", "weight_decay", "dropout")}]
+
+
+def round_sizes(trials: int) -> list[int]:
+    """Trials per round: all of them, then the better half (rounded up) of the last, down to one."""
+    sizes = [trials]
+    while sizes[-1] > 1:
+        sizes.append(math.ceil(sizes[-1] / 2))
+    return sizes
+
+
+def cumulative_budgets(minutes: float, trials: int) -> list[float]:
+    """A trial's total time budget at the end of each round: every round has minutes / rounds, shared
+    equally by its trials, so the last trial standing trains longest."""
+    sizes = round_sizes(trials)
+    shares = [minutes / len(sizes) / size for size in sizes]
+    return list(itertools.accumulate(shares))
+
+
+def can_continue(trial: dict[str, Any]) -> bool:
+    """Only a trial whose last session the time budget ended has more to learn from more time."""
+    return str(trial.get("stop") or "").startswith(BUDGET_STOP)
+
+
+def ranked(indices: list[int], trials: dict[int, dict[str, Any]]) -> list[int]:
+    """Best validation perplexity first (a trial without one last; ties by index)."""
+    def key(i: int) -> tuple[float, int]:
+        ppl = trials[i]["valid_ppl"]
+        return (math.inf if ppl is None else ppl, i)
+    return sorted(indices, key=key)
+
+
+def open_record(out: Path, base: dict[str, Any], minutes: float, trials: int) -> dict[str, Any]:
+    """tune.json of a search to continue (same options, budget and trials), or a new one."""
+    record_file = out / TUNE_FILE
+    if not record_file.exists():
+        if out.exists() and any(out.iterdir()):
+            raise NnlmError(f"{out} exists and is not empty; choose another --out")
+        return {"requested": base, "search": SEARCH, "minutes": minutes, "trial_count": trials, "rounds": [],
+                "trials": [], "budget_limited": [], "warning": None}
+    record = json.loads(record_file.read_text())
+    if record.get("search") != SEARCH:
+        raise NnlmError(f"{out} holds a search of an earlier nnlm tune (equal shares); choose another --out")
+    if record["requested"] != base:
+        raise NnlmError(f"{out} holds a search with other options ({record['requested']}); "
+                        "continue it with the same options or choose another --out")
+    if (record["minutes"], record["trial_count"]) != (minutes, trials):
+        raise NnlmError(f"{out} holds a search of {record['trial_count']} trials in {record['minutes']:g} minutes; "
+                        "continue it with the same --trials and --minutes or choose another --out")
+    return record
 
 
 def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int,
@@ -45,40 +103,66 @@ def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int
         raise NnlmError(f"--trials must be at least 1, got {trials}")
     if requested.get("recipe") == "paper":
         raise NnlmError("nnlm tune searches the Adam recipes; --recipe paper has no dropout to tune")
-    record_file = out / TUNE_FILE
     base = {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}
     base["corpus"] = tr.corpus_key(base.get("corpus", "brown"))
-    if record_file.exists():
-        record = json.loads(record_file.read_text())
-        if record["requested"] != base:
-            raise NnlmError(f"{out} holds a search with other options ({record['requested']}); "
-                            "continue it with the same options or choose another --out")
-    else:
-        if out.exists() and any(out.iterdir()):
-            raise NnlmError(f"{out} exists and is not empty; choose another --out")
-        record = {"requested": base, "minutes": minutes, "trials": []}
+    plan = trial_options(int(base.get("seed") or 0))
+    trials = min(trials, len(plan))  # the grid has 37 points in all
+    record = open_record(out, base, minutes, trials)
     out.mkdir(parents=True, exist_ok=True)
-    share = minutes / trials
     session = {k: v for k, v in requested.items() if k in tr.SESSION_DEFAULTS and k != "time_budget"}
-    plan = trial_options(int(base.get("seed") or 0))[:trials]
-    for i, options in enumerate(plan):
-        done = {t["index"] for t in record["trials"]}
-        if i in done:
-            continue
-        run_dir = out / f"trial-{i:02d}"
-        log(f"trial {i + 1}/{len(plan)}: {describe(options)}")
-        resume = (run_dir / "run.json").exists()
-        state = tr.train(run_dir, (session if resume else base | options | session) | {"time_budget": share},
-                         resume=resume, progress=False, log=lambda line: log("  " + line))
-        run = json.loads((run_dir / tr.ck.RUN).read_text())
-        best = state["best"]
-        record["trials"].append({
-            "index": i, "dir": run_dir.name, "options": {k: run[k] for k in tr.RECIPE_KEYS} | {"recipe": run["recipe"]},
-            "valid_ppl": best["valid_ppl"] if best else None, "best_epoch": best["epoch"] if best else None,
-            "epochs": len(state["history"]), "minutes": round(state["elapsed"] / 60, 2),
-            "stop": state["stop_reason"]})
-        atomic_write_text(record_file, json.dumps(record, indent=1) + "\n")
+    sizes, budgets = round_sizes(trials), cumulative_budgets(minutes, trials)
+    results = {t["index"]: t for t in record["trials"]}
+
+    def save() -> None:
+        record["trials"] = [results[i] for i in sorted(results)]
+        limited = [results[i]["dir"] for i in sorted(results) if can_continue(results[i])]
+        record["budget_limited"] = limited
+        record["warning"] = budget_warning(record, limited)
+        atomic_write_text(out / TUNE_FILE, json.dumps(record, indent=1) + "\n")
+
+    for r, size in enumerate(sizes):
+        if r == len(record["rounds"]):  # the round's members are fixed once, so a resume keeps them
+            record["rounds"].append(list(range(trials)) if r == 0 else ranked(record["rounds"][r - 1], results)[:size])
+            save()
+        members = record["rounds"][r]
+        log(f"round {r + 1}/{len(sizes)}: {len(members)} trial(s), {budgets[r]:.2f} minutes of training each in all")
+        for i in members:
+            done = results.get(i)
+            if done is not None and (done["round"] >= r or not can_continue(done)):
+                continue  # trained in this round already, or final (early stopping, epoch cap)
+            results[i] = run_trial(out, i, plan[i], base, session, budgets[r], r, log)
+            results[i]["valid_by_round"] = (done or {}).get("valid_by_round", []) + [results[i]["valid_ppl"]]
+            save()
     return record
+
+
+def run_trial(out: Path, index: int, options: dict[str, Any], base: dict[str, Any], session: dict[str, Any],
+              budget: float, round_index: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Train trial `index` (anew, or continued from its checkpoint) up to `budget` minutes in all."""
+    run_dir = out / f"trial-{index:02d}"
+    log(f"trial {index:02d}: {describe(options)}")
+    resume = (run_dir / "run.json").exists()
+    state = tr.train(run_dir, (session if resume else base | options | session) | {"time_budget": budget},
+                     resume=resume, progress=False, log=lambda line: log("  " + line))
+    run = json.loads((run_dir / tr.ck.RUN).read_text())
+    best = state["best"]
+    return {"index": index, "dir": run_dir.name,
+            "options": {k: run[k] for k in tr.RECIPE_KEYS} | {"recipe": run["recipe"]},
+            "valid_ppl": best["valid_ppl"] if best else None, "best_epoch": best["epoch"] if best else None,
+            "epochs": len(state["history"]), "minutes": round(state["elapsed"] / 60, 2), "round": round_index,
+            "stop": state["stop_reason"]}
+
+
+def budget_warning(record: dict[str, Any], limited: list[str]) -> str | None:
+    """One line when trials the search compared last were still ended by the time budget."""
+    if not limited:
+        return None
+    finished = len(record["rounds"]) == len(round_sizes(record["trial_count"]))
+    best = "" if not (finished and record["trials"]) else \
+        min(record["trials"], key=lambda t: math.inf if t["valid_ppl"] is None else t["valid_ppl"])["dir"]
+    which = " (the best among them)" if best in limited else ""
+    return (f"warning: {len(limited)} of {len(record['trials'])} trials{which} ended on the time budget, not on early "
+            f"stopping: they were ranked on unfinished training; a larger --minutes gives a fairer choice")
 
 
 def describe(options: dict[str, Any]) -> str:
@@ -86,17 +170,26 @@ def describe(options: dict[str, Any]) -> str:
         "the default recipe"
 
 
+def stop_label(stop: str | None) -> str:
+    text = str(stop or "")
+    return "budget" if text.startswith(BUDGET_STOP) else "early" if text.startswith("early") else "epochs"
+
+
 def report(record: dict[str, Any]) -> list[str]:
-    """The trials, best first, and the command line of the best."""
+    """The trials, best first (with the last round each reached and how it ended), the command line of
+    the best, and the budget warning if any."""
     rows = sorted((t for t in record["trials"] if t["valid_ppl"] is not None), key=lambda t: t["valid_ppl"])
-    lines = ["valid ppl  epochs  minutes  trial     options"]
+    lines = ["valid ppl  epochs  minutes  round  stop    trial     options"]
     for t in rows:
         o = t["options"]
-        lines.append(f"{t['valid_ppl']:9.2f}  {t['epochs']:6d}  {t['minutes']:7.1f}  {t['dir']:8s}  "
+        lines.append(f"{t['valid_ppl']:9.2f}  {t['epochs']:6d}  {t['minutes']:7.1f}  {t['round'] + 1:5d}  "
+                     f"{stop_label(t['stop']):6s}  {t['dir']:8s}  "
                      f"lr {o['lr']:g} {o['lr_schedule']}, weight decay {o['weight_decay']:g}, dropout {o['dropout']:g}")
     if rows:
         o = rows[0]["options"]
         lines.append(f"best: {rows[0]['dir']} (a trained run); to train anew with it: nnlm train ... --recipe "
                      f"{o['recipe']} --lr {o['lr']:g} --lr-schedule {o['lr_schedule']} --weight-decay "
                      f"{o['weight_decay']:g} --dropout {o['dropout']:g}")
+    if record.get("warning"):
+        lines.append(record["warning"])
     return lines
