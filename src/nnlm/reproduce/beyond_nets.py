@@ -103,6 +103,10 @@ def net_row(section: Section, net: NetRow) -> None:
                                        f"Table 1's {net.twin.upper()} (the same run)", options, twin.get("plan"),
                                        {"run": twin["run"], "epochs": twin.get("epochs"), "twin": net.twin,
                                         "command": command(section, net)}))
+        from nnlm.reproduce.beyond_mixes import SPLITS, part_scores
+
+        for split in SPLITS:  # now, on the section's clock (an earlier call's Table 1 kept no scores)
+            part_scores(section, net.id, split)
         return
     if not job.results.pending(key, options):
         section.announce(net.label, "done already")

@@ -61,6 +61,8 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
     MixRow("ens-mlp1x5-em", "ensemble of 5 MLP1, EM weights", MLP1_SEEDS, "em"),
     MixRow("mlp1-ngrams-em", "MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
            ("mlp1-seed0", *NGRAMS), "em-buckets"),
+    MixRow("ens2-ngrams-em", "2 MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           (*MLP1_SEEDS[:2], *NGRAMS), "em-buckets"),
     MixRow("ens3-trigram-em", "3 MLP1 + trigram, EM by context frequency", (*MLP1_SEEDS[:3], "interpolated"),
            "em-buckets"),
     MixRow("ens3-ngrams-em", "3 MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
