@@ -29,6 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=T.threads, default=None, help=THREADS_HELP)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="where to train and score (default auto: CUDA when present)")
+    p.add_argument("--beyond", action="store_true",
+                   help="after Table 1, the 'Beyond the paper' section: more seeds, ensembles, mixtures with KN5, the "
+                        "class model and the trigram (default: off)")
+    p.add_argument("--beyond-minutes", type=T.minutes, default=None,
+                   help="wall-clock budget of the --beyond section, apart from Table 1's (default 60; --full: none)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
     p.add_argument("--report-only", action="store_true",
                    help="rewrite OUT/README.md and its plots from OUT/results.json; build and train nothing "
@@ -46,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
                        progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
-                       samples=args.samples, hogwild=args.hogwild)
+                       samples=args.samples, hogwild=args.hogwild, beyond=args.beyond,
+                       beyond_minutes=args.beyond_minutes)
     emit(args, {"report": str(report)}, [f"report written to {report}"])
     return 0

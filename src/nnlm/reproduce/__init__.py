@@ -27,17 +27,27 @@ __all__ = ["ALL_MODELS", "DEFAULT_BUDGET_MINUTES", "DEFAULT_MODELS", "NGRAM_ROWS
 def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None, models: str | None,
               full: bool, command: str, log: Callable[[str], None] = print, progress: bool = True,
               threads: int | None = None, device: str = "auto", loss: str = "sampled",
-              samples: int | None = None, hogwild: int | None = None) -> Path:
-    """Build/train/mix every row, write OUT/README.md; returns its path."""
+              samples: int | None = None, hogwild: int | None = None, beyond: bool = False,
+              beyond_minutes: float | None = None) -> Path:
+    """Build/train/mix every row, write OUT/README.md; returns its path. `beyond`: then the "Beyond the
+    paper" section (`beyond.run_beyond`) within `beyond_minutes` (default 60; --full: no budget)."""
     from nnlm.reproduce.job import Job
 
     if budget_minutes is not None and budget_minutes <= 0:
         raise NnlmError(f"--budget-minutes must be positive, got {budget_minutes}")
+    if beyond_minutes is not None and beyond_minutes <= 0:
+        raise NnlmError(f"--beyond-minutes must be positive, got {beyond_minutes}")
     nets = parse_models(models, full)
     job = Job(corpus_source, Path(out), None if full else (budget_minutes or DEFAULT_BUDGET_MINUTES),
               nets, command, log=log, progress=progress, threads=threads, device=device, loss=loss,
               samples=samples, hogwild=hogwild)
     job.run()
+    if beyond:
+        from nnlm.reproduce.beyond import DEFAULT_BEYOND_MINUTES, run_beyond
+        from nnlm.reproduce.report import write_report
+
+        run_beyond(job, None if full and beyond_minutes is None else (beyond_minutes or DEFAULT_BEYOND_MINUTES))
+        write_report(Path(out))
     return Path(out) / "README.md"
 
 

@@ -130,14 +130,17 @@ def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel 
 
 
 def session_limits(job: Job, net: str, grant: planner.Grant) -> dict[str, Any]:
+    return run_limits(run_dir(job, net), job.rates[net], job, grant)
+
+
+def run_limits(where: Path, rates: planner.Rates, job: Job, grant: planner.Grant) -> dict[str, Any]:
     """The trainer's limits for a grant: whole epochs when it holds one or more (a run cut mid-epoch
     validates the part epoch as well, which costs as much as the validation of a whole one), with a
     time budget only as a guard against a low estimate; else a part epoch, its validation following.
     A run's time budget counts all its sessions."""
-    state = ck.read_json(run_dir(job, net) / ck.STATE, "training state") \
-        if (run_dir(job, net) / ck.STATE).exists() else {}
+    state = ck.read_json(where / ck.STATE, "training state") if (where / ck.STATE).exists() else {}
     before, done = state.get("elapsed", 0.0), state.get("epoch", 0)
-    train, valid = planner.epoch_parts(job.rates[net], len(job.corpus.train), len(job.corpus.valid))
+    train, valid = planner.epoch_parts(rates, len(job.corpus.train), len(job.corpus.valid))
     whole = int(grant.work // (train + valid))
     if whole >= 1:
         return {"epochs": min(done + whole, MAX_EPOCHS), "time_budget": round((before + GUARD * grant.work) / 60, 2)}

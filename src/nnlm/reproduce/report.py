@@ -10,7 +10,7 @@ from typing import Any
 
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
-from nnlm.reproduce import plots, results, table
+from nnlm.reproduce import beyond_report, plots, results, table
 from nnlm.reproduce.table import PAPER_BEST_NGRAM_TEST, Row, table_rows
 
 Rows = dict[str, dict[str, Any]]
@@ -164,6 +164,7 @@ def write_report(out: Path) -> Path:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *(table_line(row, rows.get(row.id), best) for row in ordered),
         "", "![learning curves](curves.png)", "", "![test perplexities](perplexities.png)", "",
+        *beyond_report.section_lines(data),  # none without --beyond
     ]
     atomic_write_text(out / "README.md", "\n".join(lines) + "\n")
     plots.curves(out, rows, nets, name)

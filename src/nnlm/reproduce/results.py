@@ -74,13 +74,14 @@ def net_options(run: dict[str, Any], hogwild: int | None) -> dict[str, Any]:
 
 
 def requested_options(loss: str, samples: int | None, hogwild: int | None, vocab_size: int,
-                      device: str) -> dict[str, Any]:
-    """The key a net trained by this call will have (bf16 as the trainer resolves it on `device`)."""
+                      device: str, recipe: str | None = None) -> dict[str, Any]:
+    """The key a net trained by this call will have (bf16 as the trainer resolves it on `device`;
+    recipe None: the loss's default recipe)."""
     from nnlm.neural.sampled import DEFAULT_SAMPLES
     from nnlm.neural.train import RECIPES, bf16_is_fast, default_recipe, pick_device
 
     k = None if loss == "full" else (samples or min(DEFAULT_SAMPLES, vocab_size))
-    recipe = default_recipe(loss)
+    recipe = recipe or default_recipe(loss)
     bf16 = RECIPES[recipe].bf16 and bf16_is_fast(pick_device(device))
     return net_options({"loss": loss, "samples": k, "recipe": recipe, "bf16": bf16}, hogwild)
 

@@ -1,0 +1,164 @@
+"""The section's nets: each trained in OUT/runs/<id>-<options tag> for what the planner grants it,
+then scored on valid and test (the scores kept for the mixes). A net that is Table 1's run under
+another name (MLP1 with seed 0 and the call's loss) is Table 1's row, reused."""
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nnlm.neural import checkpoint as ck
+from nnlm.reproduce import planner, rates
+from nnlm.reproduce.beyond_rows import NetRow, row_key
+from nnlm.reproduce.net_rows import MAX_EPOCHS, run_limits
+from nnlm.reproduce.results import RowResult, options_tag, requested_options
+from nnlm.threads import govern
+
+if TYPE_CHECKING:
+    from nnlm.reproduce.beyond import Section
+
+MIX_RESERVE_SECONDS = 120.0  # kept from the nets for the mixes (n-gram parts, scoring, EM) on Brown ...
+MIX_RESERVE_SHARE = 0.1  # ... or this share of a smaller budget
+MIN_EPOCHS = 2  # the least training a section net gets (else it is skipped): its floor in the plan
+
+
+def options_of(section: Section, net: NetRow) -> dict[str, Any]:
+    """The results key of a net row: Table 1's key (loss, samples, Hogwild, recipe) with preset and seed."""
+    job = section.job
+    base = requested_options(net.loss, job.samples, job.hogwild, len(job.corpus.vocab), job.device, net.recipe)
+    return base | {"preset": net.preset, "seed": net.seed}
+
+
+def run_dir(section: Section, net: NetRow) -> Path:
+    return section.job.out / "runs" / f"{net.id}-{options_tag(options_of(section, net))}"
+
+
+def command(section: Section, net: NetRow) -> str:
+    """The `nnlm train` a user would type for this row (trained to early stopping)."""
+    job = section.job
+    words = ["nnlm", "train", "--preset", net.preset, "--loss", net.loss, "--seed", str(net.seed)]
+    if net.recipe:
+        words += ["--recipe", net.recipe]
+    if job.samples:
+        words += ["--samples", str(job.samples)]
+    if job.threads:
+        words += ["--threads", str(job.threads)]
+    if job.corpus_source != "brown":
+        words += ["--corpus", job.corpus_source]
+    return " ".join(shlex.quote(w) for w in words + ["--epochs", str(MAX_EPOCHS), "--out", f"runs/{net.id}"])
+
+
+def twin_entry(section: Section, net: NetRow) -> dict[str, Any] | None:
+    """Table 1's row that is this net's run, when it was trained with the same options and seed 0."""
+    job = section.job
+    entry = job.results.rows.get(net.twin) if net.twin and net.seed == 0 else None
+    if not entry or not entry.get("perplexity") or "run" not in entry:
+        return None
+    mine = options_of(section, net)
+    return entry if entry.get("options") == {k: v for k, v in mine.items() if k not in ("preset", "seed")} else None
+
+
+def rates_of(section: Section, net: NetRow, fresh: bool) -> planner.Rates:
+    job = section.job
+    key = f"{net.preset}/{net.loss}"
+    if fresh or key not in job.rates:
+        job.rates[key] = rates.measure(net.preset, job.corpus, job.device_name(), job.threads, net.loss, job.samples)
+    return job.rates[key]
+
+
+def epochs_done(section: Section, net: NetRow) -> float:
+    state = run_dir(section, net) / ck.STATE
+    done = ck.read_json(state, "training state").get("examples", 0) if state.exists() else 0
+    return done / len(section.job.corpus.train)
+
+
+def plan_net(section: Section, net: NetRow) -> planner.Grant | None:
+    """The grant of `net`: greedy, in the rows' order. Unlike Table 1's nets, which share the budget tier by
+    tier, a section net gets all it wants if that is left (after the mixes' reserve), else what is left,
+    and is skipped below MIN_EPOCHS: an ensemble gains from whole nets, and a net cut at half an epoch
+    costs as much time as it adds nothing. The rows after it get what it leaves."""
+    left = section.left()
+    if left is None:
+        return None
+    c = section.job.corpus
+    need = planner.net_need(net.id, rates_of(section, net, fresh=True), len(c.train), len(c.valid), len(c.test),
+                            epochs_done(section, net))
+    train, valid = planner.epoch_parts(section.job.rates[f"{net.preset}/{net.loss}"], len(c.train), len(c.valid))
+    floor = min(MIN_EPOCHS * (train + valid), need.want)
+    need = replace(need, tiers=(floor, need.want))
+    kept = min(MIX_RESERVE_SECONDS, MIX_RESERVE_SHARE * (section.budget or 0.0))
+    reserve = planner.Need("mixes", kept, (0.0,), unit="mixing")
+    return next(g for g in planner.plan(left, [reserve, need]) if g.id == net.id)
+
+
+def net_row(section: Section, net: NetRow) -> None:
+    """Reuse (Table 1's twin), keep (done by an earlier call), or train and score `net`."""
+    job = section.job
+    key, options = row_key(net.id), options_of(section, net)
+    twin = twin_entry(section, net)
+    if twin is not None:
+        section.announce(net.label, f"Table 1's {net.twin.upper()}, reused")
+        job.results.put(key, RowResult(twin["perplexity"], twin["parameters"], twin["seconds"], twin["status"],
+                                       f"Table 1's {net.twin.upper()} (the same run)", options, twin.get("plan"),
+                                       {"run": twin["run"], "epochs": twin.get("epochs"), "twin": net.twin,
+                                        "command": command(section, net)}))
+        from nnlm.reproduce.beyond_mixes import SPLITS, part_scores
+
+        for split in SPLITS:  # now, on the section's clock (an earlier call's Table 1 kept no scores)
+            part_scores(section, net.id, split)
+        return
+    if not job.results.pending(key, options):
+        section.announce(net.label, "done already")
+        return
+    grant = plan_net(section, net)
+    section.announce(net.label, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
+    if grant is not None:
+        job.log(f"    plan: {grant.reason}")
+    train_and_score(section, net, grant)
+
+
+def train_and_score(section: Section, net: NetRow, grant: planner.Grant | None) -> None:
+    from nnlm.neural.checkpoint import load_neural
+    from nnlm.neural.parallel import train_parallel
+    from nnlm.reproduce.beyond_mixes import save_scores
+
+    job, where, key = section.job, run_dir(section, net), row_key(net.id)
+    options = options_of(section, net)
+    extra = {"run": str(where.relative_to(job.out)), "command": command(section, net)}
+    if grant is not None and grant.status == "skipped":
+        if (where / ck.WEIGHTS).exists() and key in job.results.rows:
+            job.log("    no budget left to continue it: keeping what it had")
+            return
+        params = _parameters(section, net)
+        job.results.put(key, RowResult({}, params, 0.0, "skipped", grant.reason, options, grant.to_dict(), extra))
+        job.log(f"    {grant.reason}")
+        return
+    requested: dict[str, Any] = {"corpus": job.corpus_source, "preset": net.preset, "seed": net.seed,
+                                 "device": job.device, "epochs": MAX_EPOCHS, "threads": job.threads, "loss": net.loss}
+    for name, value in (("recipe", net.recipe), ("samples", job.samples)):
+        if value is not None:
+            requested[name] = value
+    if grant is not None:
+        requested |= run_limits(where, rates_of(section, net, fresh=False), job, grant)
+    state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
+                           resume=(where / ck.RUN).exists(), progress=job.progress, log=section.row_log(net.id))
+    model = load_neural(where, device=job.device_name())
+    govern(requested=job.threads, device=job.device_name())
+    ppl = {"train": None} | job.evaluate(key, model, ("valid", "test"))
+    for split in ("valid", "test"):
+        save_scores(section, net.id, split, job.scored(key, model, split))
+    note = "" if state["finished"] else f"shortened: {state['stop_reason']}"
+    job.results.put(key, RowResult(ppl, model.parameter_count(), state["elapsed"],
+                                   "done" if state["finished"] else "shortened", note, options,
+                                   None if grant is None else grant.to_dict(),
+                                   extra | {"epochs": round(state["examples"] / len(job.corpus.train), 2),
+                                            "finished": state["finished"]}))
+    section.models[net.id] = model
+    job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
+
+
+def _parameters(section: Section, net: NetRow) -> int:
+    from nnlm.neural.presets import preset
+
+    return preset(net.preset, len(section.job.corpus.vocab)).parameter_count()

@@ -1,0 +1,83 @@
+"""The "Beyond the paper" section of OUT/README.md, from results.json alone (empty without --beyond)."""
+from __future__ import annotations
+
+from typing import Any
+
+from nnlm.reproduce.beyond_rows import KEY
+
+Rows = dict[str, dict[str, Any]]
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "" if x is None else f"{x:,.{digits}f}"
+
+
+def _time(entry: dict[str, Any]) -> str:
+    """A net's training time; a mix's fit, with its parts' training time (the real cost of a mix)."""
+    if entry.get("status") in ("skipped", "not applicable"):
+        return "skipped"
+    own = entry.get("seconds", 0.0)
+    text = f"{own:.1f} s" if own < 120 else f"{own / 60:.1f} min"
+    if "parts_seconds" in entry:
+        text = f"fit {text}; parts {entry['parts_seconds'] / 60:.1f} min"
+    return text
+
+
+def _line(label: str, entry: dict[str, Any], kn5: float | None) -> str:
+    p = entry.get("perplexity") or {}
+    test = p.get("test")
+    ratio = _fmt(test / kn5, 3) if test and kn5 else ""
+    weights = entry.get("mean_weights")
+    note = entry.get("note", "") + (f" weights {', '.join(f'{w:.2f}' for w in weights)}" if weights else "")
+    if weights and len(entry.get("weights", [])) > 1:
+        note += " (mean over buckets)"
+    params = entry.get("parameters")
+    return (f"| {label} | {'' if params is None else f'{params:,}'} | {_time(entry)} | {_fmt(p.get('valid'))} "
+            f"| {_fmt(test)} | {ratio} | `{entry.get('command', '')}` | {note.strip().replace('|', chr(92) + '|')} |")
+
+
+def section_lines(data: dict[str, Any]) -> list[str]:
+    """The section's markdown lines, or [] when the call built no section row."""
+    rows: Rows = data.get("rows", {})
+    call = data.get("call", {})
+    ids = call.get("beyond_rows") or [k.removeprefix(KEY) for k in rows if k.startswith(KEY)]
+    present = [i for i in ids if KEY + i in rows]
+    if not present:
+        return []
+    kn5 = ((rows.get("kn5") or {}).get("perplexity") or {}).get("test")
+    minutes = call.get("beyond_minutes")
+    best = _best(rows, present)
+    lines = [
+        "## Beyond the paper", "",
+        "Nets of the same feed-forward family trained with other seeds (or presets), ensembles of them (their "
+        "probabilities averaged), and mixtures with Table 1's Kneser-Ney 5-gram, class-based trigram (c = 500) and "
+        "deleted-interpolation trigram, the weights fitted by EM on validation, one set per context-frequency bucket "
+        "of the trigram. Test is read once, with the weights validation chose. Ratio = test perplexity / KN5's test "
+        f"perplexity ({_fmt(kn5)}).", "",
+        "Budget: " + ("none: every net trained until early stopping." if minutes is None
+                      else f"{minutes:g} minutes for the section, planned after Table 1 and apart from its budget."),
+        "The n-gram parts of the `nnlm mix` commands are saved once by `nnlm ngram --kind kn --order 5 --save "
+        "ngrams/kn5`, `nnlm ngram --kind class --order 3 --classes 500 --save ngrams/class500-3` and "
+        "`nnlm ngram --kind interpolated --order 3 --save ngrams/interpolated`.", "",
+        *best, "",
+        "| row | parameters | time | valid | test | ratio to KN5 | command | note |",
+        "|---|---|---|---|---|---|---|---|",
+        *(_line(i, rows[KEY + i], kn5) for i in present), "",
+    ]
+    return lines
+
+
+def _best(rows: Rows, ids: list[str]) -> list[str]:
+    """One line: the best single net and the best mix, by validation (the choice test does not make)."""
+    def valid(i: str) -> float:
+        return ((rows[KEY + i].get("perplexity") or {}).get("valid")) or float("inf")
+
+    nets = [i for i in ids if "parts" not in rows[KEY + i] and valid(i) < float("inf")]
+    mixes = [i for i in ids if "parts" in rows[KEY + i] and valid(i) < float("inf")]
+    text = []
+    for what, group in (("single net", nets), ("mix", mixes)):
+        if group:
+            best = min(group, key=valid)
+            p = rows[KEY + best]["perplexity"]
+            text.append(f"best {what} by validation: {best} (valid {_fmt(p['valid'])}, test {_fmt(p.get('test'))})")
+    return ["; ".join(text).capitalize() + "." if text else "No row was built."]

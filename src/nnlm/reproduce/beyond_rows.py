@@ -1,0 +1,96 @@
+"""The rows of the "Beyond the paper" section, as data: nets to train and mixes of named rows.
+
+A row is a `NetRow` (a preset trained with a seed, a loss and a recipe) or a `MixRow` (named rows
+averaged with equal weights, or with weights fitted by EM on validation, globally or per
+context-frequency bucket). A mix may name the section's nets, Table 1's nets (`mlp1`) and Table 1's
+n-gram rows (`kn5`, `class500-3`, `interpolated`), which are reused, not rebuilt. Adding a preset
+to the section is adding a `NetRow` here, and a `MixRow` naming it. Rows are built in list order;
+the nets before the mixes, in the order the budget should favour them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nnlm.errors import NnlmError
+
+WEIGHTINGS = ("equal", "em", "em-buckets")
+KEY = "beyond:"  # prefix of the section's rows in results.json
+NGRAM_PARTS = ("kn5", "class500-3", "interpolated")  # Table 1's n-gram rows a mix may name
+
+
+@dataclass(frozen=True)
+class NetRow:
+    """A net trained for the section; `twin` names the Table 1 net it is the same run as (reused)."""
+
+    id: str
+    label: str
+    preset: str
+    seed: int = 0
+    loss: str = "sampled"
+    recipe: str | None = None  # None: the loss's default recipe
+    twin: str = ""
+
+
+@dataclass(frozen=True)
+class MixRow:
+    """Named rows mixed: `equal` weights (an ensemble), `em` (global) or `em-buckets` (per bucket)."""
+
+    id: str
+    label: str
+    parts: tuple[str, ...]
+    weighting: str
+
+
+def row_key(row_id: str) -> str:
+    """A section row's key in results.json (apart from Table 1's row ids)."""
+    return KEY + row_id
+
+
+def mlp1_seed(seed: int) -> NetRow:
+    return NetRow(f"mlp1-seed{seed}", f"MLP1, seed {seed}", "mlp1", seed=seed, twin="mlp1" if seed == 0 else "")
+
+
+MLP1_SEEDS = tuple(f"mlp1-seed{s}" for s in range(5))
+NGRAMS = ("kn5", "class500-3", "interpolated")
+
+BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
+    *(mlp1_seed(s) for s in range(5)),
+    MixRow("ens-mlp1x2", "ensemble of 2 MLP1 (seeds 0-1), equal weights", MLP1_SEEDS[:2], "equal"),
+    MixRow("ens-mlp1x3", "ensemble of 3 MLP1 (seeds 0-2), equal weights", MLP1_SEEDS[:3], "equal"),
+    MixRow("ens-mlp1x5", "ensemble of 5 MLP1 (seeds 0-4), equal weights", MLP1_SEEDS, "equal"),
+    MixRow("ens-mlp1x5-em", "ensemble of 5 MLP1, EM weights", MLP1_SEEDS, "em"),
+    MixRow("mlp1-ngrams-em", "MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           ("mlp1-seed0", *NGRAMS), "em-buckets"),
+    MixRow("ens2-ngrams-em", "2 MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           (*MLP1_SEEDS[:2], *NGRAMS), "em-buckets"),
+    MixRow("ens3-trigram-em", "3 MLP1 + trigram, EM by context frequency", (*MLP1_SEEDS[:3], "interpolated"),
+           "em-buckets"),
+    MixRow("ens3-ngrams-em", "3 MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           (*MLP1_SEEDS[:3], *NGRAMS), "em-buckets"),
+    MixRow("ens5-ngrams-em", "5 MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           (*MLP1_SEEDS, *NGRAMS), "em-buckets"),
+)
+
+
+def check_rows(rows: tuple[NetRow | MixRow, ...]) -> None:
+    """Row ids unique; a mix names rows before it (nets of the section) or Table 1's n-gram rows."""
+    seen: set[str] = set()
+    for row in rows:
+        if row.id in seen or row.id in NGRAM_PARTS:
+            raise NnlmError(f"beyond row {row.id!r} is defined twice")
+        if isinstance(row, MixRow):
+            if row.weighting not in WEIGHTINGS:
+                raise NnlmError(f"beyond row {row.id!r}: weighting {row.weighting!r} is not one of {WEIGHTINGS}")
+            unknown = [p for p in row.parts if p not in seen and p not in NGRAM_PARTS]
+            if unknown or len(row.parts) < 2:
+                raise NnlmError(f"beyond row {row.id!r} mixes {', '.join(unknown) or 'fewer than 2 rows'}: "
+                                "a mix names at least two nets defined before it or Table 1's n-gram rows")
+        seen.add(row.id)
+
+
+def nets_of(rows: tuple[NetRow | MixRow, ...]) -> list[NetRow]:
+    return [r for r in rows if isinstance(r, NetRow)]
+
+
+def mixes_of(rows: tuple[NetRow | MixRow, ...]) -> list[MixRow]:
+    return [r for r in rows if isinstance(r, MixRow)]

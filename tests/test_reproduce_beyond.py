@@ -1,0 +1,98 @@
+"""`nnlm reproduce --beyond` end to end on the small synthetic corpus: the section's rows, an ensemble that
+is a distribution, per-bucket weights that sum to 1, a resumed second call, and the rows' checks."""
+import json
+
+import numpy as np
+import pytest
+
+from nnlm.errors import NnlmError
+from nnlm.reproduce import reproduce
+from nnlm.reproduce.beyond_rows import BEYOND_ROWS, MixRow, NetRow, check_rows
+
+ROWS = (
+    NetRow("mlp7-seed0", "MLP7, seed 0", "mlp7", seed=0, twin="mlp7"),
+    NetRow("mlp7-seed1", "MLP7, seed 1", "mlp7", seed=1),
+    MixRow("ens2", "2 MLP7, equal", ("mlp7-seed0", "mlp7-seed1"), "equal"),
+    MixRow("ens2-em", "2 MLP7, EM", ("mlp7-seed0", "mlp7-seed1"), "em"),
+    MixRow("ens2-ngrams", "2 MLP7 + KN5 + trigram, EM by bucket", ("mlp7-seed0", "mlp7-seed1", "kn5", "interpolated"),
+           "em-buckets"),
+    MixRow("ngrams", "KN5 + trigram, EM by bucket", ("kn5", "interpolated"), "em-buckets"),
+    MixRow("with-class", "MLP7 + class c = 500", ("mlp7-seed0", "class500-3"), "em-buckets"),
+)
+
+
+def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypatch):
+    import nnlm.reproduce.beyond as beyond
+    from nnlm.lm import contexts
+    from nnlm.reproduce.beyond_mixes import load_mixture
+    from nnlm.reproduce.job import Job
+
+    monkeypatch.setattr(beyond, "BEYOND_ROWS", ROWS)
+    corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
+    logs: list[str] = []
+
+    def call() -> dict:
+        logs.clear()
+        reproduce(corpus_dir, out, 0.05, "mlp7", False, "x", log=logs.append, progress=False, threads=1,
+                  beyond=True, beyond_minutes=0.1)
+        return json.loads((out / "results.json").read_text())["rows"]
+
+    rows = call()
+    for row in ROWS:
+        assert f"beyond:{row.id}" in rows
+    seed0, seed1 = rows["beyond:mlp7-seed0"], rows["beyond:mlp7-seed1"]
+    assert seed0["perplexity"] == rows["mlp7"]["perplexity"] and seed0["twin"] == "mlp7"  # Table 1's run, reused
+    assert seed1["perplexity"]["valid"] != seed0["perplexity"]["valid"]  # another seed, another net
+    assert json.loads((out / seed1["run"] / "run.json").read_text())["seed"] == 1
+    assert rows["beyond:ens2"]["weights"] == [[0.5, 0.5]]
+    # EM fitted on validation does no worse there than equal weights; per bucket, the weights sum to 1
+    assert rows["beyond:ens2-em"]["perplexity"]["valid"] <= rows["beyond:ens2"]["perplexity"]["valid"] + 1e-9
+    buckets = np.array(rows["beyond:ens2-ngrams"]["weights"])
+    assert buckets.shape[0] > 1 and buckets.shape[1] == 4 and np.allclose(buckets.sum(axis=1), 1.0)
+    assert rows["beyond:with-class"]["status"] == "skipped" and "class500-3" in rows["beyond:with-class"]["note"]
+    text = (out / "README.md").read_text()
+    assert "## Beyond the paper" in text and "`nnlm train --preset mlp7 --loss sampled --seed 1" in text
+    assert "`nnlm mix runs/mlp7-seed0 runs/mlp7-seed1 ngrams/kn5 ngrams/interpolated --weights em-buckets`" in text
+
+    # the ensemble and the bucketed mix, rebuilt from results.json, are distributions over the vocabulary
+    section = beyond.Section(Job(corpus_dir, out, None, ["mlp7"], "x", log=lambda s: None, progress=False,
+                                 threads=1), None, ROWS)
+    for mix in (ROWS[2], ROWS[4]):
+        model = load_mixture(section, mix)
+        ctx = contexts(random_corpus.stream(), np.arange(8, 16), model.context_size, random_corpus.pad_id)
+        dist = model.distribution(ctx)
+        assert dist.shape == (8, len(random_corpus.vocab)) and np.allclose(dist.sum(axis=1), 1.0)
+
+    # a second call keeps what is done (the n-gram mix, always; a net that early-stopped) and continues
+    # what a busy machine's budget cut (its run resumed, not restarted); a mix is refitted only if a part changed
+    again = call()
+    assert f"[beyond 6/{len(ROWS)}] KN5 + trigram, EM by bucket - " in "\n".join(logs)
+    assert any(line.startswith("[beyond 6/") and line.endswith("done already") for line in logs)
+    assert again["beyond:ngrams"] == rows["beyond:ngrams"]
+    for net in ("mlp7-seed1",):
+        before, after = rows[f"beyond:{net}"], again[f"beyond:{net}"]
+        assert after["epochs"] >= before["epochs"] and after["run"] == before["run"]
+        if before["status"] == "done":
+            assert after == before
+    for mix in ("ens2", "ens2-em", "ens2-ngrams"):
+        assert again[f"beyond:{mix}"]["options"]["parts"] == {p: again[f"beyond:{p}" if p.startswith("mlp") else p][
+            "perplexity"]["valid"] for p in again[f"beyond:{mix}"]["parts"]}
+
+
+def test_without_beyond_no_section(random_corpus, tmp_path):
+    out = tmp_path / "report"
+    reproduce(str(tmp_path / "rand"), out, 0.02, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+    assert "Beyond the paper" not in (out / "README.md").read_text()
+    assert not any(k.startswith("beyond:") for k in json.loads((out / "results.json").read_text())["rows"])
+
+
+def test_rows_are_checked():
+    check_rows(BEYOND_ROWS)
+    with pytest.raises(NnlmError, match="mixes"):
+        check_rows((MixRow("m", "m", ("nowhere", "kn5"), "equal"),))
+    with pytest.raises(NnlmError, match="weighting"):
+        check_rows((NetRow("a", "a", "mlp1"), MixRow("m", "m", ("a", "kn5"), "median")))
+    with pytest.raises(NnlmError, match="twice"):
+        check_rows((NetRow("a", "a", "mlp1"), NetRow("a", "a", "mlp1", seed=1)))
+    with pytest.raises(NnlmError, match="beyond-minutes"):
+        reproduce("brown", "/nonexistent/r", None, None, False, "x", beyond=True, beyond_minutes=-1)
