@@ -170,6 +170,15 @@ def test_presets_past_the_paper_are_valid_and_named():
         assert run_name(name, config) == name
     assert run_name("mlp1", ModelConfig(50, 8, 50, 60, layers=2, layer_norm=True, local=3)) \
         == "n8-h50-m60-direct-l2-ln-local3"
+    from dataclasses import fields
+
+    from nnlm.neural.config import RunOptions
+    from nnlm.neural.run_config import model_config
+
+    shown = next(f for f in fields(RunOptions) if f.name == "preset").metadata["help"]
+    assert all(name in shown for name in BEYOND)  # `nnlm train --help` names every preset
+    deeper = model_config({"preset": "wide-context", "layers": 2, "layer_norm": True, "residual": True}, 1000)
+    assert deeper == preset("deep-context", 1000)  # the variant options override a preset's fields
 
 
 @pytest.mark.parametrize("loss", ["full", "sampled", "nce"])
