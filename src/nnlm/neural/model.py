@@ -84,14 +84,17 @@ class NPLMParameters(nn.Module):
         return self.embed(contexts, self.C)
 
     def embed(self, contexts: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-        """x from the rows of `table` (C, a gathered slice of it, or C with unknown words' features) that
-        `contexts` [N, n-1] index: their concatenation; with the wide-context branch, the `local` nearest
-        concatenated after sum_j A_j C(older word j) (oldest-first, like the contexts)."""
+        """x from the rows of `table` (C, or C with unknown words' features) that `contexts` [N, n-1] index."""
+        return self.context_input(F.embedding(contexts, table))
+
+    def context_input(self, vectors: torch.Tensor) -> torch.Tensor:
+        """x from the context words' feature vectors [N, n-1, m] (oldest first): their concatenation; with
+        the wide-context branch, sum_j A_j C(older word j) followed by the `local` nearest, concatenated."""
         if self.A is None:
-            return F.embedding(contexts, table).flatten(1)
+            return vectors.flatten(1)
         distant = self.config.distant
-        older = torch.einsum("j,njm->nm", self.A, F.embedding(contexts[:, :distant], table))
-        return torch.cat([older, F.embedding(contexts[:, distant:], table).flatten(1)], dim=1)
+        older = torch.einsum("j,njm->nm", self.A, vectors[:, :distant])
+        return torch.cat([older, vectors[:, distant:].flatten(1)], dim=1)
 
     def hidden_output(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
         """The last hidden layer's output: a_1 = tanh(d + H x), then a_l = tanh(d_l + H_l a_{l-1})

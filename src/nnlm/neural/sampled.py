@@ -122,7 +122,8 @@ class SampledLoss:
     def __call__(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool = False) -> torch.Tensor:
         self.touched = []
         words, where = torch.unique(contexts, return_inverse=True)
-        x = net.embed(where.view(contexts.shape), self._rows(net, "C", words))
+        vectors = self._rows(net, "C", words).index_select(0, where.flatten()).view(*contexts.shape, -1)
+        x = net.context_input(vectors)
         inputs, _ = net.output_operands_from_features(x)  # [x if W, hidden output if H], with the net's dropout
         sample = self.draw()
         out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
