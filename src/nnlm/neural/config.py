@@ -45,7 +45,8 @@ class RunOptions:
     min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False)
     max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
     vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
-    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1)")
+    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), or wide-context or "
+                                   "deep-context (past the paper, docs/experiments/beyond.md)")
     order: int | None = option(None, "n, overriding the preset", parse=T.int_range(2, 64), shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset", parse=T.int_range(0, 100_000),
                                 shown="the preset's")
@@ -53,6 +54,15 @@ class RunOptions:
                                   shown="the preset's")
     direct: bool | None = option(None, "direct connections W, overriding the preset", flag=True,
                                  shown="the preset's")
+    layers: int | None = option(None, "hidden layers of h units, overriding the preset", parse=T.int_range(1, 16),
+                                shown="the preset's (1 in the paper)")
+    layer_norm: bool | None = option(None, "layer normalisation in each hidden layer, overriding the preset",
+                                     flag=True, shown="the preset's (off in the paper)")
+    residual: bool | None = option(None, "hidden layers after the first add their input back (needs --layers 2 or "
+                                         "more), overriding the preset", flag=True, shown="the preset's (off)")
+    local: int | None = option(None, "0: all n-1 context words concatenated; k: only the k nearest, the older ones "
+                                     "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
+                                     "overriding the preset", parse=T.int_range(0, 64), shown="the preset's (0)")
     recipe: str | None = option(None, "adaptive, adaptive-sampled, paper, modern or sampled",
                                 shown="adaptive with --loss full, sampled with --loss sampled / nce")
     batch_size: int = option(256, "examples per update", parse=T.int_range(1, 1 << 24))

@@ -8,12 +8,13 @@ Parameters and shapes (as in the paper): C |V|xm, H hx(n-1)m, d h, U |V|xh, W |V
 h = 0 means no hidden layer (no H, d, U); direct=False means W = 0 (no W parameter).
 The context columns are oldest-first, like every nnlm model's contexts, so x holds C(w_{t-n+1})
 first; the order of the blocks of x does not change the model family.
+The variants past the paper (more hidden layers, layer normalisation, residual layers, a wide-context
+branch) are fields of ModelConfig (nnlm.neural.model_config); their defaults are the paper's net.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -24,6 +25,9 @@ from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
+from nnlm.neural.model_config import ModelConfig
+
+__all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "NeuralLM", "score_rows"]
 
 EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distribution paths
 SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):
@@ -34,54 +38,6 @@ SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buff
 def score_rows(vocab_size: int) -> int:
     """Rows per block of exact scoring: the [rows, |V|] fp32 buffer fills SCORE_BYTES (at least 16 rows)."""
     return max(16, SCORE_BYTES // (4 * vocab_size))
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Architecture of one net: |V|, order n, hidden units h, features per word m, direct connections."""
-
-    vocab_size: int
-    order: int
-    hidden: int
-    features: int
-    direct: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "order", "hidden", "features"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise NnlmError(f"model {name} must be an integer, got {value!r}")
-        if not isinstance(self.direct, bool):
-            raise NnlmError(f"model direct must be true or false, got {self.direct!r}")
-        if self.order < 2:
-            raise NnlmError(f"the order n must be at least 2 (one context word), got n = {self.order}")
-        if self.features < 1:
-            raise NnlmError(f"the word feature size m must be at least 1, got m = {self.features}")
-        if self.hidden < 0:
-            raise NnlmError(f"the number of hidden units h must be 0 (no hidden layer) or more, got h = {self.hidden}")
-        if self.vocab_size < 2:
-            raise NnlmError(f"the vocabulary must hold at least 2 words, got {self.vocab_size}")
-
-    @property
-    def input_size(self) -> int:
-        """(n-1) m: the length of x."""
-        return (self.order - 1) * self.features
-
-    def parameter_count(self) -> int:
-        """The paper's count |V|(1+nm+h) + h(1+(n-1)m), minus |V|(n-1)m when W is off."""
-        v, n, m, h = self.vocab_size, self.order, self.features, self.hidden
-        count = v * (1 + n * m + h) + h * (1 + (n - 1) * m)
-        return count if self.direct else count - v * (n - 1) * m
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ModelConfig:
-        try:
-            return cls(**{k: data[k] for k in ("vocab_size", "order", "hidden", "features", "direct")})
-        except (KeyError, TypeError) as exc:
-            raise NnlmError(f"incomplete model config ({exc})") from None
 
 
 class NPLMParameters(nn.Module):
@@ -103,35 +59,73 @@ class NPLMParameters(nn.Module):
             self.U = nn.Parameter(torch.empty(rows, h))
         else:
             self.H = self.d = self.U = None
+        for layer in range(2, config.layers + 1):  # the deeper hidden layers: H2, d2, H3, d3, ...
+            setattr(self, f"H{layer}", nn.Parameter(torch.empty(h, h)))
+            setattr(self, f"d{layer}", nn.Parameter(torch.empty(h)))
+        self.gains = [f"g{layer}" for layer in range(1, config.layers + 1)] if config.layer_norm else []
+        for name in self.gains:
+            setattr(self, name, nn.Parameter(torch.empty(h)))
+        self.A = nn.Parameter(torch.empty(config.distant)) if config.distant else None
+
+    def deeper_layers(self) -> list[tuple[nn.Parameter, nn.Parameter]]:
+        """(H_l, d_l) of the hidden layers after the first."""
+        return [(getattr(self, f"H{k}"), getattr(self, f"d{k}")) for k in range(2, self.config.layers + 1)]
 
     def decayed_parameters(self) -> list[nn.Parameter]:
-        """Weights and C: what the paper's weight decay applies to (not the biases b, d)."""
-        return [p for p in (self.C, self.W, self.H, self.U) if p is not None]
+        """Weights and C: what the paper's weight decay applies to (not the biases b, d, nor gains and A)."""
+        return [p for p in (self.C, self.W, self.H, self.U) if p is not None] + [H for H, _ in self.deeper_layers()]
 
     def bias_parameters(self) -> list[nn.Parameter]:
-        return [p for p in (self.b, self.d) if p is not None]
+        return ([p for p in (self.b, self.d) if p is not None] + [d for _, d in self.deeper_layers()]
+                + [getattr(self, g) for g in self.gains] + ([self.A] if self.A is not None else []))
 
     def features(self, contexts: torch.Tensor) -> torch.Tensor:
-        """x: [N, n-1] word ids -> [N, (n-1) m] concatenated feature vectors."""
-        return F.embedding(contexts, self.C).flatten(1)
+        """x: [N, n-1] word ids -> [N, input_size] feature vectors (see `embed`)."""
+        return self.embed(contexts, self.C)
+
+    def embed(self, contexts: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """x from the rows of `table` (C, or C with unknown words' features) that `contexts` [N, n-1] index."""
+        return self.context_input(F.embedding(contexts, table))
+
+    def context_input(self, vectors: torch.Tensor) -> torch.Tensor:
+        """x from the context words' feature vectors [N, n-1, m] (oldest first): their concatenation; with
+        the wide-context branch, sum_j A_j C(older word j) followed by the `local` nearest, concatenated."""
+        if self.A is None:
+            return vectors.flatten(1)
+        distant = self.config.distant
+        older = torch.einsum("j,njm->nm", self.A, vectors[:, :distant])
+        return torch.cat([older, vectors[:, distant:].flatten(1)], dim=1)
+
+    def hidden_output(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
+        """The last hidden layer's output: a_1 = tanh(d + H x), then a_l = tanh(d_l + H_l a_{l-1})
+        (+ a_{l-1} when residual); with layer norm, H_l a is normalised and scaled by g_l before d_l.
+        `dropout`: on every layer's output (training only)."""
+        layers = [(self.H, self.d)] + self.deeper_layers()
+        a = x
+        for index, (H, d) in enumerate(layers):
+            if self.gains:
+                out = torch.tanh(F.layer_norm(a @ H.t(), H.shape[:1]) * getattr(self, self.gains[index]) + d)
+            else:
+                out = torch.tanh(torch.addmm(d, a, H.t()))
+            if dropout and self.dropout_h > 0:
+                out = F.dropout(out, self.dropout_h, training=True)
+            a = a + out if self.config.residual and index > 0 else out
+        return a
 
     def output_operands_from_features(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """(zs, ws) with y = b + sum_j zs[j] ws[j]^T: x with W, tanh(d + H x) with U; dropout on x and
-        on tanh(.) when training. The one place the hidden layer is computed."""
+        """(zs, ws) with y = b + sum_j zs[j] ws[j]^T: x with W, the hidden output with U; dropout on x and
+        on the hidden layers when training. The one place the hidden layers are computed."""
         if self.training and self.dropout_x > 0:
             x = F.dropout(x, self.dropout_x, training=True)
         zs, ws = ([x], [self.W]) if self.W is not None else ([], [])
         if self.H is not None:
-            a = torch.tanh(torch.addmm(self.d, x, self.H.t()))
-            if self.training and self.dropout_h > 0:
-                a = F.dropout(a, self.dropout_h, training=True)
-            zs.append(a)
+            zs.append(self.hidden_output(x, dropout=self.training))
             ws.append(self.U)
         return zs, ws
 
     def logits_from_features(self, x: torch.Tensor,
                              shared: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-        """y = b + W x + U tanh(d + H x), [N, rows]; dropout on x and tanh(.) when training.
+        """y = b + W x + U a(x), [N, rows] (a: `hidden_output`); dropout on x and a when training.
         `shared` (vocab-parallel) wraps x and tanh(.) where they meet this module's output rows, so
         that backward sums their gradients over the ranks that hold the other rows."""
         y = self.b.expand(x.shape[0], -1)
@@ -159,6 +153,14 @@ class NPLM(NPLMParameters):
                     weight.uniform_(-bound, bound)
             if self.d is not None:
                 self.d.zero_()
+            for H, d in self.deeper_layers():
+                bound = 1.0 / math.sqrt(H.shape[1])
+                H.uniform_(-bound, bound)
+                d.zero_()
+            for name in self.gains:
+                getattr(self, name).fill_(1.0)
+            if self.A is not None:
+                self.A.fill_(1.0 / len(self.A))
 
     def forward(self, contexts: torch.Tensor) -> torch.Tensor:
         """Unnormalized log-probabilities y [N, |V|] of the next word for contexts [N, n-1]."""
@@ -175,7 +177,7 @@ class NPLM(NPLMParameters):
         if self.W is not None:
             y = y + (x * self.W[targets]).sum(1)
         if self.H is not None:
-            y = y + (torch.tanh(torch.addmm(self.d, x, self.H.t())) * self.U[targets]).sum(1)
+            y = y + (self.hidden_output(x) * self.U[targets]).sum(1)
         return y
 
     def expected_features(self, contexts: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:
@@ -236,7 +238,7 @@ class NeuralLM(LanguageModel):
         weights16 = None
         for lo in range(0, len(targets), EVAL_ROWS):
             threads.check()
-            x = F.embedding(ctx[lo:lo + EVAL_ROWS], table).flatten(1)
+            x = self.net.embed(ctx[lo:lo + EVAL_ROWS], table)
             if self.unnormalized:
                 out[lo:lo + len(x)] = self.net.target_logits(x, targets[lo:lo + EVAL_ROWS]).double().cpu().numpy()
                 continue
@@ -269,7 +271,7 @@ class NeuralLM(LanguageModel):
         flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
         for lo in range(0, n, rows):
             threads.check()
-            x = F.embedding(ctx[lo:lo + rows], table).flatten(1)
+            x = net.embed(ctx[lo:lo + rows], table)
             zs, _ = net.output_operands_from_features(x)
             y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
             torch.addmm(bias, weights, torch.cat(zs, dim=1).t(), out=y)
@@ -343,7 +345,7 @@ class NeuralLM(LanguageModel):
         first = first[np.unique(ids[first], return_index=True)[1]]
         for pos in np.sort(first):  # one forward per distinct unknown word, in order of appearance
             ctx = torch.as_tensor(windows[pos][None, :], device=self.device)
-            table[ids[pos]] = self.net.expected_features(x=F.embedding(ctx, table).flatten(1))[0]
+            table[ids[pos]] = self.net.expected_features(x=self.net.embed(ctx, table))[0]
         targets = torch.as_tensor(np.where(ids >= v, self.vocab.unk_id, ids), device=self.device)
         return self._log_prob_ids(torch.as_tensor(windows, device=self.device), targets, table)
 

@@ -1,10 +1,13 @@
-"""Table 1's neural nets (Brown): n, h, m and direct connections for MLP1 ... MLP10.
+"""Named nets: Table 1's (Brown) n, h, m and direct connections for MLP1 ... MLP10, and larger nets of
+the same feed-forward family that go past the paper (`BEYOND`, issue 22; docs/experiments/beyond.md).
 
-Even-numbered nets are the odd net just before them, mixed 0.5/0.5 with the interpolated
+Even-numbered Table 1 nets are the odd net just before them, mixed 0.5/0.5 with the interpolated
 trigram. The architecture is the same, so both names map to it here; the mixing itself is
 done by the mixtures module, not by the network or its trainer.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from nnlm.errors import NnlmError
 from nnlm.neural.model import ModelConfig
@@ -22,20 +25,35 @@ for _k in (1, 3, 5, 7, 9):
 PRESETS: dict[str, tuple[int, int, int, bool]] = dict(sorted(_TABLE1.items(), key=lambda kv: int(kv[0][3:])))
 MIXED = frozenset(f"mlp{k}" for k in (2, 4, 6, 8, 10))
 
+# Past the paper: ModelConfig fields (all but vocab_size), chosen on Brown's validation set
+# (docs/experiments/beyond.md, "single nets"). Train them with --loss sampled (recipe `sampled`).
+# wide-context: n = 9 with the 4 nearest words concatenated and the 4 older ones as one learned weighted
+# sum (--local 4), h = 200, m = 100; deep-context: the same with two hidden layers, layer norm, residual.
+BEYOND: dict[str, dict[str, Any]] = {
+    "wide-context": dict(order=9, hidden=200, features=100, direct=True, local=4),
+    "deep-context": dict(order=9, hidden=200, features=100, direct=True, local=4, layers=2, layer_norm=True,
+                         residual=True),
+}
+
 
 def preset(name: str, vocab_size: int) -> ModelConfig:
-    """The ModelConfig of a Table 1 net for a vocabulary of `vocab_size` words."""
+    """The ModelConfig of a named net (Table 1 or BEYOND) for a vocabulary of `vocab_size` words."""
     key = name.lower()
+    if key in BEYOND:
+        return ModelConfig(vocab_size=vocab_size, **BEYOND[key])
     if key not in PRESETS:
-        raise NnlmError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        raise NnlmError(f"unknown preset {name!r}; choose from {', '.join([*PRESETS, *BEYOND])}")
     n, h, m, direct = PRESETS[key]
     return ModelConfig(vocab_size=vocab_size, order=n, hidden=h, features=m, direct=direct)
 
 
 def run_name(preset_name: str, config: ModelConfig) -> str:
-    """The preset's name when the run has its shape; else the shape itself (n5-h50-m60-direct), so that a
-    run trained with its own --order/--hidden/--features is not reported as the preset it started from."""
-    shape = (config.order, config.hidden, config.features, config.direct)
-    if PRESETS.get(preset_name.lower()) == shape:
+    """The preset's name when the run has its shape; else the shape itself (n5-h50-m60-direct, with the
+    variants after it: -l2-ln-res-local4), so that a run trained with its own --order/--hidden/--features
+    (or variant options) is not reported as the preset it started from."""
+    key = preset_name.lower()
+    if (key in PRESETS or key in BEYOND) and preset(key, config.vocab_size) == config:
         return preset_name
-    return f"n{config.order}-h{config.hidden}-m{config.features}" + ("-direct" if config.direct else "")
+    name = f"n{config.order}-h{config.hidden}-m{config.features}" + ("-direct" if config.direct else "")
+    return name + (f"-l{config.layers}" if config.layers > 1 else "") + ("-ln" if config.layer_norm else "") \
+        + ("-res" if config.residual else "") + (f"-local{config.local}" if config.local else "")

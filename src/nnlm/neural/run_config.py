@@ -20,6 +20,7 @@ from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.config import RUN_DEFAULTS, RunOptions
 from nnlm.neural.model import ModelConfig
+from nnlm.neural.model_config import VARIANTS
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import (
     RECIPES,
@@ -93,10 +94,11 @@ def bf16_is_fast(device: torch.device) -> bool:
 
 
 def model_config(run: dict[str, Any] | RunOptions, vocab_size: int) -> ModelConfig:
-    """The preset's architecture, with any of n, h, m, direct given explicitly taking precedence."""
+    """The preset's architecture, with any of n, h, m, direct and the variant fields given explicitly
+    taking precedence."""
     values = run if isinstance(run, dict) else dataclasses.asdict(run)
     base = preset(values["preset"], vocab_size)
-    picks = {k: values[k] for k in ("order", "hidden", "features", "direct") if values.get(k) is not None}
+    picks = {k: values[k] for k in ("order", "hidden", "features", "direct", *VARIANTS) if values.get(k) is not None}
     return ModelConfig(**(base.to_dict() | picks))
 
 

@@ -4,7 +4,8 @@ Each batch draws one set S of K distinct words (shared by the batch) from a prop
 counts of train (+1) raised to PROPOSAL_POWER and normalized. Only the rows of W, U, b for S and
 the batch's targets, and the rows of C for the batch's context words, enter the forward and
 backward pass: they are gathered as leaf tensors, the logits are [B, K] (+ one dot product per
-target), and `RowAdam` updates just those rows (plus the small dense H, d).
+target), and `RowAdam` updates just those rows (plus the small dense H, d and
+the variants' deeper layers, gains and A).
 
 Both losses correct a word's score y_w by the log of its inclusion probability p_w = P(w in S).
 S is drawn without replacement (torch.multinomial), which gives S the law of "draw from q with
@@ -121,23 +122,15 @@ class SampledLoss:
     def __call__(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool = False) -> torch.Tensor:
         self.touched = []
         words, where = torch.unique(contexts, return_inverse=True)
-        x = self._rows(net, "C", words).index_select(0, where.flatten()).view(len(contexts), -1)
-        if net.training and net.dropout_x > 0:
-            x = F.dropout(x, net.dropout_x, training=True)
-        hidden = None
-        if net.H is not None:
-            hidden = torch.tanh(torch.addmm(net.d, x, net.H.t()))
-            if net.training and net.dropout_h > 0:
-                hidden = F.dropout(hidden, net.dropout_h, training=True)
+        vectors = self._rows(net, "C", words).index_select(0, where.flatten()).view(*contexts.shape, -1)
+        x = net.context_input(vectors)
+        inputs, _ = net.output_operands_from_features(x)  # [x if W, hidden output if H], with the net's dropout
         sample = self.draw()
         out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
         t_at, s_at = out_where[:len(targets)], out_where[len(targets):]
-        # one [B, (n-1)m + h] x [(n-1)m + h, K] product for W x + U tanh(.) at the samples' rows
-        inputs = [x] if net.W is not None else []
-        weights = [self._rows(net, "W", out_ids)] if net.W is not None else []
-        if hidden is not None:
-            inputs.append(hidden)
-            weights.append(self._rows(net, "U", out_ids))
+        # one [B, K_in] x [K_in, K] product for W x + U a(x) at the samples' rows
+        names = (["W"] if net.W is not None else []) + (["U"] if net.H is not None else [])
+        weights = [self._rows(net, name, out_ids) for name in names]
         b = self._rows(net, "b", out_ids)
         y_t, y_s = b.index_select(0, t_at), b.index_select(0, s_at)
         if inputs:
@@ -197,9 +190,8 @@ class RowAdam:
             p.index_copy_(0, rows, value)
             self.m[name].index_copy_(0, rows, m)
             self.v[name].index_copy_(0, rows, v)
-        for name in ("H", "d"):
-            p = self.params.get(name)
-            if p is not None and p.grad is not None:
+        for name, p in self.params.items():  # the dense ones: H, d, the deeper layers, gains, A
+            if name not in ROWS and p.grad is not None:
                 self._update(name, p, p.grad, self.m[name], self.v[name])
 
     def state_tensors(self) -> dict[str, torch.Tensor]:

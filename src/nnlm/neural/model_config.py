@@ -1,0 +1,97 @@
+"""The architecture of one net (`ModelConfig`): the paper's n, h, m and direct connections, and the
+variants of the same feed-forward family that go past it (issue 22).
+
+Every variant field has a default that is the paper's net, and `to_dict` leaves out the fields at
+their default, so a paper net's config (run.json, model JSON) is written as before and an old config
+(without the variant fields) loads as the paper net it was.
+
+- `layers`: hidden layers of h units; layer l > 1 computes tanh(d_l + H_l a_{l-1}) from the one before.
+- `layer_norm`: each hidden layer normalises H_l a before its bias and tanh, tanh(g_l * norm(H_l a) + d_l).
+- `residual`: hidden layers l > 1 add their input back, a_l = a_{l-1} + tanh(...) (needs layers >= 2).
+- `local`: 0 concatenates the features of all n-1 context words (the paper); k > 0 concatenates only the
+  k nearest, and the n-1-k older words enter as one m-vector, a learned weighted sum of their features
+  (weights A, one per position, starting at the average): a wide context for the price of one more word,
+  the cheap second branch of Sun & Iyyer (2021, "Revisiting Simple Neural Probabilistic Language Models").
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from nnlm.errors import NnlmError
+
+REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
+VARIANTS = ("layers", "layer_norm", "residual", "local")  # optional in a stored config
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of one net: |V|, order n, hidden units h, features per word m, direct connections,
+    and the variant fields (module docstring); the defaults are the paper's net."""
+
+    vocab_size: int
+    order: int
+    hidden: int
+    features: int
+    direct: bool = True
+    layers: int = 1
+    layer_norm: bool = False
+    residual: bool = False
+    local: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "order", "hidden", "features", "layers", "local"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise NnlmError(f"model {name} must be an integer, got {value!r}")
+        for name in ("direct", "layer_norm", "residual"):
+            if not isinstance(getattr(self, name), bool):
+                raise NnlmError(f"model {name} must be true or false, got {getattr(self, name)!r}")
+        if self.order < 2:
+            raise NnlmError(f"the order n must be at least 2 (one context word), got n = {self.order}")
+        if self.features < 1:
+            raise NnlmError(f"the word feature size m must be at least 1, got m = {self.features}")
+        if self.hidden < 0:
+            raise NnlmError(f"the number of hidden units h must be 0 (no hidden layer) or more, got h = {self.hidden}")
+        if self.vocab_size < 2:
+            raise NnlmError(f"the vocabulary must hold at least 2 words, got {self.vocab_size}")
+        if self.layers < 1:
+            raise NnlmError(f"the number of hidden layers must be at least 1, got {self.layers}")
+        if self.hidden == 0 and (self.layers > 1 or self.layer_norm or self.residual):
+            raise NnlmError("--layers, --layer-norm and --residual need a hidden layer (h > 0)")
+        if self.residual and self.layers < 2:
+            raise NnlmError("--residual needs at least 2 hidden layers (--layers 2): the first changes the width")
+        if self.local < 0 or self.local > self.order - 3 and self.local:
+            raise NnlmError(f"--local must be 0 (every context word concatenated) or from 1 to n-3 = "
+                            f"{self.order - 3} (at least two older words averaged), got {self.local}")
+
+    @property
+    def distant(self) -> int:
+        """How many older context words enter through the weighted sum (0: none, the paper)."""
+        return self.order - 1 - self.local if self.local else 0
+
+    @property
+    def input_size(self) -> int:
+        """The length of x: (n-1) m, or (local + 1) m with the wide-context branch."""
+        return (self.local + 1) * self.features if self.local else (self.order - 1) * self.features
+
+    def parameter_count(self) -> int:
+        """The paper's count |V|(1+nm+h) + h(1+(n-1)m) (minus |V|(n-1)m when W is off) for the paper's
+        net; in general C, b, W, U over |V| rows, H and d, and the variants' H_l, d_l, g_l and A."""
+        v, m, h, k = self.vocab_size, self.features, self.hidden, self.input_size
+        count = v * (m + 1 + h) + h * (k + 1) + (v * k if self.direct else 0)
+        if h:
+            count += (self.layers - 1) * (h * h + h) + (self.layers * h if self.layer_norm else 0)
+        return count + self.distant
+
+    def to_dict(self) -> dict:
+        """Every field, but the variant fields only where they differ from the paper's net."""
+        values = asdict(self)
+        defaults = {f.name: f.default for f in fields(self) if f.name in VARIANTS}
+        return {k: v for k, v in values.items() if k not in defaults or v != defaults[k]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        try:
+            return cls(**{k: data[k] for k in REQUIRED}, **{k: data[k] for k in VARIANTS if k in data})
+        except (KeyError, TypeError) as exc:
+            raise NnlmError(f"incomplete model config ({exc})") from None
