@@ -96,3 +96,22 @@ def test_rows_are_checked():
         check_rows((NetRow("a", "a", "mlp1"), NetRow("a", "a", "mlp1", seed=1)))
     with pytest.raises(NnlmError, match="beyond-minutes"):
         reproduce("brown", "/nonexistent/r", None, None, False, "x", beyond=True, beyond_minutes=-1)
+
+
+def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypatch):
+    """A row naming a preset past Table 1 (presets.BEYOND: --local, --layers, ...) trains and mixes."""
+    import nnlm.reproduce.beyond as beyond
+
+    rows = (NetRow("mlp7-seed0", "MLP7, seed 0", "mlp7", twin="mlp7"),
+            NetRow("deep", "deep-context", "deep-context"),
+            MixRow("deep-mlp7", "deep-context + MLP7, EM", ("deep", "mlp7-seed0"), "em"))
+    monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
+    out = tmp_path / "report"
+    reproduce(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False,
+              threads=1, beyond=True, beyond_minutes=0.2)
+    done = json.loads((out / "results.json").read_text())["rows"]
+    deep = done["beyond:deep"]
+    assert deep["status"] != "skipped", deep.get("note")
+    run = json.loads((out / deep["run"] / "run.json").read_text())
+    assert run["model"]["order"] == 9 and run["model"]["layers"] == 2 and run["model"]["local"] == 4
+    assert done["beyond:deep-mlp7"]["perplexity"]["valid"] <= deep["perplexity"]["valid"] + 1e-9

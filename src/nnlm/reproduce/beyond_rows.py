@@ -54,7 +54,18 @@ MLP1_SEEDS = tuple(f"mlp1-seed{s}" for s in range(5))
 NGRAMS = ("kn5", "class500-3", "interpolated")
 
 BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
-    *(mlp1_seed(s) for s in range(5)),
+    mlp1_seed(0),
+    # presets.BEYOND: n = 9 with the 4 older words as one learned sum (Sun & Iyyer 2021), h = 200, m = 100
+    NetRow("deep-context", "deep-context (2 residual layer-normed hidden layers)", "deep-context"),
+    mlp1_seed(1),
+    NetRow("wide-context", "wide-context (one hidden layer)", "wide-context"),
+    *(mlp1_seed(s) for s in range(2, 5)),
+    MixRow("deep-mlp1-ngrams-em", "deep-context + MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           ("deep-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
+    MixRow("ens-context2", "ensemble of deep-context and wide-context, equal weights",
+           ("deep-context", "wide-context"), "equal"),
+    MixRow("all-nets-ngrams-em", "deep-context + wide-context + 2 MLP1 + KN5 + class c = 500 + trigram, "
+           "EM by context frequency", ("deep-context", "wide-context", *MLP1_SEEDS[:2], *NGRAMS), "em-buckets"),
     MixRow("ens-mlp1x2", "ensemble of 2 MLP1 (seeds 0-1), equal weights", MLP1_SEEDS[:2], "equal"),
     MixRow("ens-mlp1x3", "ensemble of 3 MLP1 (seeds 0-2), equal weights", MLP1_SEEDS[:3], "equal"),
     MixRow("ens-mlp1x5", "ensemble of 5 MLP1 (seeds 0-4), equal weights", MLP1_SEEDS, "equal"),
