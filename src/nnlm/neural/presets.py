@@ -1,4 +1,5 @@
-"""Table 1's neural nets (Brown): n, h, m and direct connections for MLP1 ... MLP10.
+"""The paper's neural nets: n, h, m and direct connections for Table 1's MLP1 ... MLP10 (Brown) and
+Table 2's AP News net (`apnews`).
 
 Even-numbered nets are the odd net just before them, mixed 0.5/0.5 with the interpolated
 trigram. The architecture is the same, so both names map to it here; the mixing itself is
@@ -20,6 +21,7 @@ for _k in (1, 3, 5, 7, 9):
     _TABLE1[f"mlp{_k + 1}"] = _TABLE1[f"mlp{_k}"]
 
 PRESETS: dict[str, tuple[int, int, int, bool]] = dict(sorted(_TABLE1.items(), key=lambda kv: int(kv[0][3:])))
+PRESETS["apnews"] = (6, 60, 100, True)  # Table 2's net (AP News), mixed with the trigram there
 MIXED = frozenset(f"mlp{k}" for k in (2, 4, 6, 8, 10))
 
 

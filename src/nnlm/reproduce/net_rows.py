@@ -13,7 +13,7 @@ from nnlm.neural import checkpoint as ck
 from nnlm.reproduce import planner, rates
 from nnlm.reproduce.ngram_rows import late_needs
 from nnlm.reproduce.results import RowResult, options_tag
-from nnlm.reproduce.table import Row, mlp_rows
+from nnlm.reproduce.table import Row
 from nnlm.threads import govern
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def plan_net(job: Job, i: int) -> planner.Grant | None:
 
 def neural_rows(job: Job, trigram: LanguageModel) -> None:
     for i, net in enumerate(job.nets):
-        alone, mixed, em = mlp_rows(net)
+        alone, mixed, em = job.table.net_rows(net)
         model = None
         if job.results.pending(net, job.options):
             grant = plan_net(job, i)
