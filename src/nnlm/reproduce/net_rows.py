@@ -56,7 +56,7 @@ def plan_net(job: Job, i: int) -> planner.Grant | None:
     for k, net in enumerate(job.nets[i:]):
         if k == 0 or job.results.pending(net, job.options):
             need = planner.net_need(net, rates_of(job, net, fresh=k == 0), len(c.train), len(c.valid), len(c.test),
-                                    epochs_done(job, net))
+                                    epochs_done(job, net), job.table.net_floor_epochs)
             needs.append(need)
     return next(g for g in planner.plan(left, needs + late_needs(job)) if g.id == job.nets[i])
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nnlm.errors import NnlmError
+from nnlm.reproduce.planner import NET_TIERS
 from nnlm.reproduce.table import NgramRow, Row
 
 DEFAULT_TABLE = "brown"
@@ -30,6 +31,7 @@ class PaperTable:
     paper_corpus: str  # the paper's corpus, for the report's corpus line
     net_rows: Callable[[str], tuple[Row, Row, Row]]  # a net -> (alone, mixed 0.5, mixed EM)
     parse_nets: Callable[[str | None, bool], list[str]]  # --models, --full -> the nets to train
+    net_floor_epochs: float = NET_TIERS[0]  # the least training (in epochs) the planner grants a net a row for
 
     def rows(self, nets: list[str]) -> list[Row]:
         """The report's rows in order: each net with its two mixes, then the n-gram rows."""
@@ -51,7 +53,7 @@ def apnews() -> PaperTable:
     return PaperTable("apnews", "Table 2 of Bengio et al. (2003) (AP News)", ap.NGRAM_ROWS,
                       tuple(r.id for r in ap.NGRAM_ROWS), (), "Kneser-Ney back-off n = 5", ap.PAPER_BEST_NGRAM_TEST,
                       "the paper's AP News: 13,994,528 / 963,138 / 963,071, |V| = 17,964",
-                      ap.net_rows, ap.parse_nets)
+                      ap.net_rows, ap.parse_nets, ap.NET_FLOOR_EPOCHS)
 
 
 TABLES: dict[str, Callable[[], PaperTable]] = {"brown": brown, "apnews": apnews}
