@@ -28,6 +28,18 @@ def test_table_and_models_are_checked():
         get_table("apnews").parse_nets("mlp1", False)
 
 
+def test_table2_net_floor_is_a_tenth_of_an_epoch():
+    """An AP-News-sized epoch is 17 Brown epochs: Table 2's net earns a row from 0.1 epoch, Table 1's from 0.5."""
+    from nnlm.reproduce.planner import Rates, net_need
+
+    rates, sizes = Rates(train=10_000.0, score=1_000.0), (14_000_000, 50_000, 50_000)
+    brown, apnews = (net_need("apnews", rates, *sizes, floor_epochs=get_table(t).net_floor_epochs)
+                     for t in ("brown", "apnews"))
+    valid = 1.15 * 50_000 / 1_000.0
+    assert apnews.floor == pytest.approx(0.1 * 1.15 * 1_400.0 + valid)
+    assert brown.floor == pytest.approx(0.5 * 1.15 * 1_400.0 + valid) and apnews.tiers[1:] == brown.tiers[1:]
+
+
 def built_ngram_rows(log: str) -> list[str]:
     """An n-gram row's log line when it is built: "valid V  test T  (S s)"."""
     return [line for line in log.splitlines() if re.fullmatch(r"\s+valid \S+  test \S+  \(\d+\.\d s\)", line)]
