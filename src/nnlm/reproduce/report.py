@@ -152,7 +152,7 @@ def write_report(out: Path) -> Path:
         f"Command: `{call.get('command', 'unrecorded')}`  ",
         commit_line(rows, ordered, call.get("commit", "unknown")),
         f"Corpus: {name}{protocol}: {sizes}"
-        f"({paper.paper_corpus}; another tokenization, so compare ratios).", "",
+        f"({paper.paper_corpus}).", "",
         "Perplexity = exp(-mean ln P) over every token of a split (markers and `<unk>` included). "
         "Mixes are with the deleted-interpolation trigram: 0.5/0.5 as the paper, or weights fitted by EM on "
         "validation, one pair per context-frequency bucket of the trigram (the paper's third way to mix). "

@@ -28,7 +28,7 @@ class PaperTable:
     after_nets: tuple[str, ...]  # n-gram rows built with what the nets leave
     best_ngram: str  # the paper's best n-gram, as the ratio sentence names it
     best_ngram_test: float  # its test perplexity: the paper's ratios divide by it
-    paper_corpus: str  # the paper's corpus, for the report's corpus line
+    paper_corpus: str  # the paper's corpus and what to compare, for the report's corpus line
     net_rows: Callable[[str], tuple[Row, Row, Row]]  # a net -> (alone, mixed 0.5, mixed EM)
     parse_nets: Callable[[str | None, bool], list[str]]  # --models, --full -> the nets to train
     net_floor_epochs: float = NET_TIERS[0]  # the least training (in epochs) the planner grants a net a row for
@@ -43,7 +43,8 @@ def brown() -> PaperTable:
 
     return PaperTable("brown", "Table 1 of Bengio et al. (2003)", table.NGRAM_ROWS, table.NGRAM_BUILD_ORDER,
                       table.NGRAM_AFTER_NETS, "class-based c = 500", table.PAPER_BEST_NGRAM_TEST,
-                      "the paper's Brown: 800,000 / 200,000 / 181,041, |V| = 16,383",
+                      "the paper's Brown: 800,000 / 200,000 / 181,041, |V| = 16,383; another tokenization, "
+                      "so compare ratios",
                       table.mlp_rows, table.parse_models)
 
 
@@ -52,7 +53,8 @@ def apnews() -> PaperTable:
 
     return PaperTable("apnews", "Table 2 of Bengio et al. (2003) (AP News)", ap.NGRAM_ROWS,
                       tuple(r.id for r in ap.NGRAM_ROWS), (), "Kneser-Ney back-off n = 5", ap.PAPER_BEST_NGRAM_TEST,
-                      "the paper's AP News: 13,994,528 / 963,138 / 963,071, |V| = 17,964",
+                      "the paper's AP News: 13,994,528 / 963,138 / 963,071, |V| = 17,964; licensed and not here, "
+                      "so compare ratios to the n-grams of the same corpus",
                       ap.net_rows, ap.parse_nets, ap.NET_FLOOR_EPOCHS)
 
 
