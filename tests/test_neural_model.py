@@ -200,7 +200,8 @@ def test_perplexity_through_the_shared_function(random_corpus):
 
 
 def test_presets_follow_table_1():
-    assert list(PRESETS) == [f"mlp{k}" for k in range(1, 11)]
+    assert list(PRESETS) == [f"mlp{k}" for k in range(1, 11)] + ["apnews"]
+    assert PRESETS["apnews"] == (6, 60, 100, True)  # Table 2's AP News net
     assert PRESETS["mlp1"] == (5, 50, 60, True) and PRESETS["mlp3"] == (5, 0, 60, True)
     assert PRESETS["mlp5"] == (5, 50, 30, True) and PRESETS["mlp7"] == (3, 50, 30, True)
     assert PRESETS["mlp9"] == (5, 100, 30, False)

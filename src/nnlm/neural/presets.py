@@ -1,5 +1,6 @@
-"""Named nets: Table 1's (Brown) n, h, m and direct connections for MLP1 ... MLP10, and larger nets of
-the same feed-forward family that go past the paper (`BEYOND`, issue 22; docs/experiments/beyond.md).
+"""Named nets: Table 1's (Brown) n, h, m and direct connections for MLP1 ... MLP10, Table 2's AP News
+net (`apnews`), and larger nets of the same feed-forward family that go past the paper (`BEYOND`,
+issue 22; docs/experiments/beyond.md).
 
 Even-numbered Table 1 nets are the odd net just before them, mixed 0.5/0.5 with the interpolated
 trigram. The architecture is the same, so both names map to it here; the mixing itself is
@@ -23,6 +24,7 @@ for _k in (1, 3, 5, 7, 9):
     _TABLE1[f"mlp{_k + 1}"] = _TABLE1[f"mlp{_k}"]
 
 PRESETS: dict[str, tuple[int, int, int, bool]] = dict(sorted(_TABLE1.items(), key=lambda kv: int(kv[0][3:])))
+PRESETS["apnews"] = (6, 60, 100, True)  # Table 2's net (AP News), mixed with the trigram there
 MIXED = frozenset(f"mlp{k}" for k in (2, 4, 6, 8, 10))
 
 # Past the paper: ModelConfig fields (all but vocab_size), chosen on Brown's validation set

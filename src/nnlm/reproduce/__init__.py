@@ -1,4 +1,5 @@
-"""`nnlm reproduce`: Table 1 of Bengio et al. (2003) on Brown, next to the paper's figures.
+"""`nnlm reproduce`: Table 1 of Bengio et al. (2003) on Brown (or Table 2, AP News, on a corpus of
+its size: `table="apnews"`), next to the paper's figures.
 
 One call builds the n-gram rows, trains the requested MLPs (each in its own resumable run directory),
 mixes every MLP with the interpolated trigram (0.5/0.5 as the paper, and EM weights per
@@ -6,7 +7,8 @@ context-frequency bucket), and writes `OUT/README.md` with two plots. Finished r
 `OUT/results.json` with the options that built them, so a second call skips them and continues
 unfinished training runs.
 
-Modules: `table` (rows and the paper's figures), `planner` (who gets how much of the budget; pure),
+Modules: `tables` (the registry of the paper's tables), `table` and `apnews` (their rows and the
+paper's figures), `planner` (who gets how much of the budget; pure),
 `rates` (measured speeds), `results` (results.json and its row key), `ngram_rows` and `net_rows`
 (the row runners), `job` (one call), `report` and `plots` (from results.json alone).
 """
@@ -27,20 +29,25 @@ __all__ = ["ALL_MODELS", "DEFAULT_BUDGET_MINUTES", "DEFAULT_MODELS", "NGRAM_ROWS
 def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None, models: str | None,
               full: bool, command: str, log: Callable[[str], None] = print, progress: bool = True,
               threads: int | None = None, device: str = "auto", loss: str = "sampled",
-              samples: int | None = None, hogwild: int | None = None, beyond: bool = False,
-              beyond_minutes: float | None = None) -> Path:
+              samples: int | None = None, hogwild: int | None = None, table: str | None = None,
+              beyond: bool = False, beyond_minutes: float | None = None) -> Path:
     """Build/train/mix every row, write OUT/README.md; returns its path. `beyond`: then the "Beyond the
-    paper" section (`beyond.run_beyond`) within `beyond_minutes` (default 60; --full: no budget)."""
+    paper" section (`beyond.run_beyond`, Brown's Table 1 only) within `beyond_minutes` (default 60; --full:
+    no budget)."""
     from nnlm.reproduce.job import Job
+    from nnlm.reproduce.tables import get_table
 
     if budget_minutes is not None and budget_minutes <= 0:
         raise NnlmError(f"--budget-minutes must be positive, got {budget_minutes}")
     if beyond_minutes is not None and beyond_minutes <= 0:
         raise NnlmError(f"--beyond-minutes must be positive, got {beyond_minutes}")
-    nets = parse_models(models, full)
+    chosen = get_table(table)
+    if beyond and chosen.name != "brown":
+        raise NnlmError(f"--beyond builds on Table 1 (--table brown), not --table {chosen.name}")
+    nets = chosen.parse_nets(models, full)
     job = Job(corpus_source, Path(out), None if full else (budget_minutes or DEFAULT_BUDGET_MINUTES),
               nets, command, log=log, progress=progress, threads=threads, device=device, loss=loss,
-              samples=samples, hogwild=hogwild)
+              samples=samples, hogwild=hogwild, table=chosen.name)
     job.run()
     if beyond:
         from nnlm.reproduce.beyond import DEFAULT_BEYOND_MINUTES, run_beyond

@@ -14,10 +14,10 @@ from nnlm.data.corpus import load_corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
 from nnlm.ngram.clusters import WordClasses
-from nnlm.reproduce import table
 from nnlm.reproduce.planner import Rates
 from nnlm.reproduce.results import Results, requested_options
 from nnlm.reproduce.table import Row
+from nnlm.reproduce.tables import DEFAULT_TABLE, get_table
 
 SPLITS = ("train", "valid", "test")
 
@@ -28,23 +28,26 @@ class Job:
     def __init__(self, corpus_source: str, out: Path, budget_minutes: float | None, nets: list[str],
                  command: str, log: Callable[[str], None] = print, progress: bool = True,
                  threads: int | None = None, device: str = "auto", loss: str = "sampled",
-                 samples: int | None = None, hogwild: int | None = None) -> None:
+                 samples: int | None = None, hogwild: int | None = None, table: str = DEFAULT_TABLE) -> None:
         from nnlm.neural.sampled import check_loss
 
         if hogwild is not None and hogwild < 1:
             raise NnlmError(f"--hogwild must be at least 1 worker, got {hogwild}")
         check_loss(loss, samples)  # samples None: the trainer's default, min(DEFAULT_SAMPLES, |V|)
         self.hogwild, self.loss, self.samples = hogwild, loss, samples
+        self.table = get_table(table)
         self.corpus_source, self.command = corpus_source, command
         self.corpus = load_corpus(corpus_source)
         self.out, self.nets, self.log = out, nets, log
         self.budget = None if budget_minutes is None else 60.0 * budget_minutes
         self.progress, self.threads, self.device = progress, threads, device
         self.options = requested_options(loss, samples, hogwild, len(self.corpus.vocab), device)
-        self.results = Results(out, self.corpus, {"command": command, "budget_minutes": budget_minutes,
-                                                  "nets": nets})
+        call = {"command": command, "budget_minutes": budget_minutes, "nets": nets}
+        if self.table.name != DEFAULT_TABLE:  # Table 1's results.json stays as it was
+            call["table"] = self.table.name
+        self.results = Results(out, self.corpus, call)
         self.start = time.monotonic()
-        self.total_rows = len(table.NGRAM_ROWS) + 3 * len(nets)
+        self.total_rows = len(self.table.ngram_rows) + 3 * len(nets)
         self.done_rows = 0
         self.rates: dict[str, Rates] = {}  # net -> measured this call
         self._scored: dict[tuple[str, str], np.ndarray] = {}

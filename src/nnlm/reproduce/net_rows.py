@@ -13,7 +13,7 @@ from nnlm.neural import checkpoint as ck
 from nnlm.reproduce import planner, rates
 from nnlm.reproduce.ngram_rows import late_needs
 from nnlm.reproduce.results import RowResult, options_tag
-from nnlm.reproduce.table import Row, mlp_rows
+from nnlm.reproduce.table import Row
 from nnlm.threads import govern
 
 if TYPE_CHECKING:
@@ -56,14 +56,14 @@ def plan_net(job: Job, i: int) -> planner.Grant | None:
     for k, net in enumerate(job.nets[i:]):
         if k == 0 or job.results.pending(net, job.options):
             need = planner.net_need(net, rates_of(job, net, fresh=k == 0), len(c.train), len(c.valid), len(c.test),
-                                    epochs_done(job, net))
+                                    epochs_done(job, net), job.table.net_floor_epochs)
             needs.append(need)
     return next(g for g in planner.plan(left, needs + late_needs(job)) if g.id == job.nets[i])
 
 
 def neural_rows(job: Job, trigram: LanguageModel) -> None:
     for i, net in enumerate(job.nets):
-        alone, mixed, em = mlp_rows(net)
+        alone, mixed, em = job.table.net_rows(net)
         model = None
         if job.results.pending(net, job.options):
             grant = plan_net(job, i)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from nnlm.lm import LanguageModel
 from nnlm.ngram.clusters import WordClasses, exchange_clusters, load_word_classes, save_word_classes
-from nnlm.reproduce import planner, table
+from nnlm.reproduce import planner
 from nnlm.reproduce.results import RowResult
 from nnlm.reproduce.table import NgramRow
 
@@ -74,9 +74,9 @@ def not_applicable(job: Job, row: NgramRow) -> bool:
 def early_rows(job: Job) -> LanguageModel:
     """The rows before the nets; returns the interpolated trigram (the mixing partner, always built)."""
     deadline = None if job.budget is None else job.start + NGRAM_SHARE * job.budget
-    by_id = {row.id: row for row in table.NGRAM_ROWS}
+    by_id = {row.id: row for row in job.table.ngram_rows}
     trigram = None
-    for row in (by_id[i] for i in table.NGRAM_BUILD_ORDER if i in by_id):
+    for row in (by_id[i] for i in job.table.build_order if i in by_id):
         job.announce(row)
         if row.id != "interpolated" and not job.results.pending(row.id):
             continue
@@ -118,8 +118,8 @@ def late_needs(job: Job) -> list[planner.Need]:
     """What the class rows after the nets still need (for the nets' plan, and their own), then the
     nets' train-split scoring, which comes last."""
     per_class, tail = class_rates(job)
-    by_id = {row.id: row for row in table.NGRAM_ROWS}
-    needs = [planner.clustering_need(i, by_id[i].classes or 0, per_class, tail) for i in table.NGRAM_AFTER_NETS
+    by_id = {row.id: row for row in job.table.ngram_rows}
+    needs = [planner.clustering_need(i, by_id[i].classes or 0, per_class, tail) for i in job.table.after_nets
              if i in by_id and job.results.pending(i) and (by_id[i].classes or 0) <= len(job.corpus.vocab)]
     return needs + [planner.scoring_need(f"{net}-train", len(job.corpus.train), job.rates[net].score)
                     for net in job.nets if job.results.rows.get(net, {}).get("train_pending") and net in job.rates]
@@ -133,8 +133,8 @@ def has_passes(job: Job, row: NgramRow) -> bool:
 
 def late_rows(job: Job) -> None:
     """The slowest class rows, after the nets: each planned anew from the time then left."""
-    by_id = {row.id: row for row in table.NGRAM_ROWS}
-    for row in (by_id[i] for i in table.NGRAM_AFTER_NETS if i in by_id):
+    by_id = {row.id: row for row in job.table.ngram_rows}
+    for row in (by_id[i] for i in job.table.after_nets if i in by_id):
         job.announce(row)
         if not job.results.pending(row.id) or not_applicable(job, row):
             continue

@@ -64,7 +64,8 @@ def curves(out: Path, rows: dict[str, dict[str, Any]], nets: list[str], corpus_n
     plt.close(fig)
 
 
-def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id: str, best: float | None) -> None:
+def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id: str, best: float | None,
+         paper_best: float = PAPER_BEST_NGRAM_TEST) -> None:
     """Test perplexity / the best n-gram's, paper vs ours, for every row the paper reports; the axis
     spans just the ratios, so a few percent show."""
     plt = _pyplot()
@@ -76,10 +77,10 @@ def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id
         test = (res.get("perplexity") or {}).get("test")
         ours = test / best if (test and best) else None
         mark = res.get("status", "") if ours is not None else ("not run" if not res else res.get("status", "not run"))
-        shown.append((row, row.paper[2] / PAPER_BEST_NGRAM_TEST, ours, mark))
+        shown.append((row, row.paper[2] / paper_best, ours, mark))
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(shown)), 4.5))
     x = np.arange(len(shown))
-    paper = ax.bar(x - 0.2, [p for _, p, _, _ in shown], 0.4, label=f"paper (best n-gram {PAPER_BEST_NGRAM_TEST:.0f})")
+    paper = ax.bar(x - 0.2, [p for _, p, _, _ in shown], 0.4, label=f"paper (best n-gram {paper_best:.0f})")
     ax.bar_label(paper, [f"{p:.2f}" for _, p, _, _ in shown], fontsize=6, rotation=90, padding=2)
     ours = ax.bar(x + 0.2, [o or 0.0 for _, _, o, _ in shown], 0.4,
                   label=f"nnlm (best n-gram {best_id or 'none'}, {best or 0:.1f})")

@@ -10,8 +10,9 @@ from typing import Any
 
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
-from nnlm.reproduce import beyond_report, plots, results, table
-from nnlm.reproduce.table import PAPER_BEST_NGRAM_TEST, Row, table_rows
+from nnlm.reproduce import beyond_report, plots, results
+from nnlm.reproduce.table import Row
+from nnlm.reproduce.tables import PaperTable, get_table
 
 Rows = dict[str, dict[str, Any]]
 
@@ -20,9 +21,9 @@ def fmt(x: float | None, digits: int = 0) -> str:
     return "" if x is None else f"{x:,.{digits}f}"
 
 
-def best_ngram(rows: Rows) -> tuple[str, float | None]:
+def best_ngram(rows: Rows, paper: PaperTable | None = None) -> tuple[str, float | None]:
     """The n-gram row of lowest test perplexity: what our ratios divide by."""
-    tests = {r.id: rows[r.id]["perplexity"]["test"] for r in table.NGRAM_ROWS
+    tests = {r.id: rows[r.id]["perplexity"]["test"] for r in (paper or get_table(None)).ngram_rows
              if (rows.get(r.id) or {}).get("perplexity", {}).get("test")}
     best_id = min(tests, key=tests.get) if tests else ""
     return best_id, tests.get(best_id)
@@ -107,10 +108,10 @@ def commit_line(rows: Rows, ordered: list[Row], current: str) -> str:
     return "Commits (rows built by calls at different commits; row ids as in results.json): " + "; ".join(parts) + "  "
 
 
-def table_line(row: Row, res: dict[str, Any] | None, best: float | None) -> str:
+def table_line(row: Row, res: dict[str, Any] | None, best: float | None, paper_best: float) -> str:
     p = (res or {}).get("perplexity") or {}
     ours_test = p.get("test")
-    paper_ratio = row.paper[2] / PAPER_BEST_NGRAM_TEST if row.paper[2] else None
+    paper_ratio = row.paper[2] / paper_best if row.paper[2] else None
     our_ratio = ours_test / best if (ours_test and best) else None
     direct = "" if row.direct is None else ("yes" if row.direct else "no")
     if res is None:
@@ -138,35 +139,36 @@ def write_report(out: Path) -> Path:
     data = results.read(path)
     rows: Rows = data.get("rows", {})
     call, info = data.get("call", {}), data.get("corpus_info") or {"name": data["corpus"]["corpus"]}
+    paper = get_table(call.get("table"))
     nets = call.get("nets") or [n for n in ("mlp1", "mlp3", "mlp5", "mlp7", "mlp9") if n in rows]
-    ordered = table_rows(nets)
-    best_id, best = best_ngram(rows)
+    ordered = paper.rows(nets)
+    best_id, best = best_ngram(rows, paper)
     name = info["name"]
     protocol = ", `bengio2003` protocol (docs/protocol.md)" if name == "brown" else ""
     sizes = (f"{info['train']:,} / {info['valid']:,} / {info['test']:,} tokens, |V| = {info['vocab']:,} "
              if "train" in info else "")
     lines = [
-        f"# Table 1 of Bengio et al. (2003), reproduced on {name}", "",
+        f"# {paper.title}, reproduced on {name}", "",
         f"Command: `{call.get('command', 'unrecorded')}`  ",
         commit_line(rows, ordered, call.get("commit", "unknown")),
         f"Corpus: {name}{protocol}: {sizes}"
-        "(the paper's Brown: 800,000 / 200,000 / 181,041, |V| = 16,383; another tokenization, so compare ratios).", "",
+        f"({paper.paper_corpus}).", "",
         "Perplexity = exp(-mean ln P) over every token of a split (markers and `<unk>` included). "
         "Mixes are with the deleted-interpolation trigram: 0.5/0.5 as the paper, or weights fitted by EM on "
         "validation, one pair per context-frequency bucket of the trigram (the paper's third way to mix). "
         "Ratio = test perplexity / the best n-gram's test perplexity of the same table "
-        f"(paper: class-based c = 500, {PAPER_BEST_NGRAM_TEST:.0f}; ours: {best_id or 'none built'}, {fmt(best, 1)}).",
+        f"(paper: {paper.best_ngram}, {paper.best_ngram_test:.0f}; ours: {best_id or 'none built'}, {fmt(best, 1)}).",
         "",
         *nets_lines(rows, nets),
         *budget_lines(rows, ordered, call),
         "| model | n | h | m | direct | mix | paper train | paper valid | paper test | ours train | ours valid "
         "| ours test | ratio paper | ratio ours | parameters | time | note |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        *(table_line(row, rows.get(row.id), best) for row in ordered),
+        *(table_line(row, rows.get(row.id), best, paper.best_ngram_test) for row in ordered),
         "", "![learning curves](curves.png)", "", "![test perplexities](perplexities.png)", "",
         *beyond_report.section_lines(data),  # none without --beyond
     ]
     atomic_write_text(out / "README.md", "\n".join(lines) + "\n")
     plots.curves(out, rows, nets, name)
-    plots.bars(out, rows, ordered, best_id, best)
+    plots.bars(out, rows, ordered, best_id, best, paper.best_ngram_test)
     return out / "README.md"

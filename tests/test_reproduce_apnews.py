@@ -1,0 +1,80 @@
+"""`nnlm reproduce --table apnews`: Table 2's rows end to end on a tiny corpus, resumed by a second call."""
+import json
+import re
+
+import pytest
+
+from nnlm.cli import main
+from nnlm.errors import NnlmError
+from nnlm.reproduce.tables import get_table
+
+TABLE2_ROWS = {"interpolated", "kn3", "kn4", "kn5", "apnews", "apnews-mix", "apnews-em"}
+
+
+def test_table2_rows_carry_the_papers_figures():
+    paper = get_table("apnews")
+    rows = {row.id: row for row in paper.rows(paper.parse_nets(None, False))}
+    assert set(rows) == TABLE2_ROWS
+    assert rows["apnews-mix"].paper[1:] == (104, 109) and rows["kn5"].paper[1:] == (112, 117)
+    assert rows["interpolated"].paper[1:] == (126, 132) and rows["kn3"].paper[1:] == (121, 127)
+    assert (rows["apnews"].n, rows["apnews"].h, rows["apnews"].m, rows["apnews"].direct) == (6, 60, 100, True)
+    assert paper.best_ngram_test == 117
+
+
+def test_table_and_models_are_checked():
+    with pytest.raises(NnlmError, match="unknown table"):
+        get_table("wsj")
+    with pytest.raises(NnlmError, match="trains one net"):
+        get_table("apnews").parse_nets("mlp1", False)
+
+
+def test_table2_net_floor_is_a_tenth_of_an_epoch():
+    """An AP-News-sized epoch is 17 Brown epochs: Table 2's net earns a row from 0.1 epoch, Table 1's from 0.5."""
+    from nnlm.reproduce.planner import Rates, net_need
+
+    rates, sizes = Rates(train=10_000.0, score=1_000.0), (14_000_000, 50_000, 50_000)
+    brown, apnews = (net_need("apnews", rates, *sizes, floor_epochs=get_table(t).net_floor_epochs)
+                     for t in ("brown", "apnews"))
+    valid = 1.15 * 50_000 / 1_000.0
+    assert apnews.floor == pytest.approx(0.1 * 1.15 * 1_400.0 + valid)
+    assert brown.floor == pytest.approx(0.5 * 1.15 * 1_400.0 + valid) and apnews.tiers[1:] == brown.tiers[1:]
+
+
+def built_ngram_rows(log: str) -> list[str]:
+    """An n-gram row's log line when it is built: "valid V  test T  (S s)"."""
+    return [line for line in log.splitlines() if re.fullmatch(r"\s+valid \S+  test \S+  \(\d+\.\d s\)", line)]
+
+
+def test_apnews_table_end_to_end_then_resume(random_corpus, tmp_path, capsys):
+    corpus_dir = str(tmp_path / "rand")
+    out = tmp_path / "ap"
+    args = ["reproduce", "--table", "apnews", "--corpus", corpus_dir, "--out", str(out), "--budget-minutes", "0.3",
+            "--threads", "1", "--no-progress"]
+    assert main(args) == 0
+    assert len(built_ngram_rows(capsys.readouterr().out)) == 4
+    data = json.loads((out / "results.json").read_text())
+    rows = data["rows"]
+    assert set(rows) == TABLE2_ROWS and data["call"]["table"] == "apnews"
+    for row_id in TABLE2_ROWS:
+        assert all(p > 1 for p in rows[row_id]["perplexity"].values() if p is not None), row_id
+    assert rows["apnews-em"]["perplexity"]["valid"] <= rows["apnews-mix"]["perplexity"]["valid"] + 1e-9
+    assert json.loads((out / rows["apnews"]["run"] / "run.json").read_text())["loss"] == "sampled"
+    text = (out / "README.md").read_text()
+    assert text.startswith("# Table 2 of Bengio et al. (2003) (AP News), reproduced on rand")
+    assert "paper: Kneser-Ney back-off n = 5, 117;" in text and "13,994,528" in text
+    assert "| MLP + trigram, 0.5 | 6 | 60 | 100 | yes | 0.5 |  | 104 | 109 |" in text
+    assert "class-based" not in text  # Table 2 has no class rows
+    kn5_line = next(line for line in text.splitlines() if line.startswith("| Kneser-Ney back-off | 5 |"))
+    assert "| 112 | 117 |" in kn5_line and "| 1.000 |" in kn5_line  # the paper's ratio: KN5 is its own best
+    assert (out / "curves.png").stat().st_size > 0 and (out / "perplexities.png").stat().st_size > 0
+
+    # a second call reuses every finished row: no n-gram row but the mixing partner is built again
+    assert main(args) == 0
+    log = capsys.readouterr().out
+    assert "[4/7] Kneser-Ney back-off (n=5)" in log and not built_ngram_rows(log)
+    again = json.loads((out / "results.json").read_text())["rows"]
+    assert all(again[i] == rows[i] for i in ("kn3", "kn4", "kn5", "interpolated"))
+    if rows["apnews"]["status"] == "done":  # a net that finished is not trained again
+        assert again["apnews"] == rows["apnews"]
+    else:  # a net the budget cut continues its own run
+        assert again["apnews"]["run"] == rows["apnews"]["run"] and again["apnews"]["epochs"] >= rows["apnews"]["epochs"]
