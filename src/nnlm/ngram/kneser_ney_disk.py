@@ -30,7 +30,7 @@ from nnlm.ngram.external_counts import (
     read_slice,
     write_slice,
 )
-from nnlm.ngram.kneser_ney import Discounts, checked_ids, discounts_from_counts_of_counts
+from nnlm.ngram.kn_discounts import Discounts, checked_ids, discounts_from_counts_of_counts
 
 
 def context_chunks(keys: np.ndarray, vocab_size: int, chunk: int, contexts: int) -> list[tuple[int, int, int, int]]:
