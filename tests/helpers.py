@@ -1,7 +1,8 @@
 """Helpers several test files (and benchmarks/fuzz_cli.py) share: the command line in a subprocess,
-the one-line-error check, a tiny float64 NPLM, and filling a small disk."""
+the one-line-error check, a tiny float64 NPLM, gradients against central differences, and filling a small disk."""
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -45,3 +46,23 @@ def fill_disk(mount: Path, leave: int) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def central_differences(net, value, grads: dict, entries: int = 4, seed: int | None = 3) -> None:
+    """A few entries of every parameter of `net`: (f(p + e) - f(p - e)) / 2e of the scalar `value()`
+    against the analytic gradient `grads[name]` (entries drawn with `seed`; None: torch's global RNG)."""
+    import torch
+
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            flat = p.view(-1)
+            for i in torch.randperm(flat.numel(), generator=generator)[:entries].tolist():
+                keep = float(flat[i])
+                flat[i] = keep + 1e-6
+                up = float(value())
+                flat[i] = keep - 1e-6
+                down = float(value())
+                flat[i] = keep
+                numeric = (up - down) / 2e-6
+                assert math.isclose(numeric, float(grads[name].view(-1)[i]), rel_tol=1e-4, abs_tol=1e-7), name

@@ -4,13 +4,13 @@ sampled and NCE losses, a save/load round trip through `nnlm train`, and old con
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import central_differences
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_sampled import definition, skewed
@@ -101,22 +101,6 @@ def test_the_wide_context_branch_is_the_weighted_sum_of_the_older_words():
     C, A = net.C.detach(), net.A.detach()
     older = A[0] * C[1] + A[1] * C[2] + A[2] * C[3] + A[3] * C[4]
     torch.testing.assert_close(net.features(ctx)[0], torch.cat([older, C[5], C[6]]))
-
-
-def central_differences(net: NPLM, value, grads: dict[str, torch.Tensor], entries: int = 4) -> None:
-    """A few entries of every parameter: (f(p + e) - f(p - e)) / 2e against the analytic gradient."""
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            flat = p.view(-1)
-            for i in torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(3))[:entries].tolist():
-                keep = float(flat[i])
-                flat[i] = keep + 1e-6
-                up = float(value())
-                flat[i] = keep - 1e-6
-                down = float(value())
-                flat[i] = keep
-                numeric = (up - down) / 2e-6
-                assert math.isclose(numeric, float(grads[name].view(-1)[i]), rel_tol=1e-4, abs_tol=1e-7), name
 
 
 @pytest.mark.parametrize("spec", VARIANTS)
