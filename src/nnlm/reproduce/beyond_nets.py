@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from nnlm.neural import checkpoint as ck
 from nnlm.reproduce import planner, rates
 from nnlm.reproduce.beyond_rows import NetRow, row_key
-from nnlm.reproduce.net_rows import MAX_EPOCHS, run_limits
+from nnlm.reproduce.net_rows import MAX_EPOCHS, epochs_in, run_limits
 from nnlm.reproduce.results import RowResult, options_tag, requested_options
 from nnlm.threads import govern
 
@@ -68,9 +68,7 @@ def rates_of(section: Section, net: NetRow, fresh: bool) -> planner.Rates:
 
 
 def epochs_done(section: Section, net: NetRow) -> float:
-    state = run_dir(section, net) / ck.STATE
-    done = ck.read_json(state, "training state").get("examples", 0) if state.exists() else 0
-    return done / len(section.job.corpus.train)
+    return epochs_in(run_dir(section, net), len(section.job.corpus.train))
 
 
 def plan_net(section: Section, net: NetRow) -> planner.Grant | None:

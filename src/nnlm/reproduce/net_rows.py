@@ -34,9 +34,14 @@ def net_parameters(job: Job, net: str) -> int:
     return preset(net, len(job.corpus.vocab)).parameter_count()
 
 
+def epochs_in(run: Path, train_tokens: int) -> float:
+    """Epochs a run directory has trained so far (0 before its first checkpoint)."""
+    state = run / ck.STATE
+    return ck.read_json(state, "training state").get("examples", 0) / train_tokens if state.exists() else 0.0
+
+
 def epochs_done(job: Job, net: str) -> float:
-    state = run_dir(job, net) / ck.STATE
-    return ck.read_json(state, "training state").get("examples", 0) / len(job.corpus.train) if state.exists() else 0.0
+    return epochs_in(run_dir(job, net), len(job.corpus.train))
 
 
 def rates_of(job: Job, net: str, fresh: bool = False) -> planner.Rates:
