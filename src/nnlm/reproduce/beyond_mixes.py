@@ -82,9 +82,8 @@ def part_scores(section: Section, part: str, split: str) -> np.ndarray:
     job = section.job
     entry = part_entry(section, part)
     cached = part if part in NGRAM_PARTS else entry.get("twin", row_key(part))  # Table 1 scored it in this call?
-    if (cached, split) in job._scored:
-        lp = job._scored[cached, split]
-    else:
+    lp = job.cached_scores(cached, split)
+    if lp is None:
         from nnlm.threads import govern
 
         govern(requested=job.threads, device=job.device_name())

@@ -81,6 +81,10 @@ class Job:
             self._scored[key, split] = split_log_probs(model, self.corpus, split)
         return self._scored[key, split]
 
+    def cached_scores(self, key: str, split: str) -> np.ndarray | None:
+        """log P of a split under a model already scored in this call, else None (nothing is computed)."""
+        return self._scored.get((key, split))
+
     def evaluate(self, key: str, model: LanguageModel, splits: tuple[str, ...] = SPLITS) -> dict[str, float]:
         return {s: perplexity_from_log_probs(self.scored(key, model, s)) for s in splits}
 
