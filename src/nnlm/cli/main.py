@@ -15,6 +15,7 @@ from nnlm.cli import export, features, mix, ngram, reproduce, rescore, score, se
 from nnlm.cli.common import Parser
 from nnlm.cli.crash import report_unexpected
 from nnlm.errors import NnlmError
+from nnlm.neural.stop_signals import StoppedBySignal
 
 # In the order `nnlm --help` lists them.
 REGISTER = (stats.add_parser, ngram.add_parser, train.add_parser, eval_command.add_parser, tune.add_parser,
@@ -39,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NnlmError as exc:
         print(f"nnlm: error: {exc}", file=sys.stderr)
         code = 2
+    except StoppedBySignal as exc:  # training saved a checkpoint first
+        print(f"nnlm: {exc}", file=sys.stderr)
+        code = exc.exit_code
     except KeyboardInterrupt:
         print("nnlm: interrupted", file=sys.stderr)
         code = 130

@@ -52,10 +52,16 @@ def run(args: argparse.Namespace) -> int:
         written = report_only(args.out)
         emit(args, {"report": str(written)}, [f"report written to {written}"])
         return 0
+    from nnlm.neural.stop_signals import StoppedBySignal
+
     command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
-    report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
-                       progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
-                       samples=args.samples, hogwild=args.hogwild, table=args.table, beyond=args.beyond,
-                       beyond_minutes=args.beyond_minutes)
+    try:
+        report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
+                           progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
+                           samples=args.samples, hogwild=args.hogwild, table=args.table, beyond=args.beyond,
+                           beyond_minutes=args.beyond_minutes)
+    except StoppedBySignal as exc:  # the net's run saved a checkpoint; finished rows are in results.json
+        raise StoppedBySignal(exc.signum, f"stopped by {exc.name}: finished rows and the training run's checkpoint "
+                                          f"are saved in {args.out}; the same command continues: {command}") from None
     emit(args, {"report": str(report)}, [f"report written to {report}"])
     return 0

@@ -37,6 +37,7 @@ from nnlm.neural.optim import Adam
 from nnlm.neural.pipeline import build_optimizer
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.sampled import RowAdam, SampledLoss
+from nnlm.neural.stop_signals import ignore_interrupts_in_worker
 from nnlm.neural.trainer import Clock, Trainer, TrainingDiverged, TrainingSetup, TrainingState, divergence_message
 
 
@@ -46,6 +47,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
     """Wait for an epoch, claim batches until none is left (or told to stop), report loss sums.
     `sampling` = (loss, proposal q, samples) for a sampled or NCE run, None for the full softmax."""
     torch.set_num_threads(1)
+    ignore_interrupts_in_worker()
     if sampling is None:
         loss_fn, optimizer = batch_loss, build_optimizer(net, recipe, recipe.lr)
     else:  # this worker's own draws and its own row-wise Adam over the shared rows
@@ -139,9 +141,14 @@ class HogwildTrainer(Trainer):
         deadline = None if clock.budget is None else time.time() + max(clock.budget - clock.elapsed(), 0.0)
         for _ in self.procs:
             self.commands.put((state["epoch"], self.optimizer.lr, deadline))
+
+        def stop_on_signal() -> None:  # the workers finish their batch and report; the parent saves
+            if clock.signalled():
+                stop.value = 1
+
         failures = []
         for _ in self.procs:
-            _, loss_sum, count, failure = _collect(self.results, self.procs)
+            _, loss_sum, count, failure = _collect(self.results, self.procs, stop_on_signal)
             state["loss_sum"] += loss_sum
             state["loss_count"] += count
             failures += [failure] if failure else []
@@ -173,9 +180,11 @@ class HogwildTrainer(Trainer):
                 p.terminate()
 
 
-def _collect(results, procs: list) -> tuple:
-    """The next worker report; NnlmError if a worker died instead of reporting."""
+def _collect(results, procs: list, while_waiting: Callable[[], object]) -> tuple:
+    """The next worker report; NnlmError if a worker died instead of reporting. `while_waiting` is
+    called as it polls (it tells the workers to stop when a signal asked the run to stop)."""
     while True:
+        while_waiting()
         if not results.empty():
             return results.get()
         dead = [i for i, p in enumerate(procs) if not p.is_alive()]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,7 @@ from nnlm.neural.recipes import (  # noqa: F401  (re-exported: the recipe API us
 )
 from nnlm.neural.run_config import Run, bf16_is_fast, corpus_key, model_config, open_run, pick_device  # noqa: F401
 from nnlm.neural.sampled import initial_bias  # noqa: F401  (re-exported)
+from nnlm.neural.stop_signals import StoppedBySignal, StopRequest
 from nnlm.neural.trainer import (  # noqa: F401  (re-exported)
     Clock,
     Trainer,
@@ -130,19 +132,23 @@ def run_setup(setup: TrainingSetup, spec: TrainerSpec, log: Callable[[str], None
         return setup.state
     trainer = spec.trainer_class()(setup)
     try:
-        return run_epochs(setup.out, setup.run, setup.session, setup.corpus, setup.state, trainer, log, progress)
+        with StopRequest() as stop_request:
+            return run_epochs(setup.out, setup.run, setup.session, setup.corpus, setup.state, trainer, log, progress,
+                              stop_request)
     finally:
         trainer.close()
 
 
 def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, state: TrainingState,
-               trainer: Trainer, log: Callable[[str], None], progress: bool) -> TrainingState:
+               trainer: Trainer, log: Callable[[str], None], progress: bool,
+               stop_request: StopRequest | None = None) -> TrainingState:
     """The training loop of every trainer: epochs of batches in the order of a permutation seeded
-    with (seed, epoch), validation after each, early stopping, the time budget, checkpoints.
+    with (seed, epoch), validation after each, early stopping, the time budget, checkpoints, and a
+    stop on SIGINT/SIGTERM (`stop_request`: a checkpoint, then StoppedBySignal).
     Returns the final state (on every process of a parallel run)."""
     recipe = run.training_recipe
     config = trainer.config
-    clock = Clock(state["elapsed"], session.time_budget, session.checkpoint_minutes)
+    clock = Clock(state["elapsed"], session.time_budget, session.checkpoint_minutes, stop_request)
     out_of_time = f"time budget of {session.time_budget} minutes used"
 
     def save(whole: tuple[nn.Module, Any] | None = None) -> None:
@@ -176,6 +182,9 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
             stop = out_of_time
         if bar is not None:
             bar.close()
+        if trainer.agree([float(clock.signalled())])[0]:  # every rank stops where it is, the writer saves
+            save()
+            raise StoppedBySignal(*stopped_message(out, state, stop_request, log))
         whole = trainer.whole()
         started = time.monotonic()
         lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
@@ -199,6 +208,17 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
     log(f"stopped: {stop}; best valid ppl "
         + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
     return state
+
+
+def stopped_message(out: Path, state: TrainingState, stop_request: StopRequest | None,
+                    log: Callable[[str], None]) -> tuple[int, str]:
+    """The signal and the line saying where training stopped and how to continue (also logged)."""
+    signum = stop_request.signum if stop_request and stop_request.requested else signal.SIGTERM
+    where = f"epoch {state['epoch'] + 1}, step {state['step']}"
+    message = (f"stopped by {signal.Signals(signum).name} at {where}; the checkpoint is saved in {out}: "
+               f"continue with: nnlm train --out {out} --resume")
+    log(message)
+    return signum, message
 
 
 def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, state: TrainingState,

@@ -26,6 +26,7 @@ from nnlm.neural.batches import EXPLODED, batch_rows, diverged, padded_stream, u
 from nnlm.neural.config import SessionOptions
 from nnlm.neural.model import ModelConfig, NeuralLM
 from nnlm.neural.run_config import Run
+from nnlm.neural.stop_signals import StopRequest
 
 CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every RECHECK_SECONDS)
 
@@ -151,7 +152,8 @@ class Trainer:
             rows = batch_rows(self.padded, order, state["batch"], self.batch, self.window)
             loss, part = self.batch_loss(rows, state["step"])
             total, out_of_time, save_due = self.agree(
-                [part, float(self.writer and clock.out_of_time()), float(self.writer and clock.save_due())])
+                [part, float(self.writer and clock.out_of_time()) + float(clock.signalled()),
+                 float(self.writer and clock.save_due())])
             value = total / len(rows)
             if (what := diverged(value, self.explode_at)) is not None:
                 raise TrainingDiverged(divergence_message(self.out, state, what))
@@ -180,11 +182,17 @@ class Trainer:
 class Clock:
     """A run's wall time over all its sessions, against its time budget and checkpoint interval."""
 
-    def __init__(self, elapsed_before: float, budget_minutes: float | None, checkpoint_minutes: float) -> None:
+    def __init__(self, elapsed_before: float, budget_minutes: float | None, checkpoint_minutes: float,
+                 stop_request: StopRequest | None = None) -> None:
         self.start = self.last_save = time.monotonic()
         self.before = elapsed_before
         self.budget = None if budget_minutes is None else 60.0 * budget_minutes
         self.interval = 60.0 * checkpoint_minutes
+        self.stop_request = stop_request
+
+    def signalled(self) -> bool:
+        """A SIGINT/SIGTERM asked training to stop (nnlm.neural.stop_signals)."""
+        return self.stop_request is not None and self.stop_request.requested
 
     def elapsed(self) -> float:
         return self.before + time.monotonic() - self.start
