@@ -74,6 +74,18 @@ def test_eval_names_a_run_by_its_shape_when_it_is_not_the_presets(neural_run, nn
     assert result["preset"] == "mlp7" and result["name"] == "n3-h8-m4-direct" and "1 thread " in result["threads"]
 
 
+def test_eval_in_bf16_is_near_fp32_and_says_so(neural_run, nnlm):
+    code, out, err = nnlm("eval", neural_run[0], "--threads", "1", "--json")
+    assert code == 0, err
+    fp32 = json.loads(out)
+    code, out, err = nnlm("eval", neural_run[0], "--threads", "1", "--json", "--precision", "bf16")
+    assert code == 0, err
+    bf16 = json.loads(out)
+    assert bf16["precision"] == "bf16" and fp32["precision"] == "fp32"
+    for split, ppl in fp32["perplexity"].items():  # bf16 keeps 8 bits of mantissa: ~1e-3 per logit
+        assert bf16["perplexity"][split] == pytest.approx(ppl, rel=5e-3) and bf16["perplexity"][split] != ppl
+
+
 def test_map_into_a_missing_directory_is_refused(neural_run, tmp_path, nnlm):
     code, _, err = nnlm("map", neural_run[0], "--out", tmp_path / "no" / "such" / "map.png")
     assert code == 2 and "does not exist" in err and not (tmp_path / "no").exists()

@@ -198,8 +198,9 @@ class NeuralLM(LanguageModel):
     log-sum-exp straight into fp32 (no fp32 copy of the logits): 3x faster than fp32 on CPUs with
     bf16 units and within ~1e-4 of the fp32 perplexity on Brown (MLP1 after one epoch: valid
     360.367 in 11.2 s, against 360.339 in 37.5 s in fp32). Training uses it for its per-epoch
-    validation, which otherwise costs as much as a sampled-softmax epoch; `nnlm eval` and every
-    reported figure stay fp32."""
+    validation, which otherwise costs as much as a sampled-softmax epoch, when the hardware has bf16
+    units (`run_config.bf16_is_fast`; without them the bf16 product is several times slower than fp32).
+    `nnlm eval` and every reported figure stay fp32 unless `--precision bf16` is asked."""
 
     def __init__(self, net: NPLM, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
                  unnormalized: bool = False, bf16: bool = False) -> None:
