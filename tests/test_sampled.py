@@ -215,6 +215,21 @@ def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, ra
     assert result["valid_log_z"] == {"mean": mean, "std": std} and std > 0
 
 
+def test_eval_takes_log_z_from_the_valid_pass_itself(neural_run, monkeypatch, capsys):
+    import nnlm.neural.sampled
+
+    run, _ = neural_run
+    assert main(["eval", str(run), "--log-z", "--json"]) == 0
+    once = json.loads(capsys.readouterr().out)
+
+    def second_pass(*args, **kwargs):
+        raise AssertionError("valid was scored a second time for log Z")
+
+    monkeypatch.setattr(nnlm.neural.sampled, "log_partition_stats", second_pass)
+    assert main(["eval", str(run), "--log-z", "--json", "--split", "test,valid"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid_log_z"] == once["valid_log_z"]
+
+
 def test_unnormalized_scores_are_the_logits_and_differ_from_exact_by_log_z(neural_run, capsys):
     run, _ = neural_run
     lm = load_neural(run)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from nnlm.errors import NnlmError
 from nnlm.neural.presets import run_name
 
@@ -56,11 +58,18 @@ def evaluate_run(run_dir: str | Path, splits: list[str], device: str = "cpu", lo
     lm.bf16 = precision == "bf16"
     run, _, config = read_run(Path(run_dir))
     corpus = load_recorded_corpus(run)
+    want_log_z = log_z or run.get("loss", "full") != "full"
     started = time.perf_counter()
-    ppl = {s: perplexity(lm, corpus, s) for s in splits}
+    ppl, stats = {}, None
+    for split in splits:
+        lm.log_z_sink = [] if want_log_z and split == "valid" and lm.takes_exact_path else None
+        ppl[split] = perplexity(lm, corpus, split)
+        if lm.log_z_sink:  # log Z of valid from the same pass, not a second one
+            values = np.concatenate(lm.log_z_sink)
+            stats = float(values.mean()), float(values.std())
+    lm.log_z_sink = None
     seconds = time.perf_counter() - started
-    stats = None
-    if log_z or run.get("loss", "full") != "full":
+    if want_log_z and stats is None:
         from nnlm.neural.sampled import log_partition_stats
 
         stats = log_partition_stats(lm, corpus, "valid")

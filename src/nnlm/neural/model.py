@@ -214,9 +214,15 @@ class NeuralLM(LanguageModel):
         self.device = torch.device(device)
         self.unnormalized = unnormalized
         self.bf16 = bf16
+        self.log_z_sink: list[np.ndarray] | None = None  # if a list: the exact path appends each block's log Z
 
     def parameter_count(self) -> int:
         return self.net.config.parameter_count()
+
+    @property
+    def takes_exact_path(self) -> bool:
+        """log_prob goes through `_exact_log_probs` (fp32, normalized, a net with W or H)."""
+        return not self.unnormalized and not self.bf16 and (self.net.W is not None or self.net.H is not None)
 
     def _check(self, contexts: np.ndarray) -> torch.Tensor:
         contexts = np.asarray(contexts)
@@ -232,7 +238,7 @@ class NeuralLM(LanguageModel):
         unknown words' features) for the context ids, built block by block -- memory stays bounded
         however long the text -- and returned as float64. The thread governor is re-checked per block."""
         self.net.eval()
-        if not self.unnormalized and not self.bf16 and (self.net.W is not None or self.net.H is not None):
+        if self.takes_exact_path:
             return self._exact_log_probs(ctx, targets, table)
         out = np.empty(len(targets), dtype=np.float64)
         low = self.bf16 and (self.net.W is not None or self.net.H is not None)  # (y = b alone: no product)
@@ -281,6 +287,8 @@ class NeuralLM(LanguageModel):
             y.sub_(top).exp_()
             lse = y.sum(dim=0).log_().add_(top[0])
             out[lo:lo + len(x)] = (lse if picked is None else picked - lse).double().cpu()
+            if self.log_z_sink is not None and picked is not None:  # log Z comes free with log P
+                self.log_z_sink.append(lse.double().cpu().numpy())
         return out.numpy()
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
