@@ -92,3 +92,35 @@ def test_a_stop_request_restores_the_handlers_it_replaced():
         assert request.requested and request.name == "SIGTERM"
         assert signal.getsignal(signal.SIGTERM) == before[signal.SIGTERM]  # a second one acts as usual
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_signal_during_validation_stops_it_and_resume_validates_first(random_corpus, tmp_path, monkeypatch):
+    options = {"corpus": str(tmp_path / "rand"), "preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16,
+               "threads": 1, "recipe": "modern", "epochs": 2}
+    whole = tmp_path / "whole"
+    tr.train(whole, options, progress=False, log=lambda s: None)
+
+    real_perplexity, calls = tr.perplexity, []
+
+    def slow_validation(*args):  # the second epoch's validation is signalled, and would take a minute
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(60)
+        return real_perplexity(*args)
+
+    monkeypatch.setattr(tr, "perplexity", slow_validation)
+    stopped, started = tmp_path / "stopped", time.monotonic()
+    with pytest.raises(tr.StoppedBySignal, match="stopped by SIGTERM at epoch 2"):
+        tr.train(stopped, options, progress=False, log=lambda s: None)
+    assert time.monotonic() - started < 30  # not the minute of validation
+    state = json.loads((stopped / "state.json").read_text())
+    assert state["epoch"] == 1 and state["batch"] > 0 and len(state["history"]) == 1  # epoch 2 done, not validated
+
+    monkeypatch.setattr(tr, "perplexity", real_perplexity)
+    final = tr.train(stopped, {"threads": 1, "epochs": 2}, resume=True, progress=False, log=lambda s: None)
+    assert [h["valid_ppl"] for h in final["history"]] == [
+        h["valid_ppl"] for h in json.loads((whole / "state.json").read_text())["history"]]
+    a, b = weights(whole), weights(stopped)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

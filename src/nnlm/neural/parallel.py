@@ -205,6 +205,8 @@ class _RankTrainer(Trainer):
     """What every rank of a torch.distributed run shares: rank 0 alone logs and writes, the
     loss parts and rank 0's clock flags travel in one small all-reduce per step."""
 
+    validates_alone = False  # validation is shared by the ranks: a signal waits for its end
+
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()

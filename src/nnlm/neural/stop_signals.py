@@ -6,6 +6,10 @@ checkpoint (atomically, like every checkpoint) and raises `StoppedBySignal`, whi
 turns into one line and exit status 128 + the signal's number. `--resume` continues from that
 checkpoint as from any other. A second signal is not caught: it stops the process at once.
 
+A validation pass can take minutes on a large corpus, longer than a scheduler waits between SIGTERM
+and SIGKILL; inside `interrupting()` a signal stops it at once (`Interrupted`), and the checkpoint
+written then holds the finished epoch without its validation, which `--resume` runs first.
+
 A SIGINT that the shell set to be ignored (a job started with `&` in a script) stays ignored.
 Handlers can only be installed in the main thread; elsewhere (a library user's worker thread)
 nothing is installed and signals keep their usual effect.
@@ -14,6 +18,8 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -37,6 +43,10 @@ class StoppedBySignal(Exception):
         return signal.Signals(self.signum).name
 
 
+class Interrupted(Exception):
+    """A signal arrived inside `StopRequest.interrupting()`: what ran there was abandoned."""
+
+
 class StopRequest:
     """While entered, the first SIGINT/SIGTERM is recorded in `signum` (and then the previous handlers
     are back, so a second signal acts as usual). Checked by the training loop after each batch."""
@@ -44,6 +54,7 @@ class StopRequest:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self._interrupt = False
 
     @property
     def requested(self) -> bool:
@@ -56,6 +67,20 @@ class StopRequest:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
         self._restore()
+        if self._interrupt:
+            raise Interrupted(signum)
+
+    @contextmanager
+    def interrupting(self) -> Iterator[None]:
+        """Within: a signal (or one already received) raises Interrupted instead of waiting for the loop.
+        Only for work this process does alone (a collective left half-done would hang the other ranks)."""
+        if self.requested:
+            raise Interrupted(self.signum)
+        self._interrupt = True
+        try:
+            yield
+        finally:
+            self._interrupt = False
 
     def _restore(self) -> None:
         for signum, handler in self._previous.items():

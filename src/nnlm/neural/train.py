@@ -29,6 +29,7 @@ import math
 import signal
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ from nnlm.neural.recipes import (  # noqa: F401  (re-exported: the recipe API us
 )
 from nnlm.neural.run_config import Run, bf16_is_fast, corpus_key, model_config, open_run, pick_device  # noqa: F401
 from nnlm.neural.sampled import initial_bias  # noqa: F401  (re-exported)
-from nnlm.neural.stop_signals import StoppedBySignal, StopRequest
+from nnlm.neural.stop_signals import Interrupted, StoppedBySignal, StopRequest
 from nnlm.neural.trainer import (  # noqa: F401  (re-exported)
     Clock,
     Trainer,
@@ -187,8 +188,13 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
             raise StoppedBySignal(*stopped_message(out, state, stop_request, log))
         whole = trainer.whole()
         started = time.monotonic()
-        lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
-        valid = None if lm is None else (perplexity(lm, corpus, "valid"), time.monotonic() - started)
+        try:
+            with stop_request.interrupting() if stop_request and trainer.validates_alone else nullcontext():
+                lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
+                valid = None if lm is None else (perplexity(lm, corpus, "valid"), time.monotonic() - started)
+        except Interrupted:  # the epoch's batches are done and saved; --resume validates them first
+            save(whole)
+            raise StoppedBySignal(*stopped_message(out, state, stop_request, log)) from None
         decision = end_epoch(out, whole[0], valid, run, state, trainer.n_batches, trainer.optimizer.lr,
                              clock.elapsed, log, whole[1]) if trainer.writer else None
         state, decision = trainer.share((state, decision))

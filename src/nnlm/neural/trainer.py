@@ -97,6 +97,7 @@ class Trainer:
     and writes the run directory."""
 
     writer = True  # this process logs and writes the run directory
+    validates_alone = True  # its validation involves no other process (so a signal may cut it short)
 
     def __init__(self, setup: TrainingSetup) -> None:
         self.out, self.net, self.optimizer, self.run = setup.out, setup.net, setup.optimizer, setup.run
