@@ -269,3 +269,15 @@ def test_a_budget_used_up_while_scoring_an_epoch_ends_the_run_there(rand_dir, tm
     monkeypatch.setattr(tr.Clock, "out_of_time", lambda clock: False)
     again = run_train(out, rand_dir, resume=True, epochs=3, time_budget=60)
     assert [h["epoch"] for h in again["history"]] == [1, 2, 3]
+
+
+def test_train_leaves_the_callers_thread_settings_as_they_were(rand_dir, tmp_path):
+    from nnlm import threads
+
+    before_count, before_governor = torch.get_num_threads(), threads.current()
+    torch.set_num_threads(2)
+    try:
+        run_train(tmp_path / "run", rand_dir, epochs=1, threads=1)  # trains with 1 thread
+        assert torch.get_num_threads() == 2 and threads.current() is before_governor
+    finally:
+        torch.set_num_threads(before_count)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -150,6 +152,19 @@ def govern(requested: int | None = None, device: torch.device | str = "cpu", sha
     global _current
     _current = ThreadGovernor(requested, device, share=share)
     return _current
+
+
+@contextmanager
+def governing(requested: int | None = None, device: torch.device | str = "cpu") -> Iterator[ThreadGovernor]:
+    """`govern` for the duration of a library call (training): afterwards the caller's governor (or
+    none) and torch's thread count are back as they were."""
+    global _current
+    before, count = _current, torch.get_num_threads()
+    try:
+        yield govern(requested, device)
+    finally:
+        _current = before
+        torch.set_num_threads(count)
 
 
 def current() -> ThreadGovernor | None:

@@ -120,10 +120,10 @@ def train_with(name: str, out: Path | str, requested: dict[str, Any], resume: bo
     session = session_options(requested)
     spec.check(requested.get("loss", "full"), session.device, requested.get("lr_schedule"))
     device = CPU if spec.cpu_only else pick_device(session.device)
-    if not spec.cpu_only:
-        threads.govern(session.threads, device)  # --threads, or the cores free now (re-checked while training)
-    setup = prepare(Path(out), requested, resume, device, spec, session, workers)
-    return run_setup(setup, spec, log, progress)
+    # --threads, or the cores free now (re-checked while training); the caller's settings back afterwards
+    with threads.governing(session.threads, device) if not spec.cpu_only else nullcontext():
+        setup = prepare(Path(out), requested, resume, device, spec, session, workers)
+        return run_setup(setup, spec, log, progress)
 
 
 def run_setup(setup: TrainingSetup, spec: TrainerSpec, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
