@@ -223,3 +223,13 @@ def test_cli_bad_input_is_one_line_exit_2(toy_dir, tmp_path, make, args, fragmen
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr and fragment in lines[0], proc.stderr
+
+
+def test_a_file_that_sums_below_one_is_read_with_one_note_and_ours_without(random_corpus, tmp_path, capsys):
+    write_arpa(build_ngram("kn", random_corpus, 3), tmp_path / "ours.arpa")
+    read_arpa(tmp_path / "ours.arpa", random_corpus.vocab)
+    assert capsys.readouterr().err == ""
+    (tmp_path / "toy.arpa").write_text(GOOD)  # its unigrams sum to 0.77
+    read_arpa(tmp_path / "toy.arpa", VOCAB)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "sum to 0." in err[0] and "not 1" in err[0] and "toy.arpa" in err[0]

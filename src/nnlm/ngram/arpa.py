@@ -13,6 +13,7 @@ probability (its mass would be lost: that file's vocabulary does not match the c
 from __future__ import annotations
 
 import re
+import sys
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,6 +281,7 @@ def check_probabilities(path: Path, model: BackoffModel, contexts_per_order: int
     total = float(np.sum(10.0 ** tables.log10_prob[0]))
     if total > 1.0 + 1e-3:
         raise NnlmError(f"{path}: its unigram probabilities sum to {total:.4g}, more than 1: not a language model")
+    lowest = (total, "the unigrams")  # a sum below 1 is usable but not a distribution: said once, not refused
     for order in range(1, tables.order):
         backoff = tables.log10_backoff[order - 1]
         n = min(contexts_per_order, len(backoff))
@@ -293,8 +295,16 @@ def check_probabilities(path: Path, model: BackoffModel, contexts_per_order: int
         upto = order + 1  # the model cut at order + 1: these contexts are then exactly the listed ones
         cut = BackoffModel(model.vocab, BackoffTables(tables.vocab_size, tables.keys[:upto], tables.log10_prob[:upto],
                                                       tables.log10_backoff[:upto]), {})
-        peak = float(cut.distribution(words).max()) if len(words) else 0.0
+        dist = cut.distribution(words) if len(words) else np.zeros((0, tables.vocab_size))
+        peak = float(dist.max()) if len(words) else 0.0
+        if len(words) and float(dist.sum(axis=1).min()) < lowest[0]:
+            row = int(dist.sum(axis=1).argmin())
+            lowest = (float(dist[row].sum()), f"the {order}-gram context {' '.join(model.vocab.decode(words[row]))!r}")
         if peak > 1.0 + 1e-3:
             raise NnlmError(f"{path}: its back-off weights give a probability of {peak:.4g}, more than 1 "
                             f"(after the {order}-gram context {' '.join(model.vocab.decode(words[0]))!r} or "
                             "another): not a language model")
+    if lowest[0] < 1.0 - 1e-3:
+        print(f"nnlm: note: {path}: probabilities after {lowest[1]} sum to {lowest[0]:.4g}, not 1 (of the contexts "
+              "checked): a pruned or edited model whose back-off weights were not recomputed? Its perplexities are "
+              "not comparable with those of normalized models", file=sys.stderr)
