@@ -220,3 +220,18 @@ def test_known_class_estimate_counts_as_a_plain_loop_would_and_nears_the_limit(g
 
     big = write_corpus(tmp_path / "big", 20000, words=40, classes=5, seed=3)
     assert 1.0 < known_class_perplexity(tmp_path / "big") / big["test_perplexity"] < 1.01
+
+
+def test_the_large_presets_train_with_their_own_recipe(random_corpus, tmp_path):
+    from nnlm.neural.recipes import default_recipe
+
+    assert default_recipe("sampled", "deep-context") == default_recipe("nce", "Wide-Context") == "sampled-large"
+    assert default_recipe("sampled", "mlp1") == default_recipe("sampled") == "sampled"
+    assert default_recipe("full", "deep-context") == "adaptive"
+    large, sampled = tr.RECIPES["sampled-large"], tr.RECIPES["sampled"]
+    assert large.lr_factor < sampled.lr_factor and dataclasses.replace(large, name="sampled", lr_factor=0.7) == sampled
+    out = tmp_path / "deep"
+    tr.train(out, {"corpus": str(tmp_path / "rand"), "preset": "deep-context", "loss": "sampled", "samples": 20,
+                   "hidden": 8, "features": 4, "threads": 1, "epochs": 1}, progress=False, log=lambda s: None)
+    run = json.loads((out / "run.json").read_text())
+    assert run["recipe"] == "sampled-large" and run["lr_factor"] == large.lr_factor

@@ -100,6 +100,12 @@ RECIPES: dict[str, Recipe] = {
     "adaptive-sampled": Recipe("adaptive-sampled", "adam", lr=2e-3, lr_schedule="plateau", lr_factor=0.5,
                                weight_decay=0.2, dropout_x=0.05, dropout_h=0.05, min_improvement=0.002,
                                scaled=True, bf16=True),
+    # the nets past the paper (presets.BEYOND, 14M parameters on Brown's 800k tokens) fit the training text
+    # within two epochs and then only memorise it: the same recipe with the rate falling faster
+    # (docs/experiments/beyond.md: deep-context valid 264.9 against 270.0 with x 0.7; more dropout,
+    # fewer samples, no direct connections were worse).
+    "sampled-large": Recipe("sampled-large", "adam", lr=2e-3, lr_factor=0.35, weight_decay=0.2, dropout_x=0.05,
+                            dropout_h=0.05, bf16=True),
 }
 # Brown MLP1's parameters per training token (6,297,407 / 800,000), where the Brown recipes were measured.
 REFERENCE_PARAMETERS_PER_TOKEN = 6_297_407 / 800_000
@@ -111,10 +117,15 @@ RECIPE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def default_recipe(loss: str) -> str:
+def default_recipe(loss: str, preset: str | None = None) -> str:
     """The recipe a run gets when none is asked for: `adaptive` for the full softmax; `sampled` otherwise, since
-    `adaptive-sampled` did worse on Brown MLP1 (docs/recipes.md) and `nnlm reproduce` trains with this default."""
-    return "adaptive" if loss == "full" else "sampled"
+    `adaptive-sampled` did worse on Brown MLP1 (docs/recipes.md) and `nnlm reproduce` trains with this default;
+    `sampled-large` for the large presets past the paper (presets.BEYOND) with a sampled loss."""
+    from nnlm.neural.presets import BEYOND
+
+    if loss == "full":
+        return "adaptive"
+    return "sampled-large" if preset is not None and preset.lower() in BEYOND else "sampled"
 
 
 def regularisation_scale(recipe: Recipe, parameters: int, train_tokens: int) -> float:

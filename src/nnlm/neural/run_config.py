@@ -137,7 +137,7 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
     refuse_existing(out)
     options = RunOptions(**requested)
     if options.recipe is None:
-        options = dataclasses.replace(options, recipe=default_recipe(options.loss))
+        options = dataclasses.replace(options, recipe=default_recipe(options.loss, options.preset))
     options.check()
     model_config(options, 2)  # unknown preset or impossible shapes: say so before loading the corpus
     recipe = RECIPES[options.recipe]

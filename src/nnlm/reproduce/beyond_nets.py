@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnlm.neural import checkpoint as ck
+from nnlm.neural.recipes import default_recipe
 from nnlm.reproduce import planner, rates
 from nnlm.reproduce.beyond_rows import NetRow, row_key
 from nnlm.reproduce.net_rows import MAX_EPOCHS, epochs_in, run_limits
@@ -26,7 +27,8 @@ MIN_EPOCHS = 2  # the least training a section net gets (else it is skipped): it
 def options_of(section: Section, net: NetRow) -> dict[str, Any]:
     """The results key of a net row: Table 1's key (loss, samples, Hogwild, recipe) with preset and seed."""
     job = section.job
-    base = requested_options(net.loss, job.samples, job.hogwild, len(job.corpus.vocab), job.device, net.recipe)
+    recipe = net.recipe or default_recipe(net.loss, net.preset)  # what the trainer will pick for this preset
+    base = requested_options(net.loss, job.samples, job.hogwild, len(job.corpus.vocab), job.device, recipe)
     return base | {"preset": net.preset, "seed": net.seed}
 
 

@@ -45,7 +45,7 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
     from nnlm.neural.sampled import DEFAULT_SAMPLES
 
     dev = torch.device(device)
-    run = dict(tr.RUN_DEFAULTS) | {"preset": net, "loss": loss, "recipe": tr.default_recipe(loss),
+    run = dict(tr.RUN_DEFAULTS) | {"preset": net, "loss": loss, "recipe": tr.default_recipe(loss, net),
                                     "samples": samples or min(DEFAULT_SAMPLES, len(corpus.vocab))}
     recipe = tr.RECIPES[run["recipe"]]
     bf16 = recipe.bf16 and tr.bf16_is_fast(dev)
