@@ -45,8 +45,8 @@ class RunOptions:
     min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False)
     max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
     vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
-    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), or wide-context or "
-                                   "deep-context (past the paper, docs/experiments/beyond.md)")
+    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), or wide-context, "
+                                   "deep-context or long-context (past the paper, docs/experiments/beyond.md)")
     order: int | None = option(None, "n, overriding the preset", parse=T.int_range(2, 64), shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset", parse=T.int_range(0, 100_000),
                                 shown="the preset's")

@@ -28,12 +28,15 @@ PRESETS["apnews"] = (6, 60, 100, True)  # Table 2's net (AP News), mixed with th
 MIXED = frozenset(f"mlp{k}" for k in (2, 4, 6, 8, 10))
 
 # Past the paper: ModelConfig fields (all but vocab_size), chosen on Brown's validation set
-# (docs/experiments/beyond.md, "single nets"). Train them with --loss sampled (recipe `sampled`).
+# (docs/experiments/beyond.md, "single nets"). With --loss sampled they train with recipe `sampled-large`.
 # wide-context: n = 9 with the 4 nearest words concatenated and the 4 older ones as one learned weighted
-# sum (--local 4), h = 200, m = 100; deep-context: the same with two hidden layers, layer norm, residual.
+# sum (--local 4), h = 200, m = 100; deep-context: the same with two hidden layers, layer norm, residual;
+# long-context: deep-context seeing 11 words back (the 7 older ones as the learned sum).
 BEYOND: dict[str, dict[str, Any]] = {
     "wide-context": dict(order=9, hidden=200, features=100, direct=True, local=4),
     "deep-context": dict(order=9, hidden=200, features=100, direct=True, local=4, layers=2, layer_norm=True,
+                         residual=True),
+    "long-context": dict(order=12, hidden=200, features=100, direct=True, local=4, layers=2, layer_norm=True,
                          residual=True),
 }
 

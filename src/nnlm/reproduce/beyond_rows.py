@@ -55,13 +55,19 @@ NGRAMS = ("kn5", "class500-3", "interpolated")
 
 BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
     mlp1_seed(0),
-    # presets.BEYOND: n = 9 with the 4 older words as one learned sum (Sun & Iyyer 2021), h = 200, m = 100
-    NetRow("deep-context", "deep-context (2 residual layer-normed hidden layers)", "deep-context"),
+    # presets.BEYOND: the 4 nearest words concatenated, the older ones as one learned sum (Sun & Iyyer 2021),
+    # h = 200, m = 100, recipe sampled-large; long-context n = 12, the others n = 9
+    NetRow("long-context", "long-context (n = 12, 2 residual layer-normed hidden layers)", "long-context"),
+    NetRow("deep-context", "deep-context (n = 9, 2 residual layer-normed hidden layers)", "deep-context"),
     mlp1_seed(1),
-    NetRow("wide-context", "wide-context (one hidden layer)", "wide-context"),
+    NetRow("wide-context", "wide-context (n = 9, one hidden layer)", "wide-context"),
     *(mlp1_seed(s) for s in range(2, 5)),
+    MixRow("long-mlp1-ngrams-em", "long-context + MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           ("long-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
     MixRow("deep-mlp1-ngrams-em", "deep-context + MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
            ("deep-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
+    MixRow("long-deep-ngrams-em", "long-context + deep-context + MLP1 + KN5 + class c = 500 + trigram, EM by "
+           "context frequency", ("long-context", "deep-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
     MixRow("ens-context2", "ensemble of deep-context and wide-context, equal weights",
            ("deep-context", "wide-context"), "equal"),
     MixRow("all-nets-ngrams-em", "deep-context + wide-context + 2 MLP1 + KN5 + class c = 500 + trigram, "
