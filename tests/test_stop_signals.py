@@ -31,7 +31,12 @@ def start_and_signal(cmd: list[str], out: Path, signum: int) -> subprocess.Compl
     """Start training, wait until it is inside an epoch (a checkpoint with step > 0 exists), send
     the signal, and wait for the process to end by itself."""
     env = os.environ | {"PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def as_from_a_terminal() -> None:  # a test run in the background of a script inherits SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         state_file = out / "state.json"
@@ -124,3 +129,13 @@ def test_a_signal_during_validation_stops_it_and_resume_validates_first(random_c
     a, b = weights(whole), weights(stopped)
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_a_sigint_the_shell_ignores_stays_ignored():
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with StopRequest():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+    finally:
+        signal.signal(signal.SIGINT, before)
