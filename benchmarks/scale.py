@@ -9,6 +9,8 @@ RSS is read from os.wait4 (so one stage's memory never hides another's):
            default 1): its back-off tables are written as .npy files to DATA/kn5-SIZE (the counts go
            to a temporary directory in DATA), then memory-mapped and checked: P(. | context) sums
            to 1 for 64 contexts of the train stream
+  trigramdisk  the deleted-interpolation trigram's tables counted and built out of core
+           (nnlm.ngram.interpolated_disk, `--memory GB`, default 1), memory-mapped, and the same check
   train    one epoch of the AP News net (n = 6, h = 60, m = 100, direct connections, sampled
            softmax, one thread; `--hogwild`: two workers) via `nnlm train`; tokens/s = examples /
            (elapsed - the end-of-epoch validation), read back from metrics.jsonl; with
@@ -28,7 +30,7 @@ Growth exponent between sizes a < b: log(t_b / t_a) / log(n_b / n_a), t the stag
 (user + system, from wait4; for train, the whole run's, so compare its tokens/s instead).
 
     PYTHONPATH=src python benchmarks/scale.py --data /work/scale-data [--sizes 1M,14M,140M]
-        [--stages prepare,kn5,kn5disk,train,score] [--memory GB] [--out results.jsonl]
+        [--stages prepare,kn5,kn5disk,trigramdisk,train,score] [--memory GB] [--out results.jsonl]
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-STAGES = ("prepare", "kn5", "kn5disk", "train", "score")
+STAGES = ("prepare", "kn5", "kn5disk", "trigramdisk", "train", "score")
 CPU_SECONDS: list[float] = []
 AP_NET = ["--order", "6", "--hidden", "60", "--features", "100", "--direct", "--loss", "sampled"]
 
@@ -135,11 +137,21 @@ def child_stage(stage: str, corpus_dir: str, memory: float | None, out_dir: str 
         sums = tables.distribution(contexts).sum(axis=1)
         print(json.dumps({"ngrams": [int(len(k)) for k in tables.keys], "max_sum_error": float(np.abs(sums - 1).max()),
                           "table_gb": sum(f.stat().st_size for f in out.iterdir()) / 2**30}))
+    elif stage == "trigramdisk":
+        from nnlm.ngram.interpolated import InterpolatedTrigram
+
+        model = InterpolatedTrigram.fit(corpus.vocab, corpus.train, memory_gb=memory or 1.0)
+        rows = np.linspace(2, len(corpus.train) - 1, 64).astype(np.int64)
+        contexts = np.stack([np.asarray(corpus.train[r - 2:r], dtype=np.int64) for r in rows])
+        sums = model.distribution(contexts).sum(axis=1)
+        print(json.dumps({"ngrams": [int(len(model.tables["unigram"].nonzero()[0])),
+                                     int(len(model.tables["bigram_keys"])), int(len(model.tables["trigram_keys"]))],
+                          "max_sum_error": float(np.abs(sums - 1).max())}))
 
 
 def stage(name: str, size: int, args: argparse.Namespace, corpus_dir: Path, env: dict[str, str]) -> dict:
     run_dir = args.data / f"run-{label(size)}"
-    if name in ("prepare", "kn5", "kn5disk"):
+    if name in ("prepare", "kn5", "kn5disk", "trigramdisk"):
         argv = [sys.executable, __file__, "--child", name, "--corpus", str(corpus_dir),
                 "--child-out", str(args.data / f"kn5-{label(size)}")]
         if args.memory is not None:
@@ -173,13 +185,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="1M,14M,140M")
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--memory", type=float, help="kn5: memory budget in GB (out-of-core counting); "
-                                                           "kn5disk: the same (default 1)")
+                                                           "kn5disk, trigramdisk: the same (default 1)")
     ap.add_argument("--out", type=Path, help="append one JSON line per stage and size here")
     ap.add_argument("--train-minutes", type=float, help="train: stop after this many minutes and extrapolate "
                                                           "the epoch from tokens/s (a full epoch if not given)")
     ap.add_argument("--hogwild", action="store_true", help="train: two Hogwild workers (--parallel hogwild)")
     ap.add_argument("--limit-gb", type=float, default=10.0, help="address-space limit of prepare/kn5 children")
-    ap.add_argument("--child", choices=("reference", "prepare", "kn5", "kn5disk"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("reference", "prepare", "kn5", "kn5disk", "trigramdisk"),
+                    help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     ap.add_argument("--corpus", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -67,6 +67,48 @@ def test_cli_memory_option_gives_the_same_perplexities(random_corpus, tmp_path):
     assert json.loads(plain.stdout)["perplexity"] == json.loads(budget.stdout)["perplexity"]
 
 
-def test_cli_memory_is_for_kneser_ney_only(toy_dir):
+def test_cli_memory_is_for_the_out_of_core_kinds_only(toy_dir):
     proc = _cli("ngram", "--corpus", str(toy_dir), "--kind", "addone", "--memory", "1", "--no-cache")
-    assert proc.returncode == 2 and proc.stderr.strip() == "nnlm: error: --memory applies only when building --kind kn"
+    assert proc.returncode == 2 and proc.stderr.strip() == "nnlm: error: --memory applies only when building --kind kn or interpolated"
+
+
+@pytest.mark.parametrize("n, chunk", [(40_000, 6_000), (20_000, 997), (500, 7), (9, 6)])
+def test_interpolated_trigram_out_of_core_is_the_in_memory_model(n, chunk, monkeypatch, tmp_path):
+    from nnlm.ngram import interpolated_disk
+    from nnlm.ngram.interpolated import InterpolatedTrigram
+
+    ids = zipf_ids(n, 300, n + 1)
+    monkeypatch.setattr(interpolated_disk, "chunk_positions", lambda memory, order: chunk)
+    monkeypatch.setattr(external_counts, "chunk_positions", lambda memory, order: chunk)
+    vocab = Vocabulary(tuple(["<unk>", "<p>"] + [f"w{i}" for i in range(2, 300)]))
+    in_memory = InterpolatedTrigram.fit(vocab, ids)
+    out_of_core = InterpolatedTrigram.fit(vocab, ids, memory_gb=1.0)
+    assert set(in_memory.tables) == set(out_of_core.tables)
+    for name, table in in_memory.tables.items():
+        got = out_of_core.tables[name]
+        assert table.dtype == got.dtype and np.array_equal(table, got), name
+    contexts = np.stack([ids[:-2], ids[1:-1]], 1)[:500]
+    targets = ids[2:][:500].astype(np.int64)
+    for model in (in_memory, out_of_core):  # EM on the same held-out rows: the same weights
+        model.fit_weights(contexts, targets)
+    assert np.array_equal(in_memory.weights, out_of_core.weights)
+    assert np.array_equal(in_memory.log_prob(contexts, targets), out_of_core.log_prob(contexts, targets))
+    out_of_core.save(tmp_path / "saved")  # mapped tables save like in-memory ones
+    assert np.array_equal(InterpolatedTrigram.load(tmp_path / "saved").tables["trigram_keys"],
+                          in_memory.tables["trigram_keys"])
+
+
+def test_interpolated_bad_budget_is_one_clear_error():
+    from nnlm.ngram.interpolated import InterpolatedTrigram
+
+    with pytest.raises(NnlmError, match="--memory"):
+        InterpolatedTrigram.fit(Vocabulary(("<unk>", "a")), np.zeros(10, dtype=np.int32), memory_gb=0)
+
+
+def test_cli_interpolated_memory_gives_the_same_perplexities(random_corpus, tmp_path):
+    corpus_dir = str(tmp_path / "rand")
+    base = ["ngram", "--corpus", corpus_dir, "--kind", "interpolated", "--json", "--no-cache"]
+    chunks_of_500 = 500 * 4 * external_counts.BYTES_PER_POSITION / 2**30
+    plain, budget = _cli(*base), _cli(*base, "--memory", f"{chunks_of_500:.12f}")
+    assert plain.returncode == 0 and budget.returncode == 0, plain.stderr + budget.stderr
+    assert json.loads(plain.stdout)["perplexity"] == json.loads(budget.stdout)["perplexity"]

@@ -19,8 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="--kind class: number of word classes (default 500)")
     p.add_argument("--order", type=T.ngram_order, default=None, help="n-gram order (default: the kind's own)")
     p.add_argument("--memory", type=T.positive_float, metavar="GB",
-                   help="--kind kn: count and estimate out of core within about GB of memory (sorted chunks on "
-                        "disk, merged, like lmplz -S; tables on disk, memory-mapped); the same model "
+                   help="--kind kn or interpolated: count and estimate out of core within about GB of memory "
+                        "(sorted chunks on disk, merged, like lmplz -S; tables on disk, memory-mapped); the same model "
                         "(default: in memory)")
     p.add_argument("--save", metavar="DIR",
                    help="save the model to DIR, with the corpus options it was built on (default: not saved)")

@@ -37,7 +37,7 @@ def _addone(corpus: Corpus, order: int, options: dict) -> LanguageModel:
 def _interpolated(corpus: Corpus, order: int, options: dict) -> LanguageModel:
     if order != 3:
         raise NnlmError("the deleted-interpolation model is a trigram: use --order 3")
-    return InterpolatedTrigram.fit_corpus(corpus)
+    return InterpolatedTrigram.fit_corpus(corpus, memory_gb=options.get("memory_gb"))
 
 
 def _kn(corpus: Corpus, order: int, options: dict) -> LanguageModel:

@@ -49,11 +49,23 @@ class InterpolatedTrigram(LanguageModel):
 
     # ---- counting -------------------------------------------------------------------------
     @classmethod
-    def fit(cls, vocab: Vocabulary, train: np.ndarray) -> InterpolatedTrigram:
-        """Relative-frequency tables from train, weights at their EM starting point."""
+    def fit(cls, vocab: Vocabulary, train: np.ndarray, memory_gb: float | None = None) -> InterpolatedTrigram:
+        """Relative-frequency tables from train, weights at their EM starting point. `memory_gb`: count
+        and build the tables out of core within about that much memory, memory-mapped (the same model;
+        nnlm.ngram.interpolated_disk)."""
         v = len(vocab)
         if v > MAX_VOCAB:
             raise NnlmError(f"the interpolated trigram supports at most {MAX_VOCAB:,} words, not {v:,}")
+        if memory_gb is not None:
+            from nnlm.ngram.interpolated_disk import fit_trigram_tables_mapped
+            from nnlm.ngram.kn_discounts import checked_ids
+
+            train = checked_ids(train, 3, v, memory_gb)
+            if len(train) < 3:
+                raise NnlmError(f"cannot count 3-grams in {len(train)} tokens")
+            model = cls(vocab, fit_trigram_tables_mapped(train, v, memory_gb), np.zeros((0, COMPONENTS)), len(train))
+            model.weights = model._initial_weights()
+            return model
         counts = count_ngrams(train, 3, v)
         bigrams, trigrams = counts.words(2), counts.words(3)
         bigram_keys = bigrams[:, 0] * v + bigrams[:, 1]  # sorted, like the table
@@ -76,9 +88,11 @@ class InterpolatedTrigram(LanguageModel):
         return model
 
     @classmethod
-    def fit_corpus(cls, corpus: Corpus, iterations: int = EM_ITERATIONS) -> InterpolatedTrigram:
-        """Counts from train, mixture weights by EM on the validation split."""
-        model = cls.fit(corpus.vocab, corpus.train)
+    def fit_corpus(cls, corpus: Corpus, iterations: int = EM_ITERATIONS,
+                   memory_gb: float | None = None) -> InterpolatedTrigram:
+        """Counts from train (out of core within `memory_gb`, if given), mixture weights by EM on the
+        validation split."""
+        model = cls.fit(corpus.vocab, corpus.train, memory_gb)
         positions = np.arange(len(corpus.valid)) + corpus.split_offset("valid")
         stream = corpus.stream()
         model.fit_weights(contexts(stream, positions, 2, corpus.pad_id), stream[positions].astype(np.int64),
