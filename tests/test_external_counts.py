@@ -69,7 +69,8 @@ def test_cli_memory_option_gives_the_same_perplexities(random_corpus, tmp_path):
 
 def test_cli_memory_is_for_the_out_of_core_kinds_only(toy_dir):
     proc = _cli("ngram", "--corpus", str(toy_dir), "--kind", "addone", "--memory", "1", "--no-cache")
-    assert proc.returncode == 2 and proc.stderr.strip() == "nnlm: error: --memory applies only when building --kind kn or interpolated"
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "nnlm: error: --memory applies only when building --kind kn or interpolated"
 
 
 @pytest.mark.parametrize("n, chunk", [(40_000, 6_000), (20_000, 997), (500, 7), (9, 6)])

@@ -17,8 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from nnlm.errors import NnlmError
-from nnlm.ngram.external_counts import DiskCounts, chunk_positions, count_ngrams_to_disk, create_table, \
-    read_slice, write_slice
+from nnlm.ngram.external_counts import (
+    DiskCounts,
+    chunk_positions,
+    count_ngrams_to_disk,
+    create_table,
+    read_slice,
+    write_slice,
+)
 from nnlm.ngram.kneser_ney_disk import context_chunks
 
 SMALL = ("unigram", "bigram_totals")  # [|V|] arrays, kept in memory
