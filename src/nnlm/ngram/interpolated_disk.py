@@ -27,7 +27,6 @@ from nnlm.ngram.external_counts import (
 )
 from nnlm.ngram.kneser_ney_disk import context_chunks
 
-SMALL = ("unigram", "bigram_totals")  # [|V|] arrays, kept in memory
 MAPPED = ("bigram_keys", "bigram_counts", "trigram_keys", "trigram_counts", "context_keys", "context_totals")
 
 
