@@ -11,14 +11,17 @@ not depend on the weights), or a trained run's (`--run DIR`, which also gives th
 `--precision fp32,bf16` scores the same tokens both ways: fp32 is the exact path above; bf16 is the
 one product y = b + [x, a] [W, U]^T in bf16 with fp32 accumulation and log-sum-exp, still normalized
 over all of V (`nnlm eval --precision bf16`, and training's per-epoch validation). The script prints
-each one's seconds, its perplexity and the relative difference to fp32.
+each one's seconds, its perplexity and the relative difference to fp32. `tables` is fp32 from the
+direct connections' per-position tables (nnlm.neural.direct_tables, what `nnlm eval` uses on passes of
+at least 16 |V| tokens; here built whatever the length, and its seconds include building them).
 
     PYTHONPATH=src python benchmarks/scale_scoring.py --corpus /work/scale-data/zipf-14M \
-        [--run DIR] [--tokens 1000000] [--threads 1] [--precision fp32,bf16]
+        [--run DIR] [--tokens 1000000] [--threads 1] [--precision fp32,tables,bf16]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -28,6 +31,7 @@ import torch
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
+from nnlm.neural import direct_tables
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 
 AP_NET = {"order": 6, "hidden": 60, "features": 100, "direct": True}
@@ -50,7 +54,7 @@ def main() -> None:
     ap.add_argument("--run", help="a trained run directory of this shape (default: an untrained AP net)")
     ap.add_argument("--tokens", type=int, default=1_000_000, help="valid tokens scored (from the start)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--precision", default="fp32", help="comma-separated: fp32, bf16 (default fp32)")
+    ap.add_argument("--precision", default="fp32", help="comma-separated: fp32, tables, bf16 (default fp32)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.run:
@@ -73,10 +77,17 @@ def main() -> None:
     load = os.getloadavg()[0]
     before = gemm_rate()
     timed = {}
+    direct_tables.TOKENS_PER_TABLE_ROW = 0  # "tables": built for any length
     for precision in args.precision.split(","):
         model.bf16 = precision == "bf16"
         start = time.perf_counter()
-        log_probs = model.log_prob(ctx, targets)
+        with model.long_pass(n) if precision == "tables" else contextlib.nullcontext():
+            if precision == "tables" and model._tables is None:
+                raise SystemExit("tables: not built (no direct connections, or too little free memory)")
+            built = time.perf_counter() - start
+            log_probs = model.log_prob(ctx, targets)
+        if precision == "tables":
+            print(f"  tables built in {built:.1f} s")
         timed[precision] = (time.perf_counter() - start, float(np.exp(-log_probs.mean())),
                             bool(np.isfinite(log_probs).all()))
     after = gemm_rate()

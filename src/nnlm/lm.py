@@ -10,6 +10,8 @@ functions take a model, and this module knows nothing of them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -47,6 +49,13 @@ class LanguageModel(ABC):
         """`kind`, or the class name for a model that has none."""
         return self.kind or type(self).__name__
 
+    @contextmanager
+    def long_pass(self, tokens: int) -> Iterator[None]:
+        """Around the log_prob calls of one pass over `tokens` tokens: a model may precompute what
+        pays only on long passes, and free it afterwards (NeuralLM: its direct connections'
+        per-position tables). Scores are the same either way, up to floating-point rounding."""
+        yield
+
 
 def contexts(stream: np.ndarray, positions: np.ndarray, context_size: int, pad_id: int) -> np.ndarray:
     """Rows stream[p-k .. p-1] for each position p, with `pad_id` before the stream's start."""
@@ -71,10 +80,11 @@ def split_log_probs(model: LanguageModel, corpus: Corpus, split: str, chunk: int
     stream = corpus.stream()
     start = corpus.split_offset(split)
     out = np.empty(len(ids), dtype=np.float64)
-    for lo in range(0, len(ids), chunk):
-        positions = np.arange(start + lo, start + min(lo + chunk, len(ids)))
-        ctx = contexts(stream, positions, model.context_size, corpus.pad_id)
-        out[lo:lo + len(positions)] = model.log_prob(ctx, stream[positions].astype(np.int64))
+    with model.long_pass(len(ids)):
+        for lo in range(0, len(ids), chunk):
+            positions = np.arange(start + lo, start + min(lo + chunk, len(ids)))
+            ctx = contexts(stream, positions, model.context_size, corpus.pad_id)
+            out[lo:lo + len(positions)] = model.log_prob(ctx, stream[positions].astype(np.int64))
     return out
 
 

@@ -7,7 +7,8 @@ EM fits the table on the components' probabilities of a held-out split, computed
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,13 @@ class Mixture(LanguageModel):
     def component_log_probs(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """log P_k of each target under each component: float64 [K, N]."""
         return np.stack([m.log_prob(self._own_context(m, contexts), targets) for m in self.components])
+
+    @contextmanager
+    def long_pass(self, tokens: int) -> Iterator[None]:
+        with ExitStack() as stack:
+            for model in self.components:
+                stack.enter_context(model.long_pass(tokens))
+            yield
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         return self.combine(self.component_log_probs(contexts, targets), self._buckets(contexts))

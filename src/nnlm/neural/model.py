@@ -14,7 +14,8 @@ branch) are fields of ModelConfig (nnlm.neural.model_config); their defaults are
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -215,6 +216,7 @@ class NeuralLM(LanguageModel):
         self.unnormalized = unnormalized
         self.bf16 = bf16
         self.log_z_sink: list[np.ndarray] | None = None  # if a list: the exact path appends each block's log Z
+        self._tables: tuple[tuple[int, ...], torch.Tensor] | None = None  # (weights' version, direct_tables)
 
     def parameter_count(self) -> int:
         return self.net.config.parameter_count()
@@ -263,6 +265,31 @@ class NeuralLM(LanguageModel):
             out[lo:lo + len(picked)] = (picked - lse).double().cpu().numpy()
         return out
 
+    @contextmanager
+    def long_pass(self, tokens: int) -> Iterator[None]:
+        """A long exact pass builds the direct connections' per-position tables when they pay and fit
+        (nnlm.neural.direct_tables), and frees them after it."""
+        from nnlm.neural import direct_tables
+
+        if self._tables is None and self.takes_exact_path and \
+                direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device):
+            self._tables = direct_tables.weights_version(self.net), direct_tables.position_tables(self.net, self.net.C)
+        try:
+            yield
+        finally:
+            self._tables = None
+
+    def _tables_for(self, table: torch.Tensor) -> torch.Tensor | None:
+        """The per-position tables, if built from `table` and the weights as they are now."""
+        from nnlm.neural.direct_tables import weights_version
+
+        if self._tables is None or table.data_ptr() != self.net.C.data_ptr() or len(table) != len(self.net.C):
+            return None
+        if self._tables[0] != weights_version(self.net):  # trained since: stale
+            self._tables = None
+            return None
+        return self._tables[1]
+
     def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor | None, table: torch.Tensor) -> np.ndarray:
         """The exact fp32 path: y^T = b + [W, U] [x, tanh(d + Hx)]^T as ONE product, |V| x rows -- the
         orientation in which the CPU's GEMM runs at its large-matrix rate (rows x |V| ran ~1/3 slower at
@@ -271,6 +298,12 @@ class NeuralLM(LanguageModel):
         The same formula as `logits_from_features`, its two products summed in one (fp32 rounding).
         targets=None gives log Z = log sum_w exp(y_w) of each context instead."""
         net = self.net
+        tables = self._tables_for(table)
+        if tables is not None:
+            from nnlm.neural.direct_tables import scores
+
+            sink = self.log_z_sink if targets is not None else None
+            return scores(net, tables, table, ctx, targets, sink).numpy()
         rows, v, n = score_rows(len(net.b)), len(net.b), len(ctx)
         out = torch.empty(n, dtype=torch.float64)
         weights = torch.cat([w for w in (net.W, net.U) if w is not None], dim=1)  # [|V|, K], zs' order
