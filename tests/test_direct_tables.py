@@ -136,3 +136,21 @@ def _split(corpus, split: str, k: int) -> tuple[np.ndarray, np.ndarray]:
     positions = np.arange(len(corpus.split(split))) + corpus.split_offset(split)
     stream = corpus.stream()
     return contexts(stream, positions, k, corpus.pad_id), stream[positions].astype(np.int64)
+
+
+def test_extreme_logits_are_redone_with_the_max_subtracted(always):
+    net = noisy_net(40, 3, 2, 3)
+    with torch.no_grad():
+        net.b[:5] += 200.0   # rows whose exp overflows fp32
+        net.b[5:] -= 300.0
+    lm = NeuralLM(net, vocab_of(40), "<p>")
+    ctx, targets = np.random.default_rng(5).integers(0, 40, size=(30, 2)), np.arange(30) % 40
+    with lm.long_pass(30):
+        got = lm.log_prob(ctx, targets)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, plain_log_softmax(net, ctx)[np.arange(30), targets], rtol=1e-5, atol=1e-3)
+    with torch.no_grad():
+        net.b -= 500.0       # every logit far below: sums that underflow
+    with lm.long_pass(30):
+        low = lm.log_prob(ctx, targets)
+    np.testing.assert_allclose(low, plain_log_softmax(net, ctx)[np.arange(30), targets], rtol=1e-5, atol=1e-3)

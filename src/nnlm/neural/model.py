@@ -216,7 +216,7 @@ class NeuralLM(LanguageModel):
         self.unnormalized = unnormalized
         self.bf16 = bf16
         self.log_z_sink: list[np.ndarray] | None = None  # if a list: the exact path appends each block's log Z
-        self._tables: tuple[tuple[int, ...], torch.Tensor] | None = None  # (weights' version, direct_tables)
+        self._tables = None  # direct_tables.PositionTables during a long pass that builds them
 
     def parameter_count(self) -> int:
         return self.net.config.parameter_count()
@@ -273,22 +273,22 @@ class NeuralLM(LanguageModel):
 
         if self._tables is None and self.takes_exact_path and \
                 direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device):
-            self._tables = direct_tables.weights_version(self.net), direct_tables.position_tables(self.net, self.net.C)
+            self._tables = direct_tables.position_tables(self.net, self.net.C)
         try:
             yield
         finally:
             self._tables = None
 
-    def _tables_for(self, table: torch.Tensor) -> torch.Tensor | None:
+    def _tables_for(self, table: torch.Tensor):
         """The per-position tables, if built from `table` and the weights as they are now."""
         from nnlm.neural.direct_tables import weights_version
 
         if self._tables is None or table.data_ptr() != self.net.C.data_ptr() or len(table) != len(self.net.C):
             return None
-        if self._tables[0] != weights_version(self.net):  # trained since: stale
+        if self._tables.version != weights_version(self.net):  # trained since: stale
             self._tables = None
             return None
-        return self._tables[1]
+        return self._tables
 
     def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor | None, table: torch.Tensor) -> np.ndarray:
         """The exact fp32 path: y^T = b + [W, U] [x, tanh(d + Hx)]^T as ONE product, |V| x rows -- the
