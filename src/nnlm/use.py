@@ -41,9 +41,10 @@ def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray 
     pad = model.vocab.id(start_token(model.vocab))
     full = np.concatenate([np.full(k - len(history), pad, dtype=np.int64), history, np.asarray(ids, dtype=np.int64)])
     out = np.empty(len(ids), dtype=np.float64)
-    for lo in range(0, len(ids), EVAL_CHUNK):  # bounded memory however long the text
-        positions = np.arange(k + lo, k + min(lo + EVAL_CHUNK, len(ids)))
-        out[lo:lo + len(positions)] = model.log_prob(contexts(full, positions, k, pad), full[positions])
+    with model.long_pass(len(ids)):  # as split_log_probs: the same scores for the same tokens
+        for lo in range(0, len(ids), EVAL_CHUNK):  # bounded memory however long the text
+            positions = np.arange(k + lo, k + min(lo + EVAL_CHUNK, len(ids)))
+            out[lo:lo + len(positions)] = model.log_prob(contexts(full, positions, k, pad), full[positions])
     return out
 
 
