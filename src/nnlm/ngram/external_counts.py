@@ -7,12 +7,18 @@ only the working memory differs. In memory, counting order k sorts one int64 key
 position with np.unique (argsort, inverse, counts: several arrays of the stream's length).
 Here the per-position arrays live in .npy files, mapped a chunk at a time:
   pos_{k}   index in the order-k table of the k-gram starting at each position;
-and the sorting is done on chunks of `chunk` positions at a time:
-  1. each chunk's keys (index of the (k-1)-gram prefix) * |V| + last word are np.unique'd and saved;
-  2. the saved chunks are merged key range by key range (each range small enough for the budget):
-     the pieces of every chunk in that range are concatenated, sorted and their counts summed;
-  3. a second pass over the chunks finds each position's index in the merged table (searchsorted)
-     and the suffix link of each k-gram (its (k-1)-gram starting one position later).
+and every step reads and writes files in order, with no lookup into a table of the whole order:
+  1. each chunk's keys (index of the (k-1)-gram prefix) * |V| + last word are np.unique'd; the
+     chunk's distinct keys, their counts and their suffix links (the (k-1)-gram starting one
+     position later: the same for every occurrence) are spilled, and so is each position's index
+     among the chunk's distinct keys (its "inverse");
+  2. the spills are merged key range by key range (each range small enough for the budget): the
+     pieces of every chunk in that range are concatenated and sorted, counts summed, one suffix
+     link kept, and the merged index of each chunk's key written to that chunk's map;
+  3. each position's index in the order-k table is its chunk's map at its inverse.
+(An earlier version found each position's index by searching the merged table and scattered the
+suffix links into an array of the whole order: lookups whose cost grew with the table, and 16 bytes
+per k-gram of the order in memory.)
 """
 from __future__ import annotations
 
@@ -132,85 +138,112 @@ def _count(ids: np.ndarray, order: int, v: int, chunk: int, tmp: Path) -> DiskCo
         write_slice(tmp / "pos_1.npy", s, rank[ids[s:e]])
     del totals, words, rank
     for k in range(2, order + 1):
-        starts = n - k + 1
-        previous = tmp / f"pos_{k - 1}.npy"
-
-        def chunk_keys(s: int, e: int, k: int = k, previous: Path = previous) -> np.ndarray:
-            return np.load(previous, mmap_mode="r")[s:e] * v + np.asarray(ids[s + k - 1:e + k - 1], dtype=np.int64)
-
-        spills = []
-        for i, (s, e) in enumerate(_spans(starts, chunk)):
-            uniq, cnt = np.unique(chunk_keys(s, e), return_counts=True)
-            np.save(tmp / f"spill_keys_{k}_{i}.npy", uniq)
-            np.save(tmp / f"spill_counts_{k}_{i}.npy", cnt.astype(np.int64))
-            spills.append((tmp / f"spill_keys_{k}_{i}.npy", tmp / f"spill_counts_{k}_{i}.npy"))
-        _merge(spills, chunk, tmp / f"keys_{k}.npy", tmp / f"counts_{k}.npy")
-        table = np.load(tmp / f"keys_{k}.npy")
-        here = tmp / f"pos_{k}.npy"
-        create_table(here, starts)
-        # in memory like the table: written at scattered places by every chunk, a mapped file would be
-        # flushed whole after each chunk
-        links = np.empty(len(table), dtype=np.int64)
-        for s, e in _spans(starts, chunk):
-            uniq, inverse = np.unique(chunk_keys(s, e), return_inverse=True)
-            at = np.searchsorted(table, uniq)[inverse.ravel()]  # sorted needles: a cache-friendly search
-            write_slice(here, s, at)
-            links[at] = read_slice(previous, s + 1, e + 1)  # every occurrence of a k-gram has the same suffix
-        np.save(tmp / f"suffix_{k}.npy", links)
-        del links
-        del table
+        previous, here = tmp / f"pos_{k - 1}.npy", tmp / f"pos_{k}.npy"
+        spills = [_spill(ids, previous, k, v, s, e, tmp / f"spill_{k}_{i}")
+                  for i, (s, e) in enumerate(_spans(n - k + 1, chunk))]
+        _merge(spills, chunk, tmp / f"keys_{k}.npy", tmp / f"counts_{k}.npy", tmp / f"suffix_{k}.npy")
+        create_table(here, n - k + 1)
+        for spill in spills:  # each position's index in the merged table: its chunk's map at its inverse
+            inverse = np.load(spill.inverse)
+            where = inverse if spill.map is None else np.load(spill.map)[inverse]
+            write_slice(here, spill.start, where)
+            spill.inverse.unlink()
+            if spill.map is not None:
+                spill.map.unlink()
         opening.append(int(np.load(here, mmap_mode="r")[0]))
         previous.unlink()  # the previous order's positions are no longer needed
     (tmp / f"pos_{order}.npy").unlink()
     return DiskCounts(tmp, v, order, tuple(opening))
 
 
-def _merge(spills: list[tuple[Path, Path]], chunk: int, keys_out: Path, counts_out: Path) -> None:
-    """Write the sorted distinct keys of all spilled chunks and their summed counts, merged one key
-    range at a time (a range's pieces are appended to the output files as they are done); the
-    spill files are removed."""
+@dataclass(frozen=True)
+class _Spill:
+    """One chunk's counting of order k: its distinct keys, their counts and suffix links (files), each
+    position's index among those keys (`inverse`), and `map`, their indices in the merged table
+    (written by _merge; None when the chunk is the whole order and the map is the identity)."""
+
+    start: int
+    keys: Path
+    counts: Path
+    suffix: Path
+    inverse: Path
+    map: Path | None
+
+
+def _spill(ids: np.ndarray, previous: Path, k: int, v: int, s: int, e: int, stem: Path) -> _Spill:
+    """Count the k-grams starting at positions s..e-1 and spill them (see _Spill)."""
+    keys = read_slice(previous, s, e) * v + np.asarray(ids[s + k - 1:e + k - 1], dtype=np.int64)
+    uniq, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+    del keys
+    paths = {name: stem.with_name(f"{stem.name}_{name}.npy") for name in ("keys", "counts", "suffix", "inverse", "map")}
+    np.save(paths["keys"], uniq)
+    np.save(paths["counts"], counts.astype(np.int64))
+    np.save(paths["suffix"], read_slice(previous, s + 1, e + 1)[first])  # every occurrence has the same suffix
+    np.save(paths["inverse"], inverse.ravel().astype(np.int32 if len(uniq) < 2**31 else np.int64))
+    return _Spill(s, paths["keys"], paths["counts"], paths["suffix"], paths["inverse"], paths["map"])
+
+
+def _merge(spills: list[_Spill], chunk: int, keys_out: Path, counts_out: Path, suffix_out: Path) -> None:
+    """Write the sorted distinct keys of all spilled chunks, their summed counts and suffix links,
+    merged one key range at a time (a range's pieces are appended to the output files as they are
+    done), and each chunk's map (merged index of each of its keys); the spill files are removed."""
     if len(spills) == 1:
-        spills[0][0].rename(keys_out)
-        spills[0][1].rename(counts_out)
+        spill = spills[0]
+        spill.keys.rename(keys_out)
+        spill.counts.rename(counts_out)
+        spill.suffix.rename(suffix_out)
+        spills[0] = _Spill(spill.start, keys_out, counts_out, suffix_out, spill.inverse, None)
         return
-    keys = [np.load(k, mmap_mode="r") for k, _ in spills]
+    keys = [np.load(sp.keys, mmap_mode="r") for sp in spills]
     total = sum(len(k) for k in keys)
     ranges = max(1, -(-total // chunk))
     step = max(1, total // (ranges * 64))  # bounds from a sample of every chunk's keys
     sample = np.sort(np.concatenate([np.asarray(k[::step]) for k in keys]))
+    for sp, k in zip(spills, keys, strict=True):
+        create_table(sp.map, len(k))
     del keys
     bounds = np.unique(sample[np.linspace(0, len(sample) - 1, ranges + 1).astype(np.int64)[1:-1]])
     edges = [None, *bounds.tolist(), None]
-    pieces = []
+    pieces, merged = [], 0
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        piece_keys, piece_counts = [], []
-        for key_path, count_path in spills:  # mapped for this range only: read pages do not pile up
-            k = np.load(key_path, mmap_mode="r")
+        spans, piece_keys, piece_counts, piece_suffix = [], [], [], []
+        for sp in spills:  # mapped for this range only: read pages do not pile up
+            k = np.load(sp.keys, mmap_mode="r")
             a = 0 if lo is None else int(np.searchsorted(k, lo))
             b = len(k) if hi is None else int(np.searchsorted(k, hi))
+            spans.append((a, b))
             piece_keys.append(np.array(k[a:b]))
-            piece_counts.append(read_slice(count_path, a, b))
+            piece_counts.append(read_slice(sp.counts, a, b))
+            piece_suffix.append(read_slice(sp.suffix, a, b))
             del k
         cat = np.concatenate(piece_keys)
         by_key = np.argsort(cat, kind="stable")
         cat = cat[by_key]
-        first = np.flatnonzero(np.concatenate([[True], cat[1:] != cat[:-1]])) if len(cat) else np.empty(0, np.int64)
+        opens = np.concatenate([[True], cat[1:] != cat[:-1]]) if len(cat) else np.empty(0, dtype=bool)
+        first = np.flatnonzero(opens)
         summed = (np.add.reduceat(np.concatenate(piece_counts)[by_key], first) if len(cat)
                   else np.empty(0, np.int64))
-        index = len(pieces)
-        np.save(keys_out.with_name(f"piece_keys_{index}.npy"), cat[first])
-        np.save(keys_out.with_name(f"piece_counts_{index}.npy"), summed.astype(np.int64))
-        pieces.append(index)
-    for name, out in (("keys", keys_out), ("counts", counts_out)):
+        index = np.empty(len(cat), dtype=np.int64)  # merged index of each piece element, in piece order
+        index[by_key] = merged + np.cumsum(opens) - 1
+        at = 0
+        for sp, (a, b) in zip(spills, spans, strict=True):
+            write_slice(sp.map, a, index[at:at + b - a])
+            at += b - a
+        number = len(pieces)
+        np.save(keys_out.with_name(f"piece_keys_{number}.npy"), cat[first])
+        np.save(keys_out.with_name(f"piece_counts_{number}.npy"), summed.astype(np.int64))
+        np.save(keys_out.with_name(f"piece_suffix_{number}.npy"), np.concatenate(piece_suffix)[by_key][first])
+        pieces.append(number)
+        merged += len(first)
+    for name, out in (("keys", keys_out), ("counts", counts_out), ("suffix", suffix_out)):
         files = [out.with_name(f"piece_{name}_{i}.npy") for i in pieces]
-        total_len = sum(len(np.load(f, mmap_mode="r")) for f in files)
-        create_table(out, total_len)
+        create_table(out, merged)
         at = 0
         for f in files:
             piece = np.load(f)
             write_slice(out, at, piece)
             at += len(piece)
             f.unlink()
-    for spill in spills:
-        for path in spill:
+    for sp in spills:
+        for path in (sp.keys, sp.counts, sp.suffix):
             path.unlink()
