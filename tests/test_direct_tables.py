@@ -154,3 +154,22 @@ def test_extreme_logits_are_redone_with_the_max_subtracted(always):
     with lm.long_pass(30):
         low = lm.log_prob(ctx, targets)
     np.testing.assert_allclose(low, plain_log_softmax(net, ctx)[np.arange(30), targets], rtol=1e-5, atol=1e-3)
+
+
+def test_a_bf16_long_pass_is_scored_exactly_from_the_tables(always):
+    """bf16 asks for speed: where the tables are built, they are faster than its product and exact."""
+    net = noisy_net(89, 4, 5, 4, seed=5)
+    rng = np.random.default_rng(6)
+    ctx, targets = rng.integers(0, 89, size=(150, 3)), rng.integers(0, 89, size=150)
+    exact = NeuralLM(net, vocab_of(89), "<p>")
+    fast = NeuralLM(net, vocab_of(89), "<p>", bf16=True)
+    with exact.long_pass(150):
+        expected = exact.log_prob(ctx, targets)
+    with fast.long_pass(150):
+        assert fast._tables is not None
+        np.testing.assert_array_equal(fast.log_prob(ctx, targets), expected)
+    rounded = fast.log_prob(ctx, targets)  # outside a long pass: the bf16 product, other rounding
+    assert not np.allclose(rounded, expected, rtol=0, atol=1e-6)
+    unnormalized = NeuralLM(net, vocab_of(89), "<p>", unnormalized=True)
+    with unnormalized.long_pass(150):
+        assert unnormalized._tables is None  # y[target] alone needs no table

@@ -201,7 +201,9 @@ class NeuralLM(LanguageModel):
     360.367 in 11.2 s, against 360.339 in 37.5 s in fp32). Training uses it for its per-epoch
     validation, which otherwise costs as much as a sampled-softmax epoch, when the hardware has bf16
     units (`run_config.bf16_is_fast`; without them the bf16 product is several times slower than fp32).
-    `nnlm eval` and every reported figure stay fp32 unless `--precision bf16` is asked."""
+    `nnlm eval` and every reported figure stay fp32 unless `--precision bf16` is asked. bf16 asks for
+    speed, not for rounding: a long pass that can take the direct connections' per-position tables
+    (`long_pass`) is scored exactly from them, which is faster than the bf16 product."""
 
     def __init__(self, net: NPLM, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
                  unnormalized: bool = False, bf16: bool = False) -> None:
@@ -240,7 +242,7 @@ class NeuralLM(LanguageModel):
         unknown words' features) for the context ids, built block by block -- memory stays bounded
         however long the text -- and returned as float64. The thread governor is re-checked per block."""
         self.net.eval()
-        if self.takes_exact_path:
+        if self.takes_exact_path or (not self.unnormalized and self._tables_for(table) is not None):
             return self._exact_log_probs(ctx, targets, table)
         out = np.empty(len(targets), dtype=np.float64)
         low = self.bf16 and (self.net.W is not None or self.net.H is not None)  # (y = b alone: no product)
@@ -267,11 +269,12 @@ class NeuralLM(LanguageModel):
 
     @contextmanager
     def long_pass(self, tokens: int) -> Iterator[None]:
-        """A long exact pass builds the direct connections' per-position tables when they pay and fit
-        (nnlm.neural.direct_tables), and frees them after it."""
+        """A long normalized pass (fp32, or bf16: the tables are faster than its product and exact) builds
+        the direct connections' per-position tables when they pay and fit (nnlm.neural.direct_tables),
+        and frees them after it."""
         from nnlm.neural import direct_tables
 
-        if self._tables is None and self.takes_exact_path and \
+        if self._tables is None and not self.unnormalized and \
                 direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device):
             self._tables = direct_tables.position_tables(self.net, self.net.C)
         try:
