@@ -23,8 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="bf16: the output product in bf16 with fp32 accumulation, still normalized over all "
                         "words, within about 2e-4 relative of fp32; faster only with CUDA or a CPU with AVX-512 "
-                        "BF16 / AMX, several times slower on other CPUs (default fp32, the precision of every "
-                        "reported figure)")
+                        "BF16 / AMX, several times slower on other CPUs; a long split of a net with direct "
+                        "connections is scored exactly from per-position tables instead, which is faster "
+                        "(default fp32, the precision of every reported figure)")
     add_json_option(p)
     p.set_defaults(handler=run)
 
