@@ -78,3 +78,23 @@ def test_apnews_table_end_to_end_then_resume(random_corpus, tmp_path, capsys):
         assert again["apnews"] == rows["apnews"]
     else:  # a net the budget cut continues its own run
         assert again["apnews"]["run"] == rows["apnews"]["run"] and again["apnews"]["epochs"] >= rows["apnews"]["epochs"]
+
+
+def test_a_net_planned_with_low_rates_is_continued_with_its_own(random_corpus, tmp_path, capsys, monkeypatch):
+    """The rates measured on a slice can be far too low (one process where Hogwild workers train; the
+    plain scoring path where the per-position tables score): the 14M-token run stopped at the 5 epochs
+    they allowed with 34 of 60 minutes unused. A run that stops at the plan's epoch limit with budget
+    left is planned again with the rates of its own epochs and continued."""
+    from nnlm.reproduce import rates
+    from nnlm.reproduce.planner import Rates
+
+    slow = Rates(train=len(random_corpus.train) / 4.0, score=len(random_corpus.valid) / 0.5)  # an epoch "takes" 4.5 s
+    monkeypatch.setattr(rates, "measure", lambda *a, **k: slow)
+    out = tmp_path / "ap"
+    assert main(["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
+                 "--budget-minutes", "0.5", "--threads", "1", "--no-progress"]) == 0
+    log = capsys.readouterr().out
+    first = int(re.search(r"reached (\d+) epochs", log).group(1))
+    assert "planned again with the rates they measured" in log
+    row = json.loads((out / "results.json").read_text())["rows"]["apnews"]
+    assert row["epochs"] > first and row["plan"]["rates"]["train_tokens_per_s"] > 2 * slow.train

@@ -124,3 +124,18 @@ def test_a_clustering_may_overrun_its_estimate_with_what_the_later_rows_can_spar
     assert elastic_limit(1.0, late, first) == first.work
     skipped = [g for g in plan(0.0, late) if g.status == "skipped"]
     assert skipped and elastic_limit(0.0, late, skipped[0]) == 0.0
+
+
+def test_a_runs_own_epochs_give_its_rates():
+    """Training seconds are the time between validations less the validation; the run starts at 0."""
+    from nnlm.reproduce.rates import from_history
+
+    assert from_history([], 500) is None
+    history = [{"examples": 1000, "elapsed_seconds": 12.0, "valid_seconds": 2.0},
+               {"examples": 2000, "elapsed_seconds": 24.0, "valid_seconds": 2.0},
+               {"examples": 3000, "elapsed_seconds": 40.0, "valid_seconds": 6.0}]
+    assert from_history(history[:1], 500) == Rates(train=100.0, score=250.0)
+    assert from_history(history, 500, last=2) == Rates(train=2000 / 20.0, score=1000 / 8.0)
+    assert from_history([{"examples": 0, "elapsed_seconds": 0.0, "valid_seconds": 0.0}], 500) is None
+    quick = from_history([{"examples": 1000, "elapsed_seconds": 0.0, "valid_seconds": 0.0}], 500)
+    assert quick == Rates(train=1000 / 0.05, score=500 / 0.05)  # quicker than the records' tenths: as fast as they say

@@ -282,6 +282,10 @@ def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool =
     ax.set_xlabel("epoch")
     ax.set_ylabel("perplexity")
     ax.set_yscale("log")
+    from matplotlib.ticker import StrMethodFormatter
+
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))  # within one decade the log axis would
+    ax.yaxis.set_minor_formatter(StrMethodFormatter("{x:g}"))  # label 2.425 x 10^2
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     ax.set_title(out.name)

@@ -51,8 +51,9 @@ def rates_of(job: Job, net: str, fresh: bool = False) -> planner.Rates:
     return job.rates[net]
 
 
-def plan_net(job: Job, i: int) -> planner.Grant | None:
-    """The grant of the i-th net, planned with every net still to train and the class rows after them."""
+def plan_net(job: Job, i: int, measure: bool = True) -> planner.Grant | None:
+    """The grant of the i-th net, planned with every net still to train and the class rows after them;
+    `measure` times the net again first (not when its rates were just taken from its own epochs)."""
     left = job.left()
     if left is None:
         return None
@@ -60,7 +61,8 @@ def plan_net(job: Job, i: int) -> planner.Grant | None:
     needs = []
     for k, net in enumerate(job.nets[i:]):
         if k == 0 or job.results.pending(net, job.options):
-            need = planner.net_need(net, rates_of(job, net, fresh=k == 0), len(c.train), len(c.valid), len(c.test),
+            need = planner.net_need(net, rates_of(job, net, fresh=k == 0 and measure), len(c.train), len(c.valid),
+                                    len(c.test),
                                     epochs_done(job, net), job.table.net_floor_epochs)
             needs.append(need)
     return next(g for g in planner.plan(left, needs + late_needs(job)) if g.id == job.nets[i])
@@ -75,7 +77,7 @@ def neural_rows(job: Job, trigram: LanguageModel) -> None:
             job.announce(alone, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
             if grant is not None:
                 job.log(f"    plan: {grant.reason}")
-            model = train_net(job, net, grant)
+            model = train_net(job, net, grant, i)
             job.results.rows.pop(mixed.id, None)
             job.results.rows.pop(em.id, None)
         else:
@@ -95,14 +97,15 @@ def trained(job: Job, net: str) -> LanguageModel:
     return load_neural(run_dir(job, net), device=job.device_name())
 
 
-def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel | None:
-    """Train (or continue) `net` for what `grant` gives it and score it; None if skipped with no model."""
+def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> LanguageModel | None:
+    """Train (or continue) `net` for what `grant` gives it and score it; None if skipped with no model.
+    A run the plan cut short that stops at its epoch limit with budget to spare (the rates measured on a
+    slice were low: one process where Hogwild workers train, or the plain scoring path where the
+    per-position tables score) is planned again with the rates of its own epochs and continued."""
     from nnlm.neural.parallel import train_parallel
 
     where = run_dir(job, net)
-    plan = None if grant is None else grant.to_dict() | {
-        "left_minutes": round((job.left() or 0) / 60, 2),
-        "rates": {"train_tokens_per_s": round(job.rates[net].train), "score_tokens_per_s": round(job.rates[net].score)}}
+    plan = plan_record(job, net, grant)
     if grant is not None and grant.status == "skipped":
         if (where / ck.WEIGHTS).exists() and net in job.results.rows:
             job.log("    no budget left to continue it: keeping what it had")
@@ -118,12 +121,29 @@ def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel 
         requested |= session_limits(job, net, grant)
     state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
                            resume=(where / ck.RUN).exists(), progress=job.progress, log=job.row_log(net))
+    while grant is not None and grant.status == "shortened" and not state["finished"] \
+            and str(state["stop_reason"]).startswith("reached"):
+        seen = rates.from_history(state["history"], len(job.corpus.valid))
+        if seen is None:
+            break
+        job.rates[net] = seen
+        grant = plan_net(job, i, measure=False)
+        if grant is None or grant.status == "skipped" or "epochs" not in (limits := session_limits(job, net, grant)):
+            break
+        job.log(f"    budget left after its epochs: planned again with the rates they measured "
+                f"({seen.train:,.0f} training, {seen.score:,.0f} scoring tokens/s) and continued to "
+                f"{limits['epochs']} epochs; {grant.reason}")
+        requested |= limits
+        plan = plan_record(job, net, grant)
+        state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild, resume=True,
+                               progress=job.progress, log=job.row_log(net))
     model = trained(job, net)
     govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
     later = job.budget is not None  # the train split is scored at the end, if the budget allows
     ppl = {"train": None} | job.evaluate(net, model, ("valid", "test") if later else ("train", "valid", "test"))
     note = "" if state["finished"] else f"shortened: {state['stop_reason']}" + (
-        f" ({grant.reason.removeprefix('shortened for lack of budget: ')})" if grant is not None else "")
+        "" if grant is None else " (as many as it was planned, not early-stopped)" if grant.status == "full"
+        else f" ({grant.reason.removeprefix('shortened for lack of budget: ')})")
     options = job.options  # the run directory is named by these options, so its run holds them
     job.results.put(net, RowResult(ppl, model.parameter_count(), state["elapsed"], "done" if state["finished"]
                                    else "shortened", note, options, plan,
@@ -132,6 +152,13 @@ def train_net(job: Job, net: str, grant: planner.Grant | None) -> LanguageModel 
                                     "run": str(where.relative_to(job.out))}))
     job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
     return model
+
+
+def plan_record(job: Job, net: str, grant: planner.Grant | None) -> dict[str, Any] | None:
+    """The grant as the results keep it, with the budget left and the rates it was planned with."""
+    return None if grant is None else grant.to_dict() | {
+        "left_minutes": round((job.left() or 0) / 60, 2),
+        "rates": {"train_tokens_per_s": round(job.rates[net].train), "score_tokens_per_s": round(job.rates[net].score)}}
 
 
 def session_limits(job: Job, net: str, grant: planner.Grant) -> dict[str, Any]:
@@ -146,7 +173,7 @@ def run_limits(where: Path, rates: planner.Rates, job: Job, grant: planner.Grant
     state = ck.read_json(where / ck.STATE, "training state") if (where / ck.STATE).exists() else {}
     before, done = state.get("elapsed", 0.0), state.get("epoch", 0)
     train, valid = planner.epoch_parts(rates, len(job.corpus.train), len(job.corpus.valid))
-    whole = int(grant.work // (train + valid))
+    whole = int(grant.work / (train + valid) + 1e-9)  # a grant of 5 epochs is 5, not 4.999...
     if whole >= 1:
         return {"epochs": min(done + whole, MAX_EPOCHS), "time_budget": round((before + GUARD * grant.work) / 60, 2)}
     return {"time_budget": round((before + max(grant.work - valid, 1.0)) / 60, 2)}

@@ -6,6 +6,7 @@ count made the first budget reserve every minute for scoring. Untrained nets of 
 are timed (the cost does not depend on the weights); torch's random state is left as it was."""
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -18,6 +19,7 @@ from nnlm.threads import govern
 
 SCORE_TOKENS = 2048  # validation tokens scored to time the exact softmax
 TRAIN_BATCHES = 12  # training batches timed (after 2 warm-up batches)
+RECORDED_TO = 0.1  # seconds: the resolution of the times in a run's per-epoch records
 
 
 def scoring_rate(net: str, corpus: Corpus, device: str) -> float:
@@ -69,3 +71,22 @@ def measure(net: str, corpus: Corpus, device: str, threads: int | None, loss: st
     """Both rates at the thread count the governor picks now (or the user's --threads)."""
     govern(requested=threads, device=device)
     return Rates(train=training_rate(net, corpus, device, loss, samples), score=scoring_rate(net, corpus, device))
+
+
+def from_history(history: list[dict], valid_tokens: int, last: int = 3) -> Rates | None:
+    """A run's own speeds, from the per-epoch records of its last `last` epochs: training examples per
+    second between validations, and validation tokens per second. These are what the run really did
+    (Hogwild workers, the per-position scoring tables, the load of the hour), where `measure` times one
+    process on a slice; None before the first validation. A run starts at 0 examples and 0 seconds."""
+    rows = [{"examples": 0, "elapsed_seconds": 0.0}] + [
+        h for h in history if h.get("valid_seconds") is not None and h.get("elapsed_seconds") is not None]
+    if len(rows) < 2:
+        return None
+    pairs = list(itertools.pairwise(rows))[-last:]
+    examples = sum(b["examples"] - a["examples"] for a, b in pairs)
+    if examples <= 0:
+        return None
+    tick = RECORDED_TO / 2 * len(pairs)  # the records keep tenths of a second: a quicker epoch reads as 0
+    training = max(sum(b["elapsed_seconds"] - a["elapsed_seconds"] - b["valid_seconds"] for a, b in pairs), tick)
+    validating = max(sum(b["valid_seconds"] for _, b in pairs), tick)
+    return Rates(train=finite(examples / training), score=finite(len(pairs) * valid_tokens / validating))
