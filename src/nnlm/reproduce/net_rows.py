@@ -142,7 +142,7 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
     later = job.budget is not None  # the train split is scored at the end, if the budget allows
     ppl = {"train": None} | job.evaluate(net, model, ("valid", "test") if later else ("train", "valid", "test"))
     note = "" if state["finished"] else f"shortened: {state['stop_reason']}" + (
-        "" if grant is None else " (as many as it was planned, not early-stopped)" if grant.status == "full"
+        "" if grant is None else f" ({planner.AS_PLANNED})" if grant.status == "full"
         else f" ({grant.reason.removeprefix('shortened for lack of budget: ')})")
     options = job.options  # the run directory is named by these options, so its run holds them
     job.results.put(net, RowResult(ppl, model.parameter_count(), state["elapsed"], "done" if state["finished"]

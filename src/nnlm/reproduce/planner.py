@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 SAFETY = 1.15  # on every estimate: rates are measured on a slice, and the load moves
 EXPECTED_EPOCHS = 10  # a Table 1 net early-stops after 8-9 epochs on Brown (patience 3)
+AS_PLANNED = "as many as it was planned, not early-stopped"  # the note of a run the plan did not cut short
 NET_TIERS = (0.5, 1, 3)  # epochs: the floor (a part epoch, validated), then steps before the rest
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
 from nnlm.reproduce import beyond_report, plots, results
+from nnlm.reproduce.planner import AS_PLANNED, EXPECTED_EPOCHS
 from nnlm.reproduce.table import Row
 from nnlm.reproduce.tables import PaperTable, get_table
 
@@ -76,8 +77,13 @@ def budget_lines(rows: Rows, ordered: list[Row], call: dict[str, Any]) -> list[s
                            else f"{budget_minutes:g} minutes for the whole call." if budget_minutes is not None
                            else "none (`--full`): every net trains until early stopping.")]
     cut = [(row, rows[row.id]) for row in ordered if row.id in rows and rows[row.id].get("cut")]
-    for status, title in (("shortened", "Shortened for lack of budget"), ("skipped", "Skipped for lack of budget")):
-        names = ", ".join(f"{row.label} (n = {row.n})" for row, res in cut if res.get("status", "shortened") == status)
+    def kind(res: dict[str, Any]) -> str:
+        status = res.get("status", "shortened")
+        return "planned" if status == "shortened" and AS_PLANNED in res.get("note", "") else status
+
+    for status, title in (("shortened", "Shortened for lack of budget"), ("skipped", "Skipped for lack of budget"),
+                          ("planned", f"Trained the ~{EXPECTED_EPOCHS} epochs planned, not early-stopped")):
+        names = ", ".join(f"{row.label} (n = {row.n})" for row, res in cut if kind(res) == status)
         if names:
             lines.append(f"**{title}**: {names}.")
     unscored = [(row, rows[row.id]) for row in ordered if rows.get(row.id, {}).get("train_pending")]
