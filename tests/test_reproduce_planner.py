@@ -139,3 +139,24 @@ def test_a_runs_own_epochs_give_its_rates():
     assert from_history([{"examples": 0, "elapsed_seconds": 0.0, "valid_seconds": 0.0}], 500) is None
     quick = from_history([{"examples": 1000, "elapsed_seconds": 0.0, "valid_seconds": 0.0}], 500)
     assert quick == Rates(train=1000 / 0.05, score=500 / 0.05)  # quicker than the records' tenths: as fast as they say
+
+
+def test_the_train_split_is_planned_at_the_speed_the_runs_validation_scored(tmp_path):
+    """A long split is scored from the per-position tables, faster than the slice the rate is measured
+    on; the run's own validation scored that way, so the faster of the two plans the train split."""
+    import json
+    from types import SimpleNamespace
+
+    from nnlm.neural import checkpoint as ck
+    from nnlm.reproduce.net_rows import run_dir, train_scoring_rate
+
+    job = SimpleNamespace(out=tmp_path, options={}, rates={"apnews": Rates(train=1000, score=100)},
+                          corpus=SimpleNamespace(valid=[0] * 500))
+    assert train_scoring_rate(job, "apnews") == 100  # no run yet: the slice's rate
+    run = run_dir(job, "apnews")
+    run.mkdir(parents=True)
+    history = [{"examples": 1000, "elapsed_seconds": 3.0, "valid_seconds": 2.0}]
+    (run / ck.STATE).write_text(json.dumps({"history": history}))
+    assert train_scoring_rate(job, "apnews") == 250  # 500 validation tokens in 2 s
+    job.rates["apnews"] = Rates(train=1000, score=400)
+    assert train_scoring_rate(job, "apnews") == 400  # never slower than measured now
