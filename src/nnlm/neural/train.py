@@ -263,6 +263,15 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, s
     return False, None
 
 
+def log_scale_plain_labels(ax: Any) -> None:
+    """A log-scale y axis labelled 242.5, not 2.425 x 10^2 (what matplotlib writes within one decade)."""
+    from matplotlib.ticker import StrMethodFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    ax.yaxis.set_minor_formatter(StrMethodFormatter("{x:g}"))
+
+
 def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool = True) -> None:
     """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png. A
     sampled loss's running "train ppl" is exp of its objective, not a perplexity: not plotted."""
@@ -281,11 +290,7 @@ def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool =
     ax.plot(epochs, [h["valid_ppl"] for h in history], "s-", label="validation")
     ax.set_xlabel("epoch")
     ax.set_ylabel("perplexity")
-    ax.set_yscale("log")
-    from matplotlib.ticker import StrMethodFormatter
-
-    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))  # within one decade the log axis would
-    ax.yaxis.set_minor_formatter(StrMethodFormatter("{x:g}"))  # label 2.425 x 10^2
+    log_scale_plain_labels(ax)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     ax.set_title(out.name)

@@ -119,8 +119,12 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
         requested["samples"] = job.samples
     if grant is not None:
         requested |= session_limits(job, net, grant)
-    state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
-                           resume=(where / ck.RUN).exists(), progress=job.progress, log=job.row_log(net))
+
+    def train(resume: bool) -> dict[str, Any]:
+        return train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild, resume=resume,
+                              progress=job.progress, log=job.row_log(net))
+
+    state = train((where / ck.RUN).exists())
     while grant is not None and grant.status == "shortened" and not state["finished"] \
             and str(state["stop_reason"]).startswith("reached"):
         seen = rates.from_history(state["history"], len(job.corpus.valid))
@@ -135,8 +139,7 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
                 f"{limits['epochs']} epochs; {grant.reason}")
         requested |= limits
         plan = plan_record(job, net, grant)
-        state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild, resume=True,
-                               progress=job.progress, log=job.row_log(net))
+        state = train(resume=True)
     model = trained(job, net)
     govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
     later = job.budget is not None  # the train split is scored at the end, if the budget allows
@@ -204,9 +207,7 @@ def train_scoring_rate(job: Job, net: str) -> float:
     """Tokens per second for scoring the train split: the faster of the rate measured on a slice and
     the run's own validation, which scored a whole split the way the train split will be (a long pass
     takes the per-position tables: on the 14M corpus 19.7k tokens/s against the slice's 9.8k)."""
-    state = run_dir(job, net) / ck.STATE
-    history = ck.read_json(state, "training state").get("history", []) if state.exists() else []
-    seen = rates.from_history(history, len(job.corpus.valid))
+    seen = rates.from_history(ck.read_state(run_dir(job, net)).get("history", []), len(job.corpus.valid))
     return max(rates_of(job, net).score, seen.score if seen is not None else 0.0)
 
 

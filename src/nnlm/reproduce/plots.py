@@ -55,12 +55,9 @@ def curves(out: Path, rows: dict[str, dict[str, Any]], nets: list[str], corpus_n
     ax.set_xlabel("epoch")
     ax.set_ylabel("perplexity")
     if ax.get_lines():
-        from matplotlib.ticker import StrMethodFormatter
+        from nnlm.neural.train import log_scale_plain_labels
 
-        ax.set_yscale("log")
-        plain = StrMethodFormatter("{x:g}")
-        ax.yaxis.set_major_formatter(plain)  # within one decade the log axis would label 2.425 x 10^2
-        ax.yaxis.set_minor_formatter(plain)
+        log_scale_plain_labels(ax)
         ax.legend(fontsize=8, loc="upper right")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(f"Learning curves ({corpus_name})")
