@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from nnlm.data.vocab import PARAGRAPH
+from nnlm.data.tokenize import text_tokens
 from nnlm.errors import NnlmError
 from nnlm.io import require_regular
 
@@ -16,12 +16,8 @@ BLOCK_BYTES = 8 << 20  # a few million tokens: their Python strings stay well un
 
 
 def line_tokens(text: str) -> list[str]:
-    """Whitespace tokens of `text`, `<p>` at the end of every non-blank line."""
-    lines = list(filter(str.strip, text.splitlines()))
-    if not lines:
-        return []
-    joined = f" {PARAGRAPH} ".join(lines)
-    return joined.split() + [PARAGRAPH]
+    """Whitespace tokens of `text`, `<p>` at the end of every non-blank line (nnlm.data.tokenize's rule)."""
+    return text_tokens(text)
 
 
 def token_blocks(path: Path, block_bytes: int | None = None) -> Iterator[list[str]]:
