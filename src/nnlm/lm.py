@@ -10,16 +10,69 @@ functions take a model, and this module knows nothing of them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from nnlm.data.corpus import Corpus
-from nnlm.data.vocab import Vocabulary
+from nnlm.data.vocab import Vocabulary, start_token
 from nnlm.errors import NnlmError
 
 EVAL_CHUNK = 1 << 15  # positions scored per call when walking a split
+LOG10_E = float(np.log10(np.e))
+
+
+@dataclass
+class LMState:
+    """Where B hypotheses stand in their texts, for scoring them one word at a time (decoders).
+
+    `context` holds each row's last n-1 token ids, oldest first (what `log_prob` would be given);
+    `extra` holds what a model keeps to make the next step cheap (the NPLM's hidden pre-activation,
+    a back-off model's matched lengths), each an array or tensor with B rows. `owner` names the model
+    that made the state, so a state is never advanced by a model it does not belong to."""
+
+    context: np.ndarray
+    owner: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.context)
+
+    def take(self, rows: Sequence[int] | np.ndarray) -> LMState:
+        """The states of `rows`, in that order (a beam keeps, drops and copies hypotheses)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.ndim != 1 or (len(rows) and (rows.min() < -len(self) or rows.max() >= len(self))):
+            raise NnlmError(f"state rows must be a list of indices below {len(self)}")
+        return LMState(self.context[rows], self.owner, {k: v[_rows_for(v, rows)] for k, v in self.extra.items()})
+
+    @staticmethod
+    def concat(states: Sequence[LMState]) -> LMState:
+        """One state of all the rows of `states` (all made by one model), in order."""
+        if not states:
+            raise NnlmError("no states to join")
+        owners = {s.owner for s in states}
+        if len(owners) != 1:
+            raise NnlmError("states of different models cannot be joined")
+        extra = {k: _cat([s.extra[k] for s in states]) for k in states[0].extra}
+        return LMState(np.concatenate([s.context for s in states]), states[0].owner, extra)
+
+
+def _rows_for(value: Any, rows: np.ndarray) -> Any:
+    """An index for `value`'s first axis: torch tensors take a tensor of indices."""
+    if isinstance(value, np.ndarray):
+        return rows
+    import torch
+    return torch.as_tensor(rows, device=value.device)
+
+
+def _cat(values: list[Any]) -> Any:
+    if isinstance(values[0], np.ndarray):
+        return np.concatenate(values)
+    import torch
+    return torch.cat(values)
 
 
 class LanguageModel(ABC):
@@ -48,6 +101,61 @@ class LanguageModel(ABC):
     def kind_name(self) -> str:
         """`kind`, or the class name for a model that has none."""
         return self.kind or type(self).__name__
+
+    # --- scoring one word at a time (decoders: KenLM's BaseScore(state_in, word, state_out)) ---
+    # The defaults below keep only the context ids and call log_prob, which is right for every
+    # model; a model that can make a step cheaper overrides `begin_state` and `advance` (and keeps
+    # what it needs in LMState.extra), with the same numbers to floating-point rounding.
+
+    def state_owner(self) -> str:
+        """The name states of this model carry (kind, order, vocabulary, and which object)."""
+        return f"{self.kind_name()}/{self.order}/{self.vocab.fingerprint}/{id(self):x}"
+
+    def begin_state(self, batch: int = 1, history: Sequence[int] | np.ndarray | None = None) -> LMState:
+        """`batch` identical states at the start of a text (the start token fills the context), or
+        after `history`, a sequence of token ids."""
+        if not isinstance(batch, int | np.integer) or batch < 1:
+            raise NnlmError(f"a state batch needs at least one row, got {batch!r}")
+        k = self.context_size
+        start = self.vocab.id(start_token(self.vocab))
+        past = self._check_words(np.asarray([] if history is None else history), "history", allow_empty=True)
+        past = past[len(past) - k:] if k else past[:0]
+        row = np.concatenate([np.full(k - len(past), start, dtype=np.int64), past])
+        return LMState(np.tile(row, (int(batch), 1)), self.state_owner())
+
+    def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
+                log10: bool = False) -> tuple[np.ndarray, LMState]:
+        """P(words[i] | state row i) for every row in one call, and the states after those words.
+        Natural log by default, log10 with `log10=True` (KenLM's unit); float64 [B]."""
+        words = self.check_step(state, words)
+        log_probs = self.log_prob(state.context, words)
+        return (log_probs * LOG10_E if log10 else log_probs), self.shift_state(state, words)
+
+    def shift_state(self, state: LMState, words: np.ndarray) -> LMState:
+        """The context ids after each row's word (extra left to the models that keep some)."""
+        k = self.context_size
+        context = np.concatenate([state.context[:, 1:], words[:, None]], axis=1) if k else state.context
+        return LMState(context, state.owner, {})
+
+    def check_step(self, state: LMState, words: Sequence[int] | np.ndarray) -> np.ndarray:
+        """`words` as int64 [B] after checking that `state` is this model's and the ids are in V."""
+        if not isinstance(state, LMState) or state.owner != self.state_owner():
+            raise NnlmError("this state was not made by this model (use model.begin_state())")
+        words = self._check_words(np.asarray(words), "words")
+        if len(words) != len(state):
+            raise NnlmError(f"{len(words)} words for {len(state)} states: give one word per state")
+        return words
+
+    def _check_words(self, words: np.ndarray, what: str, allow_empty: bool = False) -> np.ndarray:
+        if words.ndim != 1 or not (words.size == 0 or np.issubdtype(words.dtype, np.integer)):
+            raise NnlmError(f"{what} must be a flat list of integer token ids")
+        if words.size == 0 and not allow_empty:
+            raise NnlmError(f"no {what} given: a step needs at least one")
+        words = words.astype(np.int64)
+        if words.size and (words.min() < 0 or words.max() >= len(self.vocab)):
+            bad = int(words[(words < 0) | (words >= len(self.vocab))][0])
+            raise NnlmError(f"{what}: token id {bad} is outside the vocabulary (0 .. {len(self.vocab) - 1})")
+        return words
 
     @contextmanager
     def long_pass(self, tokens: int) -> Iterator[None]:

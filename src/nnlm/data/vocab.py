@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +77,7 @@ class Vocabulary:
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.tokens[int(i)] for i in ids]
 
-    @property
+    @cached_property  # asked on every decoder step (LMState owners): computed once
     def fingerprint(self) -> str:
         """A short hash of the token list: two models can be compared only if these agree."""
         return hashlib.sha256("\n".join(self.tokens).encode()).hexdigest()[:16]
