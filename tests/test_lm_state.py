@@ -7,7 +7,7 @@ import pytest
 
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
-from nnlm.lm import LMState
+from nnlm.lm import LOG10_E, LMState
 from nnlm.ngram.build import build_ngram
 
 
@@ -69,3 +69,61 @@ def test_bad_input_is_one_error(corpus):
         a.begin_state(0)
     with pytest.raises(NnlmError, match="indices below"):
         state.take([5])
+
+
+# --- the count-based models' compiled steps (nnlm.ngram.query_engine): the same numbers, kept state right ---
+
+def _arpa_model(corpus, tmp_path, order):
+    from nnlm.ngram.arpa import read_arpa, write_arpa
+
+    write_arpa(build_ngram("kn", corpus, order), tmp_path / "m.arpa")
+    return read_arpa(tmp_path / "m.arpa", corpus.vocab)
+
+
+@pytest.mark.parametrize("order", [2, 5])
+def test_arpa_model_word_by_word_equals_batch(corpus, tmp_path, order):
+    from nnlm.use import stream_log_probs
+
+    model = _arpa_model(corpus, tmp_path, order)
+    assert model.tables.query_engine() is not None
+    ids = corpus.split("test")[:200].astype(np.int64)
+    np.testing.assert_allclose(_step_scores(model, ids), stream_log_probs(model, ids), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind,order", [("kn", 5), ("class", 4), ("interpolated", 3)])
+def test_beam_rows_taken_and_joined_keep_their_state(corpus, kind, order):
+    """Two texts in a beam, rows swapped, copied and joined midway (take / concat carry `extra`), and a
+    state begun after a history: each row still scores as its own text does in one batch."""
+    from nnlm.use import stream_log_probs
+
+    model = build_ngram(kind, corpus, order, **({"classes": 8} if kind == "class" else {}))
+    a = corpus.split("test")[:60].astype(np.int64)
+    b = corpus.split("valid")[:60].astype(np.int64)
+    expect_a, expect_b = stream_log_probs(model, a), stream_log_probs(model, b)
+    state = model.begin_state(2)
+    got = []
+    for t in range(60):
+        if t == 30:
+            state = LMState.concat([state.take([1, 0]), state.take([0])])  # rows: b, a, a
+        words = np.array([a[t], b[t]] if t < 30 else [b[t], a[t], a[t]], dtype=np.int64)
+        lp, state = model.advance(state, words, log10=(t % 2 == 1))
+        got.append(lp / LOG10_E if t % 2 == 1 else lp)
+    np.testing.assert_allclose([g[0] for g in got[:30]], expect_a[:30], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([g[1] for g in got[:30]], expect_b[:30], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([g[0] for g in got[30:]], expect_b[30:], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([g[1] for g in got[30:]], expect_a[30:], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([g[2] for g in got[30:]], expect_a[30:], rtol=0, atol=1e-6)
+    after = model.begin_state(1, history=a[:7])
+    lp, _ = model.advance(after, a[7:8])
+    np.testing.assert_allclose(lp, stream_log_probs(model, a[7:8], history=a[:7]), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["kn", "class", "interpolated"])
+def test_compiled_steps_refuse_bad_words_with_one_error(corpus, kind):
+    model = build_ngram(kind, corpus, 3, **({"classes": 8} if kind == "class" else {}))
+    state = model.begin_state(2)
+    for words in (np.array([1, len(model.vocab)]), np.array([-1, 0]), [1, len(model.vocab)]):
+        with pytest.raises(NnlmError, match="outside the vocabulary"):
+            model.advance(state, words)
+    with pytest.raises(NnlmError, match="not made by this model"):
+        model.advance(build_ngram("kn", corpus, 3).begin_state(2), np.array([1, 2]))

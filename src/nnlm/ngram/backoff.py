@@ -13,15 +13,16 @@ Probabilities are kept as log10, like ARPA.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from nnlm.data.vocab import Vocabulary
+from nnlm.data.vocab import Vocabulary, start_token
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel
+from nnlm.lm import LanguageModel, LMState
 from nnlm.ngram.keys import lookup, ranges, search
 from nnlm.ngram.store import load_arrays, save_arrays
 
@@ -41,6 +42,9 @@ class BackoffTables:
     keys: list[np.ndarray]
     log10_prob: list[np.ndarray]
     log10_backoff: list[np.ndarray]
+    # the compiled query engine (nnlm.ngram.query_engine), built at the first query; False: none (the
+    # tables are not suffix-closed, or it would not fit its memory budget), so the numpy path serves
+    _engine: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (len(self.keys) == len(self.log10_prob) == len(self.log10_backoff) >= 1):
@@ -80,8 +84,67 @@ class BackoffTables:
             raise ValueError(f"contexts must be [N, >= {need}], got shape {contexts.shape}")
         return contexts[:, contexts.shape[1] - need:]
 
+    def query_engine(self) -> Any:
+        """The compiled engine of these tables (built once, at the first call), or None if they keep the
+        numpy path. The tables must not be changed in place after it is built."""
+        if self._engine is None:
+            from nnlm.ngram import query_engine
+
+            engine = None
+            if query_engine.ENABLED:
+                engine = query_engine.build_backoff_engine(self.vocab_size, self.keys, self.log10_prob,
+                                                           self.log10_backoff)
+            self._engine = engine if engine is not None else False
+        return self._engine or None
+
     def log10_prob_of(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """log10 P(target | context) for each row, by the back-off rule, all rows at once."""
+        """log10 P(target | context) for each row, by the back-off rule (the compiled engine when there is one)."""
+        engine = self.query_engine()
+        if engine is None:
+            return self.reference_log10_prob_of(contexts, targets)
+        ctx = self._context(contexts)
+        targets = np.asarray(targets, dtype=np.int64)
+        if targets.shape != (len(ctx),):
+            raise ValueError(f"targets must be [N] with N = {len(ctx)} context rows, got shape {targets.shape}")
+        for ids in (targets, ctx):  # the compiled loops do not check bounds
+            if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+                raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
+        return engine.log10_prob(ctx, targets)
+
+    def state_extra(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
+        """What an LMState of these tables keeps beside its context ids (empty without the engine): the
+        context suffixes' back-offs and how many are listed, so that a step looks up only the new word."""
+        engine = self.query_engine()
+        if engine is None:
+            return {}
+        backoffs, lengths = engine.context_state(self._context(contexts))
+        return {"backoff_log10": backoffs, "backoff_matched": lengths}
+
+    def step(self, contexts: np.ndarray, extra: dict[str, np.ndarray],
+             words: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]] | None:
+        """One compiled step of B states (rows of `contexts`, [B, order-1], with `extra` from `state_extra`
+        or an earlier step): log10 P(words[i] | row i), the next contexts and extra; None without the engine."""
+        engine = self.query_engine()
+        if engine is None:
+            return None
+        contexts = np.ascontiguousarray(self._context(contexts), dtype=np.int64)
+        backoffs, lengths = extra.get("backoff_log10"), extra.get("backoff_matched")
+        if backoffs is None or lengths is None or len(backoffs) != len(contexts):
+            backoffs, lengths = engine.context_state(contexts)  # a state made without them
+        log10, contexts, backoffs, lengths = engine.advance(contexts, np.ascontiguousarray(backoffs, dtype=np.float64),
+                                                            np.ascontiguousarray(lengths, dtype=np.int64),
+                                                            np.ascontiguousarray(words, dtype=np.int64))
+        return log10, contexts, {"backoff_log10": backoffs, "backoff_matched": lengths}
+
+    def text_log10(self, start: np.ndarray, ids: np.ndarray) -> float | None:
+        """Sum of log10 P of the stream `ids` after the context `start` [order-1], in one compiled call;
+        None without the engine."""
+        engine = self.query_engine()
+        return None if engine is None else engine.stream_log10(start, ids)
+
+    def reference_log10_prob_of(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """log10 P(target | context) for each row, by the back-off rule, all rows at once in numpy: the reference
+        the compiled engine is tested against."""
         ctx = self._context(contexts)
         targets = np.asarray(targets, dtype=np.int64)
         v = self.vocab_size
@@ -137,7 +200,37 @@ class BackoffTables:
             raise NnlmError(f"saved back-off tables are incomplete or inconsistent ({exc})") from None
 
 
-class BackoffModel(LanguageModel):
+def quick_step_words(model: LanguageModel, state: LMState, words: Sequence[int] | np.ndarray) -> np.ndarray:
+    """`model.check_step(state, words)` without its cost for a beam's usual call (an int64 array, one word per
+    row of a state of this model); the compiled step checks the ids' range. Anything else goes through
+    check_step, for its checks and messages."""
+    if (type(words) is np.ndarray and words.dtype == np.int64 and words.ndim == 1 and type(state) is LMState
+            and 0 < len(words) == len(state) and state.owner == model.state_owner()):
+        return words
+    return model.check_step(state, words)
+
+
+def start_context(model: LanguageModel) -> np.ndarray:
+    """The context at the start of a text, int64 [order-1] of the start token (kept on the model: the
+    per-sentence call should not look it up each time)."""
+    start = getattr(model, "_start_context", None)
+    if start is None:
+        start = np.full(model.context_size, model.vocab.id(start_token(model.vocab)), dtype=np.int64)
+        model._start_context = start
+    return start
+
+
+class KeptStateOwner(LanguageModel):
+    """A model whose `state_owner` string is made once (a step compares it; the models here are immutable)."""
+
+    def state_owner(self) -> str:
+        owner = self.__dict__.get("_state_owner")
+        if owner is None:
+            owner = self._state_owner = super().state_owner()
+        return owner
+
+
+class BackoffModel(KeptStateOwner):
     """A LanguageModel over a Vocabulary backed by BackoffTables (e.g. read from an ARPA file)."""
 
     kind = "backoff"
@@ -161,6 +254,30 @@ class BackoffModel(LanguageModel):
 
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
         return self.tables.distribution(contexts)
+
+    # the stateful API in one compiled call per step (the base class's numbers, through the query engine)
+    def begin_state(self, batch: int = 1, history: Sequence[int] | np.ndarray | None = None) -> LMState:
+        state = super().begin_state(batch, history)
+        state.extra.update(self.tables.state_extra(state.context))
+        return state
+
+    def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
+                log10: bool = False) -> tuple[np.ndarray, LMState]:
+        words = quick_step_words(self, state, words)
+        try:
+            stepped = self.tables.step(state.context, state.extra, words)
+        except IndexError:  # a word outside the vocabulary: check_step says which
+            self.check_step(state, words)
+            raise
+        if stepped is None:
+            return super().advance(state, words, log10)
+        log10_probs, contexts, extra = stepped
+        return (log10_probs if log10 else log10_probs * LN10), LMState(contexts, state.owner, extra)
+
+    def text_log10(self, ids: np.ndarray) -> float | None:
+        """Sum of log10 P of the token ids `ids` (int64) from the start of a text (the start token fills the
+        context), in one compiled call (nnlm.score_sentence); None without the engine."""
+        return self.tables.text_log10(start_context(self), ids)
 
     def save(self, directory: Path) -> None:
         save_arrays(directory, self.kind, self.order, self.vocab, self.tables.arrays(), self.params)

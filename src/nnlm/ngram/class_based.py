@@ -16,6 +16,7 @@ classes, and costs about 10% perplexity on Brown, all of it on those words.)
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,8 @@ import numpy as np
 from nnlm.data.corpus import Corpus
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel
-from nnlm.ngram.backoff import BackoffTables
+from nnlm.lm import LMState
+from nnlm.ngram.backoff import LN10, BackoffTables, KeptStateOwner, quick_step_words, start_context
 from nnlm.ngram.clusters import WordClasses, exchange_clusters
 from nnlm.ngram.kneser_ney import fit_kneser_ney
 from nnlm.ngram.store import load_arrays, save_arrays
@@ -53,7 +54,7 @@ def word_given_class(classes: np.ndarray, freq: np.ndarray) -> np.ndarray:
                     d * n_seen[classes] / total[classes] / np.maximum(n_unseen[classes], 1))
 
 
-class ClassNgram(LanguageModel):
+class ClassNgram(KeptStateOwner):
     """Kneser-Ney over word classes times the word's probability within its class."""
 
     kind = "class"
@@ -118,6 +119,38 @@ class ClassNgram(LanguageModel):
         contexts = np.asarray(contexts, dtype=np.int64)
         targets = np.asarray(targets, dtype=np.int64)
         return self.tables.log_prob(self.classes[contexts], self.classes[targets]) + np.log(self.word_prob[targets])
+
+    # the stateful API in one compiled call per step: the class n-gram's query engine on the class ids
+    def begin_state(self, batch: int = 1, history: Sequence[int] | np.ndarray | None = None) -> LMState:
+        state = super().begin_state(batch, history)
+        state.extra.update(self.tables.state_extra(self.classes[state.context]))
+        return state
+
+    def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
+                log10: bool = False) -> tuple[np.ndarray, LMState]:
+        words = quick_step_words(self, state, words)
+        if words.min() < 0 or words.max() >= len(self.vocab):
+            self.check_step(state, words)  # raises, saying which id
+        stepped = self.tables.step(self.classes[state.context], state.extra, self.classes[words])
+        if stepped is None:
+            return super().advance(state, words, log10)
+        class_log10, _, extra = stepped
+        if log10:
+            log_probs = class_log10 + self._log10_word_prob()[words]
+        else:
+            log_probs = class_log10 * LN10 + np.log(self.word_prob[words])
+        return log_probs, LMState(self.shift_state(state, words).context, state.owner, extra)
+
+    def text_log10(self, ids: np.ndarray) -> float | None:
+        """Sum of log10 P of the token ids `ids` from the start of a text, in one compiled call over the class
+        ids (nnlm.score_sentence); None without the engine."""
+        class_log10 = self.tables.text_log10(self.classes[start_context(self)], self.classes[ids])
+        return None if class_log10 is None else class_log10 + float(self._log10_word_prob()[ids].sum())
+
+    def _log10_word_prob(self) -> np.ndarray:
+        if getattr(self, "_word_log10", None) is None:
+            self._word_log10 = np.log10(self.word_prob)
+        return self._word_log10
 
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
         class_dist = self.tables.distribution(self.classes[np.asarray(contexts, dtype=np.int64)])  # [N, c]

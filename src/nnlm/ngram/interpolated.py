@@ -15,7 +15,9 @@ its guarantee that the validation likelihood never decreases.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +25,8 @@ from nnlm.data.corpus import Corpus
 from nnlm.data.vocab import Vocabulary
 from nnlm.em import fit_weights_em
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel, contexts
+from nnlm.lm import LOG10_E, LMState, contexts
+from nnlm.ngram.backoff import KeptStateOwner, quick_step_words, start_context
 from nnlm.ngram.counts import count_ngrams
 from nnlm.ngram.keys import ranges, value_at
 from nnlm.ngram.store import load_arrays, save_arrays
@@ -33,7 +36,7 @@ EM_ITERATIONS = 5
 MAX_VOCAB = 2_000_000  # trigram keys u*V*V + v*V + w must fit in int64
 
 
-class InterpolatedTrigram(LanguageModel):
+class InterpolatedTrigram(KeptStateOwner):
     """Trigram relative frequencies mixed with lower orders, weights per context-frequency bucket."""
 
     order = 3
@@ -46,6 +49,7 @@ class InterpolatedTrigram(LanguageModel):
         self.weights = weights  # [buckets, COMPONENTS], rows sum to 1
         self.train_tokens = train_tokens
         self.em_history = em_history or []  # mean validation log-likelihood, before and after each EM step
+        self._engine: Any = None  # the compiled query engine, built at the first query (False: none)
 
     # ---- counting -------------------------------------------------------------------------
     @classmethod
@@ -174,7 +178,52 @@ class InterpolatedTrigram(LanguageModel):
         t = self.tables
         return len(t["unigram"]) + len(t["bigram_counts"]) + len(t["trigram_counts"]) + self.weights.size
 
+    def query_engine(self) -> Any:
+        """The compiled engine (nnlm.ngram.interpolated_engine), built at the first query; None if the tables
+        keep the numpy path (memory-mapped beyond the engine's budget, or NNLM_QUERY_ENGINE=0)."""
+        if self._engine is None:
+            from nnlm.ngram import query_engine
+            from nnlm.ngram.interpolated_engine import build_interpolated_engine
+
+            engine = None
+            if query_engine.ENABLED:
+                engine = build_interpolated_engine(len(self.vocab), self.train_tokens, self.seen_buckets, self.tables)
+            self._engine = engine if engine is not None else False
+        return self._engine or None
+
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        engine = self.query_engine()
+        if engine is None:
+            return self.reference_log_prob(contexts, targets)
+        contexts = np.asarray(contexts, dtype=np.int64)
+        targets = np.asarray(targets, dtype=np.int64)
+        if contexts.ndim != 2 or contexts.shape[1] < 2 or targets.shape != (len(contexts),):
+            raise ValueError(f"contexts must be [N, >= 2] and targets [N], got {contexts.shape} and {targets.shape}")
+        for ids in (targets, contexts[:, -2:]):  # the compiled loop does not check bounds
+            if ids.size and (ids.min() < 0 or ids.max() >= len(self.vocab)):
+                raise IndexError(f"token ids must be in 0 .. {len(self.vocab) - 1}")
+        return engine.log_prob(self.weights, contexts, targets)
+
+    def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
+                log10: bool = False) -> tuple[np.ndarray, LMState]:
+        """A step in one compiled call (the trigram needs nothing beyond the two context ids)."""
+        engine = self.query_engine()
+        if engine is None:
+            return super().advance(state, words, log10)
+        words = quick_step_words(self, state, words)
+        if words.min() < 0 or words.max() >= len(self.vocab):
+            self.check_step(state, words)  # raises, saying which id
+        log_probs = engine.log_prob(self.weights, state.context, words)
+        return (log_probs * LOG10_E if log10 else log_probs), self.shift_state(state, words)
+
+    def text_log10(self, ids: np.ndarray) -> float | None:
+        """Sum of log10 P of the token ids `ids` from the start of a text, in one compiled call
+        (nnlm.score_sentence); None without the engine."""
+        engine = self.query_engine()
+        return None if engine is None else engine.text_log_prob(self.weights, start_context(self), ids) * LOG10_E
+
+    def reference_log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """log_prob in numpy: the reference the compiled engine is tested against."""
         contexts = np.asarray(contexts, dtype=np.int64)
         mix = (self.weights[self.buckets(contexts)] * self.components(contexts, targets)).sum(axis=1)
         return np.log(mix)

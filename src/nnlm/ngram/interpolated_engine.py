@@ -1,0 +1,119 @@
+"""The compiled query engine of the deleted-interpolation trigram (nnlm.ngram.interpolated).
+
+The numpy path finds each row's bigram, trigram and context counts by searchsorted in sorted key
+arrays (three binary searches, each ~20 dependent cache misses on Brown), then mixes the four
+components with the bucket weights in a dozen temporaries. Here the three count tables are exact
+hash maps (nnlm.ngram.query_engine.HashMap: one probe each, and the three probes are independent, so
+their memory loads overlap) and one compiled loop computes the bucket and the mixture per row,
+with the numpy path's formulas in its order of operations.
+
+Built lazily at the first query; tables memory-mapped out of core (`--memory`) get an engine only
+within query_engine.MAPPED_MEMORY_BUDGET_BYTES, else they keep the numpy path.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from nnlm.ngram.query_engine import HashMap, _find, within_budget
+
+
+@dataclass
+class InterpolatedEngine:
+    vocab_size: int
+    train_tokens: int
+    seen_buckets: int
+    unigram: np.ndarray        # int64 [V] train counts
+    bigram_totals: np.ndarray  # int64 [V]
+    bigrams: HashMap           # prev * V + w -> count
+    trigrams: HashMap          # (u * V + prev) * V + w -> count
+    contexts: HashMap          # u * V + prev -> freq(u, prev) as a trigram context
+
+    @property
+    def nbytes(self) -> int:
+        return self.bigrams.nbytes + self.trigrams.nbytes + self.contexts.nbytes
+
+    def log_prob(self, weights: np.ndarray, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """Natural-log probabilities of targets [N] given contexts [N, >= 2] (ids checked by the caller), with
+        the model's bucket weights [buckets, 4] (given each call: EM may change them after the build)."""
+        out = np.empty(len(targets), dtype=np.float64)
+        _mixture_rows(self.vocab_size, float(self.train_tokens), self.seen_buckets, weights, self.unigram,
+                      self.bigram_totals, self.bigrams.table, self.bigrams.cap, self.trigrams.table, self.trigrams.cap,
+                      self.contexts.table, self.contexts.cap, np.ascontiguousarray(contexts[:, -2:], dtype=np.int64),
+                      np.ascontiguousarray(targets, dtype=np.int64), out)
+        return out
+
+    def text_log_prob(self, weights: np.ndarray, start: np.ndarray, ids: np.ndarray) -> float:
+        """Sum of natural-log P of the stream `ids` after the context `start` [2]."""
+        return _stream_sum(self.vocab_size, float(self.train_tokens), self.seen_buckets, weights, self.unigram,
+                           self.bigram_totals, self.bigrams.table, self.bigrams.cap, self.trigrams.table,
+                           self.trigrams.cap, self.contexts.table, self.contexts.cap, start, ids)
+
+
+@numba.njit(inline="always")
+def _get(table, cap, key):
+    s = _find(table, 0, cap, key)
+    return table[s, 1] if s >= 0 else 0
+
+
+@numba.njit(inline="always")
+def _mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams, trigram_cap,
+             context_map, context_cap, u, prev, w):
+    """P(w | u, prev): InterpolatedTrigram.buckets and .components, row by row, in the same order."""
+    context = u * v + prev
+    tri_total = _get(context_map, context_cap, context)
+    tri = _get(trigrams, trigram_cap, context * v + w)
+    bi = _get(bigrams, bigram_cap, prev * v + w)
+    bi_total = bigram_totals[prev]
+    if bi_total <= 0:
+        bucket = seen_buckets + 1
+    elif tri_total <= 0:
+        bucket = seen_buckets
+    else:
+        q = math.ceil(-math.log((1.0 + tri_total) / train_tokens))
+        bucket = min(max(q, 0), seen_buckets - 1)
+    a = weights[bucket]
+    p = a[0] * (1.0 / v)
+    p += a[1] * (unigram[w] / train_tokens)
+    p += a[2] * (bi / max(bi_total, 1))
+    p += a[3] * (tri / max(tri_total, 1))
+    return p
+
+
+@numba.njit(cache=True)
+def _mixture_rows(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
+                  trigram_cap, context_map, context_cap, contexts, targets, out):
+    for i in range(len(targets)):
+        out[i] = math.log(_mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
+                                   trigrams, trigram_cap, context_map, context_cap, contexts[i, 0], contexts[i, 1],
+                                   targets[i]))
+
+
+@numba.njit(cache=True)
+def _stream_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
+                trigram_cap, context_map, context_cap, start, ids):
+    u, prev = start[0], start[1]
+    total = 0.0
+    for t in range(len(ids)):
+        total += math.log(_mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
+                                   trigrams, trigram_cap, context_map, context_cap, u, prev, ids[t]))
+        u, prev = prev, ids[t]
+    return total
+
+
+def build_interpolated_engine(vocab_size: int, train_tokens: int, seen_buckets: int,
+                              tables: dict[str, np.ndarray]) -> InterpolatedEngine | None:
+    """The engine of an InterpolatedTrigram's tables, or None if it would not fit its memory budget."""
+    sizes = [vocab_size, len(tables["bigram_keys"]), len(tables["trigram_keys"]), len(tables["context_keys"])]
+    if not within_budget(list(tables.values()), sizes):
+        return None
+    return InterpolatedEngine(
+        vocab_size, int(train_tokens), int(seen_buckets),
+        np.ascontiguousarray(tables["unigram"], dtype=np.int64),
+        np.ascontiguousarray(tables["bigram_totals"], dtype=np.int64),
+        HashMap(tables["bigram_keys"], tables["bigram_counts"]),
+        HashMap(tables["trigram_keys"], tables["trigram_counts"]),
+        HashMap(tables["context_keys"], tables["context_totals"]))

@@ -1,0 +1,495 @@
+"""The compiled query engine of the back-off models (Kneser-Ney, ARPA files, the class model's class n-gram).
+
+Why: BackoffTables looks an n-gram up with one searchsorted per word per order over the whole batch,
+so a 5-gram query is ~15 binary searches and a dozen temporary arrays; KenLM does the same work with
+about one hash probe per matched word. This module builds KenLM-like tables from BackoffTables once
+(lazily, at the first query) and scores in numba-compiled loops (docs/query-engine.md: why numba,
+the measurements).
+
+The tables: one open-addressing (linear probing) hash table per order k >= 2, all in one int64
+array [slots, 3] of (key, log10 p as float64 bits, log10 back-off as float64 bits); the unigrams are
+plain arrays indexed by word id. A k-gram's key is built newest word first, as KenLM's hashes are:
+
+    key(w_1 .. w_k) = slot(w_2 .. w_k) * V + w_1      (slot of a unigram = its word id)
+
+so extending a lookup by one older word is one multiply-add and one probe, and the keys are exact
+(no hash collisions to accept: a probe compares the full key). This needs every listed k-gram's
+suffix w_2..w_k to be listed: the tables must be suffix-closed, which `build_backoff_engine` checks
+(vectorized) and every Kneser-Ney model nnlm estimates is; a table that is not (a pruned ARPA file
+from another tool) keeps the numpy path. Suffix-closed also means a lookup can stop at its first miss.
+
+Scoring a stream carries state as KenLM does: the grams matched at position t (w_t, w_{t-1} w_t, ...)
+are exactly the contexts whose back-offs position t+1 needs, so `score_rows` reuses them whenever a
+row's context is the previous row's context shifted by the previous target (the rows `contexts()` makes
+from a stream), and `advance` keeps them in the state. The log10 sums are added in the numpy path's
+order, so both paths give the same floats.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+EMPTY = -1  # key of an empty slot (real keys are >= 0)
+LOAD_FACTOR = 0.5
+HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads consecutive keys
+# Engine memory allowed beside tables already in memory, and beside memory-mapped (out-of-core) ones,
+# whose owner asked for little memory: above these the numpy path (searchsorted on the mapped arrays) stays.
+MEMORY_BUDGET_BYTES = int(float(os.environ.get("NNLM_QUERY_ENGINE_GB", "8")) * 2**30)
+MAPPED_MEMORY_BUDGET_BYTES = int(float(os.environ.get("NNLM_QUERY_ENGINE_MAPPED_GB", "1")) * 2**30)
+SLOT_BYTES = 24
+PREFETCH_AHEAD = 4  # rows whose first probes are prefetched while this one is scored (4 measured best, 2-32 tried)
+ENABLED = os.environ.get("NNLM_QUERY_ENGINE", "1") != "0"  # 0: every model keeps its numpy path (benchmarks)
+
+
+def capacity(n: int) -> int:
+    """Slots for n keys at LOAD_FACTOR (at least n + 1, so a probe always ends at an empty slot)."""
+    return max(int(np.ceil(n / LOAD_FACTOR)), n + 1, 2)
+
+
+def estimated_bytes(sizes: list[int]) -> int:
+    """Memory of the engine for tables of `sizes` entries per order (hash slots and unigram arrays),
+    plus the build's temporaries (about 5 int64 per entry of the largest order)."""
+    return sum(capacity(n) * SLOT_BYTES for n in sizes[1:]) + 16 * sizes[0] + 40 * max(sizes)
+
+
+def within_budget(arrays: list[np.ndarray], sizes: list[int]) -> bool:
+    """Whether building the engine fits its budget (the smaller one if any table is memory-mapped)."""
+    mapped = any(isinstance(a, np.memmap) or (a.base is not None and isinstance(a.base, np.memmap)) for a in arrays)
+    return estimated_bytes(sizes) <= (MAPPED_MEMORY_BUDGET_BYTES if mapped else MEMORY_BUDGET_BYTES)
+
+
+def huge_page_array(shape: tuple[int, ...], dtype: type, fill: int) -> np.ndarray:
+    """A new array filled with `fill`, in memory the kernel may back with 2 MiB pages (madvise): random
+    probes into a table of 100 MB then miss the TLB far less often. A plain array where that is not offered."""
+    import mmap
+
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if nbytes < (4 << 20) or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return np.full(shape, fill, dtype=dtype)
+    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    with contextlib.suppress(OSError):  # no transparent huge pages here: ordinary pages, the same numbers
+        buffer.madvise(mmap.MADV_HUGEPAGE)
+    out = np.frombuffer(buffer, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+    out.fill(fill)
+    return out
+
+
+# ---- hashing ------------------------------------------------------------------------------------
+
+@numba.njit(inline="always")
+def _home(key: int, offset: int, cap: int) -> int:
+    """The first slot to probe for `key` in the table at table[offset : offset + cap] (multiply-shift)."""
+    h = np.uint64(key) * HASH_MULTIPLIER
+    return offset + np.int64(((h >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
+
+
+@numba.njit(inline="always")
+def _find(table: np.ndarray, offset: int, cap: int, key: int) -> int:
+    """Slot of `key` in table[offset : offset + cap], or -1."""
+    s = _home(key, offset, cap)
+    end = offset + cap
+    while True:
+        k = table[s, 0]
+        if k == key:
+            return s
+        if k == EMPTY:
+            return -1
+        s += 1
+        if s == end:
+            s = offset
+
+
+@numba.njit(cache=True)
+def _insert_all(table: np.ndarray, offset: int, cap: int, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Put keys[i] with the int64 row values[i] into the table; returns each key's slot. Keys are distinct."""
+    slots = np.empty(len(keys), dtype=np.int64)
+    end = offset + cap
+    for i in range(len(keys)):
+        s = _home(keys[i], offset, cap)
+        while table[s, 0] != EMPTY:
+            s += 1
+            if s == end:
+                s = offset
+        table[s, 0] = keys[i]
+        for j in range(values.shape[1]):
+            table[s, 1 + j] = values[i, j]
+        slots[i] = s
+    return slots
+
+
+@numba.njit(cache=True)
+def _lookup_values(table: np.ndarray, offset: int, cap: int, keys: np.ndarray, default: int) -> np.ndarray:
+    """table[slot of key, 1] for each key (an int64 value), `default` where the key is absent."""
+    out = np.empty(len(keys), dtype=np.int64)
+    for i in range(len(keys)):
+        s = _find(table, offset, cap, keys[i])
+        out[i] = table[s, 1] if s >= 0 else default
+    return out
+
+
+class HashMap:
+    """An exact int64 -> int64 map (open addressing), for the relative-frequency tables of
+    the interpolated trigram; built once from sorted or unsorted distinct keys."""
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        self.cap = capacity(len(keys))
+        self.table = np.full((self.cap, 2), EMPTY, dtype=np.int64)
+        _insert_all(self.table, 0, self.cap, keys, np.ascontiguousarray(values, dtype=np.int64)[:, None])
+
+    def get(self, keys: np.ndarray, default: int = 0) -> np.ndarray:
+        return _lookup_values(self.table, 0, self.cap, np.ascontiguousarray(keys, dtype=np.int64), default)
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes
+
+
+# ---- the back-off engine -------------------------------------------------------------------------
+
+@dataclass
+class BackoffEngine:
+    """Hash tables of one BackoffTables (see the module docstring), and the compiled queries on them."""
+
+    order: int
+    vocab_size: int
+    table: np.ndarray          # int64 [slots, 3]: key, log10 p bits, log10 back-off bits (orders >= 2)
+    ftable: np.ndarray         # the same memory as float64
+    offsets: np.ndarray        # int64 [order + 1]: order k's slots are offsets[k] .. offsets[k] + caps[k]
+    caps: np.ndarray           # int64 [order + 1]
+    unigram_prob: np.ndarray   # float64 [V] log10 p(w)
+    unigram_backoff: np.ndarray  # float64 [V] log10 b(w)
+    build_seconds: float = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes + self.unigram_prob.nbytes + self.unigram_backoff.nbytes
+
+    def log10_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """log10 P(target | context) for each row; contexts [N, >= order-1], oldest word first."""
+        contexts = np.ascontiguousarray(contexts, dtype=np.int64)
+        targets = np.ascontiguousarray(targets, dtype=np.int64)
+        out = np.empty(len(targets), dtype=np.float64)
+        _score_rows(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
+                    self.order, contexts, targets, out)
+        return out
+
+    def context_state(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What a state keeps so that its next step needs only the new word's lookups: log10 b of each row's
+        context suffixes of length 1 .. order-1, float64 [N, order-1] (0 if not listed), and how many of
+        them are listed, int64 [N]."""
+        contexts = np.ascontiguousarray(contexts, dtype=np.int64)
+        backoffs = np.zeros((len(contexts), self.order - 1), dtype=np.float64)
+        lengths = np.zeros(len(contexts), dtype=np.int64)
+        _context_backoffs(self.table, self.ftable, self.offsets, self.caps, self.unigram_backoff, self.order,
+                          contexts, backoffs, lengths)
+        return backoffs, lengths
+
+    def advance(self, contexts: np.ndarray, backoffs: np.ndarray, lengths: np.ndarray,
+                words: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One step of B states: log10 P(words[i] | row i), and the rows' next contexts, back-offs and lengths
+        (contexts int64 [B, order-1], back-offs float64 [B, order-1], lengths and words int64 [B], all
+        C-contiguous). Raises IndexError if a word id is outside the vocabulary."""
+        stepped = _advance(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
+                           self.order, contexts, backoffs, lengths, words)
+        if len(stepped[0]) != len(words):
+            raise IndexError(f"word ids must be in 0 .. {self.vocab_size - 1}")
+        return stepped
+
+    def stream_log10(self, start: np.ndarray, ids: np.ndarray) -> float:
+        """Sum of log10 P over the stream `ids` after the context `start` [order-1] (one text from its start)."""
+        return _stream_sum(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
+                           self.order, start, ids)
+
+
+@numba.njit(inline="always")
+def _mix(z):
+    """A bijective 64-bit mixer (splitmix64's finalizer)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(inline="always")
+def _extend(h, word):
+    """The hash of a word tuple extended by one older `word`, from the tuple's hash `h` (uint64)."""
+    return _mix(h ^ (np.uint64(word + 1) * HASH_MULTIPLIER))
+
+
+@numba.njit(inline="always")
+def _word_hash(word):
+    return _mix(np.uint64(word + 1))
+
+
+@numba.njit(cache=True)
+def _extend_all(hashes, words):
+    """_extend of every (hash, word) pair, as int64 keys (the table build)."""
+    out = np.empty(len(words), dtype=np.int64)
+    for i in range(len(words)):
+        out[i] = np.int64(_extend(np.uint64(hashes[i]), words[i]))
+    return out
+
+
+@numba.njit(cache=True)
+def _word_hashes(n):
+    out = np.empty(n, dtype=np.int64)
+    for w in range(n):
+        out[w] = np.int64(_word_hash(w))
+    return out
+
+
+@intrinsic
+def _prefetch_slot(typingctx, table, slot):
+    """Ask the CPU to start loading row `slot` of a 2-d array into cache, without waiting for it
+    (LLVM's prefetch: the loads of rows scored a few steps later then overlap this row's work)."""
+    def codegen(context, builder, sig, args):
+        array = context.make_array(sig.args[0])(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, sig.args[0], array,
+                                           [args[1], context.get_constant(types.intp, 0)])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(pointer, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(table, slot), codegen
+
+
+@numba.njit(inline="always")
+def _prefetch_grams(table, offsets, caps, order, word, ctx, row, width):
+    """Prefetch the first probe of every gram `_match` may look up for (word, ctx[row])."""
+    h = _word_hash(word)
+    for j in range(2, min(order, width + 1) + 1):
+        h = _extend(h, ctx[row, width - (j - 1)])
+        _prefetch_slot(table, _home(np.int64(h), offsets[j], caps[j]))
+
+
+@numba.njit(inline="always")
+def _match(table, ftable, offsets, caps, top, word, ctx, row, width, keys, homes):
+    """Slots of word, ctx[row, width-1] word, ctx[row, width-2] ctx[row, width-1] word, ... up to `top` words
+    into homes[j]; returns the length matched (the lookups stop at the first miss)."""
+    top = min(top, width + 1)
+    h = _word_hash(word)
+    for j in range(2, top + 1):
+        h = _extend(h, ctx[row, width - (j - 1)])
+        keys[j] = np.int64(h)
+        homes[j] = _home(keys[j], offsets[j], caps[j])
+    matched = 1
+    for j in range(2, top + 1):
+        s = homes[j]
+        end = offsets[j] + caps[j]
+        while True:
+            k = table[s, 0]
+            if k == keys[j]:
+                break
+            if k == EMPTY:
+                s = -1
+                break
+            s += 1
+            if s == end:
+                s = offsets[j]
+        if s < 0:
+            break
+        homes[j] = s
+        matched = j
+    return matched
+
+
+@numba.njit(inline="always")
+def _gram_chain(table, ftable, offsets, caps, uprob, uback, order, word, ctx, row, width, known, chain, keys, homes):
+    """Match word, ctx[row, width-1] word, ... (stopping at the first miss): returns (log10 p of the longest
+    match, its length m). `known`: how many of the context's suffixes are listed; a longer gram cannot be
+    (a listed gram's context is listed), so at most known + 1 words are looked up. chain[j-1] gets the
+    back-off of the matched j-gram for j < order, 0 beyond the match: the next position's context back-offs."""
+    m = _match(table, ftable, offsets, caps, min(order, known + 1), word, ctx, row, width, keys, homes)
+    if order > 1:
+        chain[0] = uback[word]
+    for j in range(2, min(m, order - 1) + 1):
+        chain[j - 1] = ftable[homes[j], 2]
+    for j in range(m, order - 1):
+        chain[j] = 0.0
+    return (uprob[word] if m == 1 else ftable[homes[m], 1]), m
+
+
+@numba.njit(inline="always")
+def _context_row(table, ftable, offsets, caps, uback, order, ctx, row, width, backoffs, keys, homes):
+    """backoffs[j-1] = log10 b(last j words of ctx[row]) for j = 1 .. order-1 (0 where not listed); returns
+    how many of those suffixes are listed."""
+    n1 = order - 1
+    if n1 == 0:
+        return 0
+    word = ctx[row, width - 1]
+    m = _match(table, ftable, offsets, caps, n1, word, ctx, row, width - 1, keys, homes)
+    backoffs[0] = uback[word]
+    for j in range(2, m + 1):
+        backoffs[j - 1] = ftable[homes[j], 2]
+    for j in range(m, n1):
+        backoffs[j] = 0.0
+    return m
+
+
+@numba.njit(inline="always")
+def _with_backoffs(p, m, backoffs, n1):
+    """p plus the back-offs of the contexts longer than the match, added shortest first (the numpy order)."""
+    for j in range(m, n1 + 1):
+        p += backoffs[j - 1]
+    return p
+
+
+@numba.njit(cache=True)
+def _score_rows(table, ftable, offsets, caps, uprob, uback, order, contexts, targets, out):
+    n = len(targets)
+    width = contexts.shape[1]
+    n1 = order - 1
+    backoffs = np.zeros(max(n1, 1))
+    chain = np.zeros(max(n1, 1))
+    keys = np.zeros(order + 1, dtype=np.int64)
+    homes = np.zeros(order + 1, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        ahead = i + PREFETCH_AHEAD
+        if ahead < n:
+            _prefetch_grams(table, offsets, caps, order, targets[ahead], contexts, ahead, width)
+            if n1 > 1 and contexts[ahead, width - 1] != targets[ahead - 1]:  # not carried: its context too
+                _prefetch_grams(table, offsets, caps, n1, contexts[ahead, width - 1], contexts, ahead, width - 1)
+        carried = i > 0 and n1 > 0 and contexts[i, width - 1] == targets[i - 1]
+        if carried:
+            for j in range(width - n1, width - 1):
+                if contexts[i, j] != contexts[i - 1, j + 1]:
+                    carried = False
+                    break
+        if carried:  # this row's context is the previous row's gram: its matches are this context's
+            for j in range(n1):
+                backoffs[j] = chain[j]
+            known = min(m, n1)
+        else:
+            known = _context_row(table, ftable, offsets, caps, uback, order, contexts, i, width, backoffs, keys, homes)
+        p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, targets[i], contexts, i, width, known,
+                           chain, keys, homes)
+        out[i] = _with_backoffs(p, m, backoffs, n1)
+
+
+@numba.njit(cache=True)
+def _context_backoffs(table, ftable, offsets, caps, uback, order, contexts, out, lengths):
+    width = contexts.shape[1]
+    row_out = np.zeros(max(order - 1, 1))
+    keys = np.zeros(order + 1, dtype=np.int64)
+    homes = np.zeros(order + 1, dtype=np.int64)
+    for i in range(len(contexts)):
+        lengths[i] = _context_row(table, ftable, offsets, caps, uback, order, contexts, i, width, row_out, keys, homes)
+        for j in range(order - 1):
+            out[i, j] = row_out[j]
+
+
+@numba.njit(cache=True)
+def _advance(table, ftable, offsets, caps, uprob, uback, order, contexts, backoffs, lengths, words):
+    """One step of every row; returns (log10 p, next contexts, back-offs, lengths), or a first array of length 0
+    if a word id is outside the vocabulary (the caller then raises the usual error)."""
+    n, width = contexts.shape
+    n1 = order - 1
+    for i in range(n):
+        if words[i] < 0 or words[i] >= len(uprob):
+            return np.empty(0), contexts, backoffs, lengths
+    out = np.empty(n)
+    next_contexts = np.empty_like(contexts)
+    next_backoffs = np.empty_like(backoffs)
+    next_lengths = np.empty_like(lengths)
+    chain = np.zeros(max(n1, 1))
+    keys = np.zeros(order + 1, dtype=np.int64)
+    homes = np.zeros(order + 1, dtype=np.int64)
+    for i in range(n):
+        ahead = i + PREFETCH_AHEAD
+        if ahead < n:
+            _prefetch_grams(table, offsets, caps, min(order, lengths[ahead] + 1), words[ahead], contexts, ahead, width)
+        p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, words[i], contexts, i, width,
+                           lengths[i], chain, keys, homes)
+        for j in range(m, n1 + 1):
+            p += backoffs[i, j - 1]
+        out[i] = p
+        for j in range(n1):
+            next_backoffs[i, j] = chain[j]
+        next_lengths[i] = min(m, n1)
+        for j in range(width - 1):
+            next_contexts[i, j] = contexts[i, j + 1]
+        if width > 0:
+            next_contexts[i, width - 1] = words[i]
+    return out, next_contexts, next_backoffs, next_lengths
+
+
+@numba.njit(cache=True)
+def _stream_sum(table, ftable, offsets, caps, uprob, uback, order, start, ids):
+    n1 = order - 1
+    window = np.empty((1, n1 + len(ids)), dtype=np.int64)
+    window[0, :n1] = start
+    window[0, n1:] = ids
+    backoffs = np.zeros(max(n1, 1))
+    chain = np.zeros(max(n1, 1))
+    keys = np.zeros(order + 1, dtype=np.int64)
+    homes = np.zeros(order + 1, dtype=np.int64)
+    known = _context_row(table, ftable, offsets, caps, uback, order, window, 0, n1, backoffs, keys, homes)
+    total = 0.0
+    for t in range(len(ids)):
+        if t + PREFETCH_AHEAD < len(ids):
+            _prefetch_grams(table, offsets, caps, order, ids[t + PREFETCH_AHEAD], window, 0, n1 + t + PREFETCH_AHEAD)
+        # the context of ids[t] is window[0, t : t + n1]: its last column is the newest word
+        p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, ids[t], window, 0, n1 + t, known, chain,
+                           keys, homes)
+        total += _with_backoffs(p, m, backoffs, n1)
+        for j in range(n1):
+            backoffs[j] = chain[j]
+        known = min(m, n1)
+    return total
+
+
+def build_backoff_engine(vocab_size: int, keys: list[np.ndarray], log10_prob: list[np.ndarray],
+                         log10_backoff: list[np.ndarray]) -> BackoffEngine | None:
+    """The engine of back-off tables in BackoffTables' packed form, or None if they are not suffix-closed
+    or the engine would not fit its memory budget (the caller keeps its numpy path)."""
+    import time
+
+    t0 = time.perf_counter()
+    order, v = len(keys), vocab_size
+    sizes = [len(k) for k in keys]
+    if not within_budget(keys + log10_prob + log10_backoff, sizes):
+        return None
+    caps = [0, 0] + [capacity(n) for n in sizes[1:]]
+    offsets = np.zeros(order + 1, dtype=np.int64)
+    for k in range(2, order + 1):
+        offsets[k] = offsets[k - 1] + caps[k - 1]
+    table = huge_page_array((int(offsets[order]) + caps[order] if order > 1 else 0, 3), np.int64, EMPTY)
+    # Per order: each entry's oldest word, the index (one order below) of its newest k-1 words, and the
+    # hash of its words, from the hash of those newest words: all by array operations, order by order.
+    first = np.arange(v, dtype=np.int64)
+    suffix = np.arange(v, dtype=np.int64)
+    hashes = _word_hashes(v)
+    for k in range(2, order + 1):
+        packed = np.asarray(keys[k - 1], dtype=np.int64)
+        prefix, last = packed // v, packed % v
+        if k == 2:
+            suf = last  # the newest word: its unigram index
+        else:  # the entry's newest k-1 words: (their first k-2 = the prefix's suffix) then last
+            want = suffix[prefix] * v + last
+            below = np.asarray(keys[k - 2], dtype=np.int64)
+            suf = np.minimum(np.searchsorted(below, want), len(below) - 1)
+            if len(below) == 0 or not np.array_equal(below[suf], want):
+                return None  # not suffix-closed: a lookup could not stop at its first miss
+        first = first[prefix]
+        hashes = _extend_all(hashes[suf], first)
+        if (hashes == EMPTY).any() or len(np.unique(hashes)) != len(hashes):
+            return None  # two listed k-grams share a 64-bit hash (odds about n^2 / 2^65): keep the exact path
+        values = np.empty((len(packed), 2), dtype=np.float64)
+        values[:, 0] = log10_prob[k - 1]
+        values[:, 1] = log10_backoff[k - 1]
+        _insert_all(table, int(offsets[k]), caps[k], hashes, values.view(np.int64))
+        suffix = suf
+    return BackoffEngine(order, v, table, table.view(np.float64), offsets, np.asarray(caps, dtype=np.int64),
+                         np.ascontiguousarray(log10_prob[0], dtype=np.float64),
+                         np.ascontiguousarray(log10_backoff[0], dtype=np.float64),
+                         time.perf_counter() - t0)

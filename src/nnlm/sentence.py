@@ -1,0 +1,45 @@
+"""One text's log-probability in one call, like KenLM's `model.score(sentence)`: what a decoder or an
+application asks per hypothesis, so its fixed cost per call is kept to a few microseconds.
+
+The text is cut by THE tokenization rule (nnlm.data.tokenize.text_tokens: each non-blank line's words,
+then `<p>`), and scored from the start of a text, as `nnlm score` scores a file: the start token fills
+the first context (KenLM's bos) and every paragraph's closing `<p>` is predicted and counted (its eos).
+Words outside the vocabulary are `<unk>`. So `score_sentence(model, text)` equals the sum of
+`nnlm.use.score_words(model, text)`, in log10 (KenLM's unit) or in natural log.
+
+The count-based models answer in one compiled call (their query engines: nnlm.ngram.query_engine,
+nnlm.ngram.interpolated_engine); any other model is scored through `log_prob` on the stream.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnlm.data.tokenize import text_tokens
+from nnlm.errors import NnlmError
+from nnlm.lm import LOG10_E, LanguageModel
+
+__all__ = ["score_sentence"]
+
+
+def sentence_ids(model: LanguageModel, sentence: str) -> np.ndarray:
+    """The token ids (int64) of `sentence` by the tokenization rule, `<unk>` for words outside V."""
+    vocab = model.vocab
+    get, unk = vocab._index.get, vocab.unk_id
+    return np.fromiter([get(t, unk) for t in text_tokens(sentence)], dtype=np.int64)
+
+
+def score_sentence(model: LanguageModel, sentence: str, log10: bool = True) -> float:
+    """log10 P(sentence) (natural log with `log10=False`), scored from the start of a text with every
+    paragraph's `<p>` counted; 0.0 for a text with no words."""
+    if not isinstance(sentence, str):
+        raise NnlmError(f"score_sentence takes a text (str), not {type(sentence).__name__}")
+    ids = sentence_ids(model, sentence)
+    if len(ids) == 0:
+        return 0.0
+    fast = getattr(model, "text_log10", None)
+    total = fast(ids) if fast is not None else None
+    if total is None:
+        from nnlm.use import stream_log_probs
+
+        total = float(stream_log_probs(model, ids).sum()) * LOG10_E
+    return float(total) if log10 else float(total) / LOG10_E
