@@ -212,3 +212,18 @@ def test_score_sentence_is_exported():
     import nnlm
 
     assert nnlm.score_sentence is score_sentence
+
+
+@pytest.mark.parametrize("kind,order", [("kn", 5), ("class", 3), ("interpolated", 3), ("addone", 2)])
+def test_score_sentences_is_score_sentence_of_each(corpus, kind, order):
+    from nnlm.sentence import score_sentences
+
+    model = build_ngram(kind, corpus, order, **({"classes": 8} if kind == "class" else {}))
+    texts = [TEXT, "w3", "", "unknownword w3 w3", " \n", "w1 w1 w1 w1 w1 w1 w2"]
+    expect = [score_sentence(model, t) for t in texts]
+    np.testing.assert_allclose(score_sentences(model, texts), expect, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(score_sentences(model, texts, log10=False), np.array(expect) / LOG10_E, rtol=0,
+                               atol=ATOL)
+    assert score_sentences(model, []).shape == (0,)
+    with pytest.raises(NnlmError, match="list of texts"):
+        score_sentences(model, "w1 w2")

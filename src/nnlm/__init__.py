@@ -11,6 +11,7 @@ _EXPORTS = {
     "NnlmError": "nnlm.errors", "LanguageModel": "nnlm.lm", "perplexity": "nnlm.lm", "split_log_probs": "nnlm.lm",
     "load": "nnlm.loading", "generate": "nnlm.use", "next_words": "nnlm.use", "score_words": "nnlm.use",
     "text_perplexity": "nnlm.use", "score_sentence": "nnlm.sentence",
+    "score_sentences": "nnlm.sentence",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

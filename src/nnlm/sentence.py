@@ -18,7 +18,7 @@ from nnlm.data.tokenize import text_tokens
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel
 
-__all__ = ["score_sentence"]
+__all__ = ["score_sentence", "score_sentences"]
 
 
 def sentence_ids(model: LanguageModel, sentence: str) -> np.ndarray:
@@ -43,3 +43,23 @@ def score_sentence(model: LanguageModel, sentence: str, log10: bool = True) -> f
 
         total = float(stream_log_probs(model, ids).sum()) * LOG10_E
     return float(total) if log10 else float(total) / LOG10_E
+
+
+def score_sentences(model: LanguageModel, sentences: list[str], log10: bool = True) -> np.ndarray:
+    """`score_sentence` of each text, float64 [len(sentences)], with one compiled call for all of them on the
+    count-based models (the batch form: the texts are cut and looked up in one pass)."""
+    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+        raise NnlmError("score_sentences takes a list of texts (str)")
+    fast = getattr(model, "texts_log10", None)
+    totals = None
+    if fast is not None and sentences:
+        vocab = model.vocab
+        get, unk = vocab._index.get, vocab.unk_id
+        tokens = [text_tokens(s) for s in sentences]
+        bounds = np.zeros(len(tokens) + 1, dtype=np.int64)
+        np.cumsum([len(t) for t in tokens], out=bounds[1:])
+        ids = np.fromiter([get(t, unk) for line in tokens for t in line], dtype=np.int64, count=int(bounds[-1]))
+        totals = fast(ids, bounds)
+    if totals is None:
+        totals = np.array([score_sentence(model, s) for s in sentences], dtype=np.float64)
+    return totals if log10 else totals / LOG10_E

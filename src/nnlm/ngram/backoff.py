@@ -142,6 +142,12 @@ class BackoffTables:
         engine = self.query_engine()
         return None if engine is None else engine.stream_log10(start, ids)
 
+    def texts_log10(self, start: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray | None:
+        """log10 P of each text ids[bounds[i]:bounds[i+1]] after the context `start`, in one compiled call;
+        None without the engine."""
+        engine = self.query_engine()
+        return None if engine is None else engine.texts_log10(start, ids, bounds)
+
     def reference_log10_prob_of(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """log10 P(target | context) for each row, by the back-off rule, all rows at once in numpy: the reference
         the compiled engine is tested against."""
@@ -278,6 +284,10 @@ class BackoffModel(KeptStateOwner):
         """Sum of log10 P of the token ids `ids` (int64) from the start of a text (the start token fills the
         context), in one compiled call (nnlm.score_sentence); None without the engine."""
         return self.tables.text_log10(start_context(self), ids)
+
+    def texts_log10(self, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray | None:
+        """log10 P of each text ids[bounds[i]:bounds[i+1]], each from the start of a text (nnlm.score_sentences)."""
+        return self.tables.texts_log10(start_context(self), ids, bounds)
 
     def save(self, directory: Path) -> None:
         save_arrays(directory, self.kind, self.order, self.vocab, self.tables.arrays(), self.params)

@@ -147,6 +147,14 @@ class ClassNgram(KeptStateOwner):
         class_log10 = self.tables.text_log10(self.classes[start_context(self)], self.classes[ids])
         return None if class_log10 is None else class_log10 + float(self._log10_word_prob()[ids].sum())
 
+    def texts_log10(self, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray | None:
+        """log10 P of each text ids[bounds[i]:bounds[i+1]], each from the start of a text (nnlm.score_sentences)."""
+        class_log10 = self.tables.texts_log10(self.classes[start_context(self)], self.classes[ids], bounds)
+        if class_log10 is None:
+            return None
+        word = np.concatenate([[0.0], np.cumsum(self._log10_word_prob()[ids])])
+        return class_log10 + (word[bounds[1:]] - word[bounds[:-1]])
+
     def _log10_word_prob(self) -> np.ndarray:
         if getattr(self, "_word_log10", None) is None:
             self._word_log10 = np.log10(self.word_prob)

@@ -222,6 +222,13 @@ class InterpolatedTrigram(KeptStateOwner):
         engine = self.query_engine()
         return None if engine is None else engine.text_log_prob(self.weights, start_context(self), ids) * LOG10_E
 
+    def texts_log10(self, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray | None:
+        """log10 P of each text ids[bounds[i]:bounds[i+1]], each from the start of a text (nnlm.score_sentences)."""
+        engine = self.query_engine()
+        if engine is None:
+            return None
+        return engine.texts_log_prob(self.weights, start_context(self), ids, bounds) * LOG10_E
+
     def reference_log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """log_prob in numpy: the reference the compiled engine is tested against."""
         contexts = np.asarray(contexts, dtype=np.int64)

@@ -46,6 +46,14 @@ class InterpolatedEngine:
                       np.ascontiguousarray(targets, dtype=np.int64), out)
         return out
 
+    def texts_log_prob(self, weights: np.ndarray, start: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+        """Natural-log P of each text ids[bounds[i] : bounds[i+1]], each after the context `start` [2]."""
+        out = np.empty(len(bounds) - 1, dtype=np.float64)
+        _texts_sums(self.vocab_size, float(self.train_tokens), self.seen_buckets, weights, self.unigram,
+                    self.bigram_totals, self.bigrams.table, self.bigrams.cap, self.trigrams.table, self.trigrams.cap,
+                    self.contexts.table, self.contexts.cap, start, ids, bounds, out)
+        return out
+
     def text_log_prob(self, weights: np.ndarray, start: np.ndarray, ids: np.ndarray) -> float:
         """Sum of natural-log P of the stream `ids` after the context `start` [2]."""
         return _stream_sum(self.vocab_size, float(self.train_tokens), self.seen_buckets, weights, self.unigram,
@@ -102,6 +110,14 @@ def _stream_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, 
                                    trigrams, trigram_cap, context_map, context_cap, u, prev, ids[t]))
         u, prev = prev, ids[t]
     return total
+
+
+@numba.njit(cache=True)
+def _texts_sums(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
+                trigram_cap, context_map, context_cap, start, ids, bounds, out):
+    for i in range(len(bounds) - 1):
+        out[i] = _stream_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
+                             trigrams, trigram_cap, context_map, context_cap, start, ids[bounds[i]:bounds[i + 1]])
 
 
 def build_interpolated_engine(vocab_size: int, train_tokens: int, seen_buckets: int,

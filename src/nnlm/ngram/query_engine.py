@@ -203,6 +203,13 @@ class BackoffEngine:
             raise IndexError(f"word ids must be in 0 .. {self.vocab_size - 1}")
         return stepped
 
+    def texts_log10(self, start: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+        """log10 P of each text ids[bounds[i] : bounds[i+1]], each from the context `start` [order-1]."""
+        out = np.empty(len(bounds) - 1, dtype=np.float64)
+        _texts_sums(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
+                    self.order, start, ids, bounds, out)
+        return out
+
     def stream_log10(self, start: np.ndarray, ids: np.ndarray) -> float:
         """Sum of log10 P over the stream `ids` after the context `start` [order-1] (one text from its start)."""
         return _stream_sum(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
@@ -446,6 +453,12 @@ def _stream_sum(table, ftable, offsets, caps, uprob, uback, order, start, ids):
             backoffs[j] = chain[j]
         known = min(m, n1)
     return total
+
+
+@numba.njit(cache=True)
+def _texts_sums(table, ftable, offsets, caps, uprob, uback, order, start, ids, bounds, out):
+    for i in range(len(bounds) - 1):
+        out[i] = _stream_sum(table, ftable, offsets, caps, uprob, uback, order, start, ids[bounds[i]:bounds[i + 1]])
 
 
 def build_backoff_engine(vocab_size: int, keys: list[np.ndarray], log10_prob: list[np.ndarray],
