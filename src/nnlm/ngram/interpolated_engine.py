@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from nnlm.ngram.query_engine import HashMap, _find, within_budget
+from nnlm.ngram.query_engine import KERNEL, HashMap, _find, within_budget
 
 
 @dataclass
@@ -91,7 +91,7 @@ def _mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, big
     return p
 
 
-@numba.njit(cache=True)
+@numba.njit(**KERNEL)
 def _mixture_rows(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
                   trigram_cap, context_map, context_cap, contexts, targets, out):
     for i in range(len(targets)):
@@ -100,8 +100,8 @@ def _mixture_rows(v, train_tokens, seen_buckets, weights, unigram, bigram_totals
                                    targets[i]))
 
 
-@numba.njit(cache=True)
-def _stream_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
+@numba.njit(inline="always")
+def _text_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
                 trigram_cap, context_map, context_cap, start, ids):
     u, prev = start[0], start[1]
     total = 0.0
@@ -112,11 +112,18 @@ def _stream_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, 
     return total
 
 
-@numba.njit(cache=True)
+@numba.njit(**KERNEL)
+def _stream_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
+                trigram_cap, context_map, context_cap, start, ids):
+    return _text_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
+                     trigram_cap, context_map, context_cap, start, ids)
+
+
+@numba.njit(**KERNEL)
 def _texts_sums(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
                 trigram_cap, context_map, context_cap, start, ids, bounds, out):
     for i in range(len(bounds) - 1):
-        out[i] = _stream_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
+        out[i] = _text_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
                              trigrams, trigram_cap, context_map, context_cap, start, ids[bounds[i]:bounds[i + 1]])
 
 

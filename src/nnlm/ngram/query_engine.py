@@ -168,17 +168,26 @@ class BackoffEngine:
     unigram_backoff: np.ndarray  # float64 [V] log10 b(w)
     build_seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        # scratch rows for the kernels (they allocate nothing): float [2, order-1], int [3, order+1]. Shared by
+        # the calls of this engine: the kernels hold the GIL, so one runs at a time.
+        self.fscratch = np.zeros((2, max(self.order - 1, 1)))
+        self.iscratch = np.zeros((3, self.order + 1), dtype=np.int64)
+        self._starts: dict[bytes, tuple[np.ndarray, np.ndarray, int]] = {}
+
     @property
     def nbytes(self) -> int:
         return self.table.nbytes + self.unigram_prob.nbytes + self.unigram_backoff.nbytes
+
+    def _kernel_tables(self) -> tuple:
+        return (self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff, self.order)
 
     def log10_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """log10 P(target | context) for each row; contexts [N, >= order-1], oldest word first."""
         contexts = np.ascontiguousarray(contexts, dtype=np.int64)
         targets = np.ascontiguousarray(targets, dtype=np.int64)
         out = np.empty(len(targets), dtype=np.float64)
-        _score_rows(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
-                    self.order, contexts, targets, out)
+        _score_rows(*self._kernel_tables(), contexts, targets, out, self.fscratch, self.iscratch)
         return out
 
     def context_state(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -189,7 +198,7 @@ class BackoffEngine:
         backoffs = np.zeros((len(contexts), self.order - 1), dtype=np.float64)
         lengths = np.zeros(len(contexts), dtype=np.int64)
         _context_backoffs(self.table, self.ftable, self.offsets, self.caps, self.unigram_backoff, self.order,
-                          contexts, backoffs, lengths)
+                          contexts, backoffs, lengths, self.fscratch, self.iscratch)
         return backoffs, lengths
 
     def advance(self, contexts: np.ndarray, backoffs: np.ndarray, lengths: np.ndarray,
@@ -197,23 +206,35 @@ class BackoffEngine:
         """One step of B states: log10 P(words[i] | row i), and the rows' next contexts, back-offs and lengths
         (contexts int64 [B, order-1], back-offs float64 [B, order-1], lengths and words int64 [B], all
         C-contiguous). Raises IndexError if a word id is outside the vocabulary."""
-        stepped = _advance(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
-                           self.order, contexts, backoffs, lengths, words)
-        if len(stepped[0]) != len(words):
+        out = np.empty(len(words))
+        next_contexts, next_backoffs, next_lengths = np.empty_like(contexts), np.empty_like(backoffs), \
+            np.empty_like(lengths)
+        if not _advance(*self._kernel_tables(), contexts, backoffs, lengths, words, out, next_contexts, next_backoffs,
+                        next_lengths, self.fscratch, self.iscratch):
             raise IndexError(f"word ids must be in 0 .. {self.vocab_size - 1}")
-        return stepped
+        return out, next_contexts, next_backoffs, next_lengths
+
+    def _start(self, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """The start context as [1, order-1], its back-offs and listed length (kept: a model has one start)."""
+        key = start.tobytes()
+        kept = self._starts.get(key)
+        if kept is None:
+            start2d = np.ascontiguousarray(start, dtype=np.int64).reshape(1, -1)
+            backoffs, lengths = self.context_state(start2d)
+            kept = self._starts[key] = (start2d, np.ascontiguousarray(backoffs[0]), int(lengths[0]))
+        return kept
 
     def texts_log10(self, start: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
         """log10 P of each text ids[bounds[i] : bounds[i+1]], each from the context `start` [order-1]."""
         out = np.empty(len(bounds) - 1, dtype=np.float64)
-        _texts_sums(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
-                    self.order, start, ids, bounds, out)
+        _texts_sums(*self._kernel_tables(), *self._start(start), np.ascontiguousarray(ids, dtype=np.int64)[None, :],
+                    np.ascontiguousarray(bounds, dtype=np.int64), out, self.fscratch, self.iscratch)
         return out
 
     def stream_log10(self, start: np.ndarray, ids: np.ndarray) -> float:
-        """Sum of log10 P over the stream `ids` after the context `start` [order-1] (one text from its start)."""
-        return _stream_sum(self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff,
-                           self.order, start, ids)
+        """Sum of log10 P over the stream `ids` (int64) after the context `start` [order-1]: one text."""
+        return _stream_sum(*self._kernel_tables(), *self._start(start), ids.reshape(1, -1), self.fscratch,
+                           self.iscratch)
 
 
 @numba.njit(inline="always")
@@ -350,15 +371,19 @@ def _with_backoffs(p, m, backoffs, n1):
     return p
 
 
-@numba.njit(cache=True)
-def _score_rows(table, ftable, offsets, caps, uprob, uback, order, contexts, targets, out):
+# The kernels below run without numba's reference counting (_nrt=False): with it, every array handed to
+# an inlined helper costs an atomic increment and decrement per token, which was a third of the time
+# (Brown KN5 stream: 5.1 M tokens/s with it, 7.5 M without). So they allocate nothing: outputs and scratch
+# space (ScratchSpace) come from the caller.
+KERNEL = {"cache": True, "_nrt": False}
+
+
+@numba.njit(**KERNEL)
+def _score_rows(table, ftable, offsets, caps, uprob, uback, order, contexts, targets, out, fscratch, iscratch):
     n = len(targets)
     width = contexts.shape[1]
     n1 = order - 1
-    backoffs = np.zeros(max(n1, 1))
-    chain = np.zeros(max(n1, 1))
-    keys = np.zeros(order + 1, dtype=np.int64)
-    homes = np.zeros(order + 1, dtype=np.int64)
+    backoffs, chain, keys, homes = fscratch[0], fscratch[1], iscratch[0], iscratch[1]
     m = 0
     for i in range(n):
         ahead = i + PREFETCH_AHEAD
@@ -383,34 +408,26 @@ def _score_rows(table, ftable, offsets, caps, uprob, uback, order, contexts, tar
         out[i] = _with_backoffs(p, m, backoffs, n1)
 
 
-@numba.njit(cache=True)
-def _context_backoffs(table, ftable, offsets, caps, uback, order, contexts, out, lengths):
+@numba.njit(**KERNEL)
+def _context_backoffs(table, ftable, offsets, caps, uback, order, contexts, out, lengths, fscratch, iscratch):
     width = contexts.shape[1]
-    row_out = np.zeros(max(order - 1, 1))
-    keys = np.zeros(order + 1, dtype=np.int64)
-    homes = np.zeros(order + 1, dtype=np.int64)
+    row_out, keys, homes = fscratch[0], iscratch[0], iscratch[1]
     for i in range(len(contexts)):
         lengths[i] = _context_row(table, ftable, offsets, caps, uback, order, contexts, i, width, row_out, keys, homes)
         for j in range(order - 1):
             out[i, j] = row_out[j]
 
 
-@numba.njit(cache=True)
-def _advance(table, ftable, offsets, caps, uprob, uback, order, contexts, backoffs, lengths, words):
-    """One step of every row; returns (log10 p, next contexts, back-offs, lengths), or a first array of length 0
-    if a word id is outside the vocabulary (the caller then raises the usual error)."""
+@numba.njit(**KERNEL)
+def _advance(table, ftable, offsets, caps, uprob, uback, order, contexts, backoffs, lengths, words, out,
+             next_contexts, next_backoffs, next_lengths, fscratch, iscratch):
+    """One step of every row into the output arrays; False (nothing done) if a word id is outside the vocabulary."""
     n, width = contexts.shape
     n1 = order - 1
     for i in range(n):
         if words[i] < 0 or words[i] >= len(uprob):
-            return np.empty(0), contexts, backoffs, lengths
-    out = np.empty(n)
-    next_contexts = np.empty_like(contexts)
-    next_backoffs = np.empty_like(backoffs)
-    next_lengths = np.empty_like(lengths)
-    chain = np.zeros(max(n1, 1))
-    keys = np.zeros(order + 1, dtype=np.int64)
-    homes = np.zeros(order + 1, dtype=np.int64)
+            return False
+    chain, keys, homes = fscratch[1], iscratch[0], iscratch[1]
     for i in range(n):
         ahead = i + PREFETCH_AHEAD
         if ahead < n:
@@ -427,27 +444,34 @@ def _advance(table, ftable, offsets, caps, uprob, uback, order, contexts, backof
             next_contexts[i, j] = contexts[i, j + 1]
         if width > 0:
             next_contexts[i, width - 1] = words[i]
-    return out, next_contexts, next_backoffs, next_lengths
+    return True
 
 
-@numba.njit(cache=True)
-def _stream_sum(table, ftable, offsets, caps, uprob, uback, order, start, ids):
+@numba.njit(inline="always")
+def _text_sum(table, ftable, offsets, caps, uprob, uback, order, start, start_backoffs, start_known, ids, lo, hi,
+              fscratch, iscratch):
+    """Sum of log10 P of the text ids[0, lo:hi] (ids is [1, N]) after the context start[0] ([1, order-1]), whose
+    back-offs and listed length are start_backoffs and start_known. A position's context is read from `ids`
+    itself once it has order-1 words there, else gathered into iscratch[2] from the start and the text."""
     n1 = order - 1
-    window = np.empty((1, n1 + len(ids)), dtype=np.int64)
-    window[0, :n1] = start
-    window[0, n1:] = ids
-    backoffs = np.zeros(max(n1, 1))
-    chain = np.zeros(max(n1, 1))
-    keys = np.zeros(order + 1, dtype=np.int64)
-    homes = np.zeros(order + 1, dtype=np.int64)
-    known = _context_row(table, ftable, offsets, caps, uback, order, window, 0, n1, backoffs, keys, homes)
+    backoffs, chain, keys, homes, window = fscratch[0], fscratch[1], iscratch[0], iscratch[1], iscratch[2:3]
+    for j in range(n1):
+        backoffs[j] = start_backoffs[j]
+    known = start_known
     total = 0.0
-    for t in range(len(ids)):
-        if t + PREFETCH_AHEAD < len(ids):
-            _prefetch_grams(table, offsets, caps, order, ids[t + PREFETCH_AHEAD], window, 0, n1 + t + PREFETCH_AHEAD)
-        # the context of ids[t] is window[0, t : t + n1]: its last column is the newest word
-        p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, ids[t], window, 0, n1 + t, known, chain,
-                           keys, homes)
+    for t in range(lo, hi):
+        ahead = t + PREFETCH_AHEAD
+        if ahead < hi and ahead - lo >= n1:
+            _prefetch_grams(table, offsets, caps, order, ids[0, ahead], ids, 0, ahead)
+        if t - lo >= n1:
+            p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, ids[0, t], ids, 0, t, known, chain,
+                               keys, homes)
+        else:
+            for j in range(n1):  # the n1 words before t: the start's last ones, then the text's first
+                k = t - n1 + j
+                window[0, j] = ids[0, k] if k >= lo else start[0, n1 + k - lo]
+            p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, ids[0, t], window, 0, n1, known,
+                               chain, keys, homes)
         total += _with_backoffs(p, m, backoffs, n1)
         for j in range(n1):
             backoffs[j] = chain[j]
@@ -455,10 +479,19 @@ def _stream_sum(table, ftable, offsets, caps, uprob, uback, order, start, ids):
     return total
 
 
-@numba.njit(cache=True)
-def _texts_sums(table, ftable, offsets, caps, uprob, uback, order, start, ids, bounds, out):
+@numba.njit(**KERNEL)
+def _stream_sum(table, ftable, offsets, caps, uprob, uback, order, start, start_backoffs, start_known, ids,
+                fscratch, iscratch):
+    return _text_sum(table, ftable, offsets, caps, uprob, uback, order, start, start_backoffs, start_known, ids, 0,
+                     ids.shape[1], fscratch, iscratch)
+
+
+@numba.njit(**KERNEL)
+def _texts_sums(table, ftable, offsets, caps, uprob, uback, order, start, start_backoffs, start_known, ids, bounds,
+                out, fscratch, iscratch):
     for i in range(len(bounds) - 1):
-        out[i] = _stream_sum(table, ftable, offsets, caps, uprob, uback, order, start, ids[bounds[i]:bounds[i + 1]])
+        out[i] = _text_sum(table, ftable, offsets, caps, uprob, uback, order, start, start_backoffs, start_known, ids,
+                           bounds[i], bounds[i + 1], fscratch, iscratch)
 
 
 def build_backoff_engine(vocab_size: int, keys: list[np.ndarray], log10_prob: list[np.ndarray],
