@@ -12,6 +12,8 @@ nnlm.ngram.interpolated_engine); any other model is scored through `log_prob` on
 """
 from __future__ import annotations
 
+from itertools import chain, repeat
+
 import numpy as np
 
 from nnlm.data.tokenize import text_tokens
@@ -23,9 +25,9 @@ __all__ = ["score_sentence", "score_sentences"]
 
 def sentence_ids(model: LanguageModel, sentence: str) -> np.ndarray:
     """The token ids (int64) of `sentence` by the tokenization rule, `<unk>` for words outside V."""
-    vocab = model.vocab
-    get, unk = vocab._index.get, vocab.unk_id
-    return np.fromiter([get(t, unk) for t in text_tokens(sentence)], dtype=np.int64)
+    tokens = text_tokens(sentence)
+    return np.fromiter(map(model.vocab._index.get, tokens, repeat(model.vocab.unk_id)), dtype=np.int64,
+                       count=len(tokens))
 
 
 def score_sentence(model: LanguageModel, sentence: str, log10: bool = True) -> float:
@@ -53,12 +55,11 @@ def score_sentences(model: LanguageModel, sentences: list[str], log10: bool = Tr
     fast = getattr(model, "texts_log10", None)
     totals = None
     if fast is not None and sentences:
-        vocab = model.vocab
-        get, unk = vocab._index.get, vocab.unk_id
-        tokens = [text_tokens(s) for s in sentences]
+        tokens = list(map(text_tokens, sentences))
         bounds = np.zeros(len(tokens) + 1, dtype=np.int64)
-        np.cumsum([len(t) for t in tokens], out=bounds[1:])
-        ids = np.fromiter([get(t, unk) for line in tokens for t in line], dtype=np.int64, count=int(bounds[-1]))
+        np.cumsum(list(map(len, tokens)), out=bounds[1:])
+        ids = np.fromiter(map(model.vocab._index.get, chain.from_iterable(tokens), repeat(model.vocab.unk_id)),
+                          dtype=np.int64, count=int(bounds[-1]))
         totals = fast(ids, bounds)
     if totals is None:
         totals = np.array([score_sentence(model, s) for s in sentences], dtype=np.float64)
