@@ -91,6 +91,12 @@ def _home(key: int, offset: int, cap: int) -> int:
 
 
 @numba.njit(inline="always")
+def _home_hashed(key: int, offset: int, cap: int) -> int:
+    """`_home` of a key that is already a hash (the back-off tables' word-tuple hashes): no multiply."""
+    return offset + np.int64(((np.uint64(key) >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
+
+
+@numba.njit(inline="always")
 def _find(table: np.ndarray, offset: int, cap: int, key: int) -> int:
     """Slot of `key` in table[offset : offset + cap], or -1."""
     s = _home(key, offset, cap)
@@ -107,12 +113,14 @@ def _find(table: np.ndarray, offset: int, cap: int, key: int) -> int:
 
 
 @numba.njit(cache=True)
-def _insert_all(table: np.ndarray, offset: int, cap: int, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Put keys[i] with the int64 row values[i] into the table; returns each key's slot. Keys are distinct."""
+def _insert_all(table: np.ndarray, offset: int, cap: int, keys: np.ndarray, values: np.ndarray,
+                hashed: bool) -> np.ndarray:
+    """Put keys[i] with the int64 row values[i] into the table; returns each key's slot. Keys are distinct;
+    `hashed`: they are word-tuple hashes (placed by _home_hashed), else raw keys (by _home)."""
     slots = np.empty(len(keys), dtype=np.int64)
     end = offset + cap
     for i in range(len(keys)):
-        s = _home(keys[i], offset, cap)
+        s = _home_hashed(keys[i], offset, cap) if hashed else _home(keys[i], offset, cap)
         while table[s, 0] != EMPTY:
             s += 1
             if s == end:
@@ -142,7 +150,7 @@ class HashMap:
         keys = np.ascontiguousarray(keys, dtype=np.int64)
         self.cap = capacity(len(keys))
         self.table = np.full((self.cap, 2), EMPTY, dtype=np.int64)
-        _insert_all(self.table, 0, self.cap, keys, np.ascontiguousarray(values, dtype=np.int64)[:, None])
+        _insert_all(self.table, 0, self.cap, keys, np.ascontiguousarray(values, dtype=np.int64)[:, None], False)
 
     def get(self, keys: np.ndarray, default: int = 0) -> np.ndarray:
         return _lookup_values(self.table, 0, self.cap, np.ascontiguousarray(keys, dtype=np.int64), default)
@@ -247,8 +255,11 @@ def _mix(z):
 
 @numba.njit(inline="always")
 def _extend(h, word):
-    """The hash of a word tuple extended by one older `word`, from the tuple's hash `h` (uint64)."""
-    return _mix(h ^ (np.uint64(word + 1) * HASH_MULTIPLIER))
+    """The hash of a word tuple extended by one older `word`, from the tuple's hash `h` (uint64): the word
+    spread over all 64 bits by a multiply, then one multiply-xorshift round (two multiplies, not a full mixer's
+    three: it is on every lookup's path; the build checks that no two listed n-grams collide)."""
+    z = (h ^ (np.uint64(word + 1) * HASH_MULTIPLIER)) * np.uint64(0xD6E8FEB86659FD93)
+    return z ^ (z >> np.uint64(32))
 
 
 @numba.njit(inline="always")
@@ -296,7 +307,7 @@ def _prefetch_grams(table, offsets, caps, order, word, ctx, row, width):
     h = _word_hash(word)
     for j in range(2, min(order, width + 1) + 1):
         h = _extend(h, ctx[row, width - (j - 1)])
-        _prefetch_slot(table, _home(np.int64(h), offsets[j], caps[j]))
+        _prefetch_slot(table, _home_hashed(np.int64(h), offsets[j], caps[j]))
 
 
 @numba.njit(inline="always")
@@ -308,7 +319,7 @@ def _match(table, ftable, offsets, caps, top, word, ctx, row, width, keys, homes
     for j in range(2, top + 1):
         h = _extend(h, ctx[row, width - (j - 1)])
         keys[j] = np.int64(h)
-        homes[j] = _home(keys[j], offsets[j], caps[j])
+        homes[j] = _home_hashed(keys[j], offsets[j], caps[j])
     matched = 1
     for j in range(2, top + 1):
         s = homes[j]
@@ -533,7 +544,7 @@ def build_backoff_engine(vocab_size: int, keys: list[np.ndarray], log10_prob: li
         values = np.empty((len(packed), 2), dtype=np.float64)
         values[:, 0] = log10_prob[k - 1]
         values[:, 1] = log10_backoff[k - 1]
-        _insert_all(table, int(offsets[k]), caps[k], hashes, values.view(np.int64))
+        _insert_all(table, int(offsets[k]), caps[k], hashes, values.view(np.int64), True)
         suffix = suf
     return BackoffEngine(order, v, table, table.view(np.float64), offsets, np.asarray(caps, dtype=np.int64),
                          np.ascontiguousarray(log10_prob[0], dtype=np.float64),
