@@ -227,3 +227,31 @@ def test_score_sentences_is_score_sentence_of_each(corpus, kind, order):
     assert score_sentences(model, []).shape == (0,)
     with pytest.raises(NnlmError, match="list of texts"):
         score_sentences(model, "w1 w2")
+
+
+ASCII_SPACES = ["\t", "\n", "\x0b", "\x0c", "\r", "\r\n", "\x1c", "\x1d", "\x1e", "\x1f", " "]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.sampled_from(["w1", "w2", "w10", "<p>", "<unk>", "zz", "w", "w1w", "x-y", "\x00",
+                                                    "\x7f"]), st.sampled_from(ASCII_SPACES)), max_size=12),
+                max_size=6))
+def test_ascii_ids_are_the_tokenization_rule(pieces):
+    """The compiled ASCII pass gives vocab.encode(text_tokens(text)) for every text, one by one or in a batch."""
+    from nnlm.data.tokenize import text_tokens
+    from nnlm.ngram.ascii_tokens import AsciiLexicon
+
+    vocab = Vocabulary(("<unk>", "<p>", "w1", "w2", "w10", "<text>", "x-y", "\x7f"))
+    lexicon = AsciiLexicon(vocab)
+    texts = ["".join(p) for p in pieces]
+    expect = [vocab.encode(text_tokens(t)).astype(np.int64) for t in texts]
+    ids, bounds = lexicon.encode(texts)
+    assert [ids[bounds[i]:bounds[i + 1]].tolist() for i in range(len(texts))] == [e.tolist() for e in expect]
+    for text, e in zip(texts, expect, strict=True):
+        assert lexicon.encode_one(text).tolist() == e.tolist()
+
+
+def test_non_ascii_text_goes_through_the_rule_itself(corpus):
+    model = build_ngram("kn", corpus, 3)
+    text = "w1 w2\u2028w3\u00a0w4 caf\u00e9\u2029\u3000w5"  # Unicode line and word breaks: text_tokens' own
+    assert score_sentence(model, text) == pytest.approx(score_words(model, text).sum() * LOG10_E, abs=ATOL)

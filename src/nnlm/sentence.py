@@ -24,10 +24,29 @@ __all__ = ["score_sentence", "score_sentences"]
 
 
 def sentence_ids(model: LanguageModel, sentence: str) -> np.ndarray:
-    """The token ids (int64) of `sentence` by the tokenization rule, `<unk>` for words outside V."""
+    """The token ids (int64) of `sentence` by the tokenization rule, `<unk>` for words outside V (ASCII text
+    in one compiled pass, nnlm.ngram.ascii_tokens; other text by text_tokens and the vocabulary's dict)."""
+    if sentence.isascii():
+        from nnlm.ngram.ascii_tokens import lexicon  # numba: imported by the first call, not by `import nnlm`
+
+        return lexicon(model).encode_one(sentence)
     tokens = text_tokens(sentence)
     return np.fromiter(map(model.vocab._index.get, tokens, repeat(model.vocab.unk_id)), dtype=np.int64,
                        count=len(tokens))
+
+
+def batch_ids(model: LanguageModel, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, bounds): the token ids of every sentence, sentence i's at ids[bounds[i]:bounds[i+1]]."""
+    if all(map(str.isascii, sentences)):
+        from nnlm.ngram.ascii_tokens import lexicon
+
+        return lexicon(model).encode(sentences)
+    tokens = list(map(text_tokens, sentences))
+    bounds = np.zeros(len(tokens) + 1, dtype=np.int64)
+    np.cumsum(list(map(len, tokens)), out=bounds[1:])
+    ids = np.fromiter(map(model.vocab._index.get, chain.from_iterable(tokens), repeat(model.vocab.unk_id)),
+                      dtype=np.int64, count=int(bounds[-1]))
+    return ids, bounds
 
 
 def score_sentence(model: LanguageModel, sentence: str, log10: bool = True) -> float:
@@ -55,11 +74,7 @@ def score_sentences(model: LanguageModel, sentences: list[str], log10: bool = Tr
     fast = getattr(model, "texts_log10", None)
     totals = None
     if fast is not None and sentences:
-        tokens = list(map(text_tokens, sentences))
-        bounds = np.zeros(len(tokens) + 1, dtype=np.int64)
-        np.cumsum(list(map(len, tokens)), out=bounds[1:])
-        ids = np.fromiter(map(model.vocab._index.get, chain.from_iterable(tokens), repeat(model.vocab.unk_id)),
-                          dtype=np.int64, count=int(bounds[-1]))
+        ids, bounds = batch_ids(model, sentences)
         totals = fast(ids, bounds)
     if totals is None:
         totals = np.array([score_sentence(model, s) for s in sentences], dtype=np.float64)

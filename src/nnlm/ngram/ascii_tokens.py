@@ -1,0 +1,134 @@
+"""Token ids of ASCII text in one compiled pass: nnlm.data.tokenize.text_tokens + Vocabulary ids, for the
+query engines' per-sentence and batch calls (nnlm.sentence).
+
+Why: on Brown test lines, cutting the text into Python strings (text_tokens) and looking each one up in
+the vocabulary's dict took ~31 ms per 177k tokens, more than the compiled scoring (~21 ms) and most of
+KenLM's whole time (~47 ms: it cuts and looks up in C++). Here the bytes are scanned and each word is
+hashed and found in a table of the vocabulary's bytes without making a string.
+
+The rule is tokenize.py's, restricted to ASCII text (`str.isascii()`, which CPython answers without
+scanning); any other text goes through text_tokens itself. For ASCII, `str.splitlines` ends a line at
+\\n, \\r, \\r\\n, \\v, \\f, \\x1c, \\x1d, \\x1e, and `str.split()` also cuts at \\t, \\x1f and space; a line
+with a word ends with `<p>`, a blank one gives nothing. tests/test_query_engine.py checks the ids equal
+`vocab.encode(text_tokens(text))` on texts made of exactly these characters and words.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from nnlm.data.vocab import PARAGRAPH, Vocabulary
+from nnlm.ngram.query_engine import KERNEL, capacity
+
+FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+FNV_PRIME = np.uint64(0x100000001B3)
+# byte -> 0 (part of a word), 1 (white space within a line), 2 (end of a line)
+KIND = np.zeros(256, dtype=np.int8)
+KIND[[0x09, 0x1F, 0x20]] = 1
+KIND[[0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E]] = 2
+
+
+@numba.njit(inline="always")
+def _fnv(data, lo, hi):
+    h = FNV_OFFSET
+    for i in range(lo, hi):
+        h = (h ^ np.uint64(data[i])) * FNV_PRIME
+    return h
+
+
+@numba.njit(cache=True)
+def _build(blob, starts, slots):
+    """Slot table of the vocabulary: token i's bytes are blob[starts[i]:starts[i+1]]; slots[s] = id or -1."""
+    cap = len(slots)
+    for i in range(len(starts) - 1):
+        s = np.int64((_fnv(blob, starts[i], starts[i + 1]) >> np.uint64(32)) * np.uint64(cap) >> np.uint64(32))
+        while slots[s] >= 0:
+            s = s + 1 if s + 1 < cap else 0
+        slots[s] = i
+
+
+@numba.njit(inline="always")
+def _word_id(data, lo, hi, blob, starts, slots, unk):
+    cap = len(slots)
+    s = np.int64((_fnv(data, lo, hi) >> np.uint64(32)) * np.uint64(cap) >> np.uint64(32))
+    while True:
+        i = slots[s]
+        if i < 0:
+            return unk
+        if starts[i + 1] - starts[i] == hi - lo:
+            same = True
+            for k in range(hi - lo):
+                if blob[starts[i] + k] != data[lo + k]:
+                    same = False
+                    break
+            if same:
+                return i
+        s = s + 1 if s + 1 < cap else 0
+
+
+@numba.njit(**KERNEL)
+def _encode(data, text_starts, kind, blob, starts, slots, unk, paragraph, out, bounds):
+    """Ids of each text data[text_starts[t]:text_starts[t+1]] into out; text t's are out[bounds[t]:bounds[t+1]]."""
+    n = 0
+    for t in range(len(text_starts) - 1):
+        bounds[t] = n
+        word_start = -1
+        line_has_word = False
+        for i in range(text_starts[t], text_starts[t + 1] + 1):
+            k = kind[data[i]] if i < text_starts[t + 1] else 2
+            if k == 0:
+                if word_start < 0:
+                    word_start = i
+                continue
+            if word_start >= 0:
+                out[n] = _word_id(data, word_start, i, blob, starts, slots, unk)
+                n += 1
+                word_start = -1
+                line_has_word = True
+            if k == 2 and line_has_word:
+                out[n] = paragraph
+                n += 1
+                line_has_word = False
+    bounds[len(text_starts) - 1] = n
+
+
+class AsciiLexicon:
+    """The vocabulary's tokens as bytes in a hash table, for `encode`."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        encoded = [t.encode("utf-8") for t in vocab.tokens]
+        self.blob = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8)
+        self.starts = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=self.starts[1:])
+        self.slots = np.full(capacity(len(encoded)), -1, dtype=np.int64)
+        _build(self.blob, self.starts, self.slots)
+        self.unk, self.paragraph = vocab.unk_id, vocab.id(PARAGRAPH)
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int64, bounds int64 [len(texts) + 1]) of ASCII texts: text t's ids are ids[bounds[t]:bounds[t+1]],
+        exactly `vocab.encode(text_tokens(texts[t]))`."""
+        data = np.frombuffer("".join(texts).encode("ascii") or b"\0", dtype=np.uint8)
+        text_starts = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(list(map(len, texts)), out=text_starts[1:])
+        out = np.empty(int(text_starts[-1]) + len(texts), dtype=np.int64)  # a word and its <p> take >= 2 chars
+        bounds = np.empty(len(texts) + 1, dtype=np.int64)
+        _encode(data, text_starts, KIND, self.blob, self.starts, self.slots, self.unk, self.paragraph, out, bounds)
+        return out[:bounds[-1]], bounds
+
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """`encode([text])[0]` with less fixed cost (the per-sentence call)."""
+        data = np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8)
+        text_starts = np.array([0, len(text)], dtype=np.int64)
+        out = np.empty(len(text) + 1, dtype=np.int64)
+        bounds = np.empty(2, dtype=np.int64)
+        _encode(data, text_starts, KIND, self.blob, self.starts, self.slots, self.unk, self.paragraph, out, bounds)
+        return out[:bounds[1]]
+
+
+def lexicon(model) -> AsciiLexicon:
+    """The model's AsciiLexicon, made at the first call and kept on the model."""
+    kept = model.__dict__.get("_ascii_lexicon")
+    if kept is None:
+        kept = model._ascii_lexicon = AsciiLexicon(model.vocab)
+    return kept
