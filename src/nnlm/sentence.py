@@ -23,13 +23,21 @@ from nnlm.lm import LOG10_E, LanguageModel
 __all__ = ["score_sentence", "score_sentences"]
 
 
+def _lexicon(model: LanguageModel):
+    """nnlm.ngram.ascii_tokens.lexicon(model); the module (numba) is imported at the first call, not with nnlm."""
+    kept = model.__dict__.get("_ascii_lexicon")
+    if kept is None:
+        from nnlm.ngram.ascii_tokens import lexicon
+
+        kept = lexicon(model)
+    return kept
+
+
 def sentence_ids(model: LanguageModel, sentence: str) -> np.ndarray:
     """The token ids (int64) of `sentence` by the tokenization rule, `<unk>` for words outside V (ASCII text
     in one compiled pass, nnlm.ngram.ascii_tokens; other text by text_tokens and the vocabulary's dict)."""
     if sentence.isascii():
-        from nnlm.ngram.ascii_tokens import lexicon  # numba: imported by the first call, not by `import nnlm`
-
-        return lexicon(model).encode_one(sentence)
+        return _lexicon(model).encode_one(sentence)
     tokens = text_tokens(sentence)
     return np.fromiter(map(model.vocab._index.get, tokens, repeat(model.vocab.unk_id)), dtype=np.int64,
                        count=len(tokens))
@@ -38,9 +46,7 @@ def sentence_ids(model: LanguageModel, sentence: str) -> np.ndarray:
 def batch_ids(model: LanguageModel, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(ids, bounds): the token ids of every sentence, sentence i's at ids[bounds[i]:bounds[i+1]]."""
     if all(map(str.isascii, sentences)):
-        from nnlm.ngram.ascii_tokens import lexicon
-
-        return lexicon(model).encode(sentences)
+        return _lexicon(model).encode(sentences)
     tokens = list(map(text_tokens, sentences))
     bounds = np.zeros(len(tokens) + 1, dtype=np.int64)
     np.cumsum(list(map(len, tokens)), out=bounds[1:])

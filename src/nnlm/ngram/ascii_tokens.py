@@ -66,30 +66,42 @@ def _word_id(data, lo, hi, blob, starts, slots, unk):
         s = s + 1 if s + 1 < cap else 0
 
 
+@numba.njit(inline="always")
+def _encode_text(data, lo, hi, kind, blob, starts, slots, unk, paragraph, out, n):
+    """Ids of the text data[lo:hi] into out[n ..]; returns the new n."""
+    word_start = -1
+    line_has_word = False
+    for i in range(lo, hi + 1):
+        k = kind[data[i]] if i < hi else 2
+        if k == 0:
+            if word_start < 0:
+                word_start = i
+            continue
+        if word_start >= 0:
+            out[n] = _word_id(data, word_start, i, blob, starts, slots, unk)
+            n += 1
+            word_start = -1
+            line_has_word = True
+        if k == 2 and line_has_word:
+            out[n] = paragraph
+            n += 1
+            line_has_word = False
+    return n
+
+
 @numba.njit(**KERNEL)
 def _encode(data, text_starts, kind, blob, starts, slots, unk, paragraph, out, bounds):
     """Ids of each text data[text_starts[t]:text_starts[t+1]] into out; text t's are out[bounds[t]:bounds[t+1]]."""
     n = 0
     for t in range(len(text_starts) - 1):
         bounds[t] = n
-        word_start = -1
-        line_has_word = False
-        for i in range(text_starts[t], text_starts[t + 1] + 1):
-            k = kind[data[i]] if i < text_starts[t + 1] else 2
-            if k == 0:
-                if word_start < 0:
-                    word_start = i
-                continue
-            if word_start >= 0:
-                out[n] = _word_id(data, word_start, i, blob, starts, slots, unk)
-                n += 1
-                word_start = -1
-                line_has_word = True
-            if k == 2 and line_has_word:
-                out[n] = paragraph
-                n += 1
-                line_has_word = False
+        n = _encode_text(data, text_starts[t], text_starts[t + 1], kind, blob, starts, slots, unk, paragraph, out, n)
     bounds[len(text_starts) - 1] = n
+
+
+@numba.njit(**KERNEL)
+def _encode_one(data, kind, blob, starts, slots, unk, paragraph, out):
+    return _encode_text(data, 0, len(out) - 1, kind, blob, starts, slots, unk, paragraph, out, 0)
 
 
 class AsciiLexicon:
@@ -118,12 +130,10 @@ class AsciiLexicon:
 
     def encode_one(self, text: str) -> np.ndarray:
         """`encode([text])[0]` with less fixed cost (the per-sentence call)."""
-        data = np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8)
-        text_starts = np.array([0, len(text)], dtype=np.int64)
         out = np.empty(len(text) + 1, dtype=np.int64)
-        bounds = np.empty(2, dtype=np.int64)
-        _encode(data, text_starts, KIND, self.blob, self.starts, self.slots, self.unk, self.paragraph, out, bounds)
-        return out[:bounds[1]]
+        n = _encode_one(np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8), KIND, self.blob, self.starts,
+                        self.slots, self.unk, self.paragraph, out)
+        return out[:n]
 
 
 def lexicon(model) -> AsciiLexicon:
