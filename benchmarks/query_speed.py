@@ -37,6 +37,7 @@ from nnlm.data.vocab import PARAGRAPH, TEXT
 from nnlm.lm import LanguageModel
 from nnlm.ngram.build import build_ngram, load_ngram, save_ngram
 from nnlm.sentence import score_sentence, score_sentences
+from nnlm.use import score_lines
 
 BEAM = 16
 
@@ -179,6 +180,10 @@ def main() -> None:
         assert worst < 1e-6, f"{name}: the engine differs from the numpy path by {worst}"
         print(f"{name}: engine {engine.nbytes / 2**20:.0f} MiB, built in {build:.2f} s (at the first query); "
               f"lines agree with the numpy path to {worst:.1e} (log10)")
+        stream = rate(lambda m=model: score_lines(m, lines), n_tokens)
+        stream_numpy = rate(lambda m=slow: score_lines(m, lines), n_tokens, repeat=1)
+        print(f"  nnlm.use.score_lines (one stream, what `nnlm score` runs): {stream:,.0f} tokens/s "
+              f"(numpy path {stream_numpy:,.0f})")
         batch = rate(lambda m=model: score_sentences(m, lines), n_tokens)
         per_line = rate(lambda m=model: [score_sentence(m, line) for line in lines], n_tokens)
         median, p90 = latencies(lambda line, m=model: score_sentence(m, line), lines)
