@@ -255,3 +255,19 @@ def test_non_ascii_text_goes_through_the_rule_itself(corpus):
     model = build_ngram("kn", corpus, 3)
     text = "w1 w2\u2028w3\u00a0w4 caf\u00e9\u2029\u3000w5"  # Unicode line and word breaks: text_tokens' own
     assert score_sentence(model, text) == pytest.approx(score_words(model, text).sum() * LOG10_E, abs=ATOL)
+
+
+def test_pickled_or_copied_models_rebuild_their_engine_and_own_their_states(corpus):
+    import copy
+    import pickle
+
+    model = build_ngram("kn", corpus, 3)
+    ctx, targets = _split_rows(corpus, model)
+    expect = model.log_prob(ctx, targets)
+    assert model.tables.query_engine() is not None
+    back = pickle.loads(pickle.dumps(model))
+    assert back.tables._engine is None  # not carried: rebuilt at the first query
+    np.testing.assert_array_equal(back.log_prob(ctx, targets), expect)
+    twin = copy.copy(model)
+    with pytest.raises(NnlmError, match="not made by this model"):
+        twin.advance(model.begin_state(1), np.array([1]))

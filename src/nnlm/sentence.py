@@ -75,7 +75,8 @@ def score_sentence(model: LanguageModel, sentence: str, log10: bool = True) -> f
 def score_sentences(model: LanguageModel, sentences: list[str], log10: bool = True) -> np.ndarray:
     """`score_sentence` of each text, float64 [len(sentences)], with one compiled call for all of them on the
     count-based models (the batch form: the texts are cut and looked up in one pass)."""
-    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+    if isinstance(sentences, str) or not (set(map(type, sentences)) <= {str}
+                                          or all(isinstance(s, str) for s in sentences)):
         raise NnlmError("score_sentences takes a list of texts (str)")
     fast = getattr(model, "texts_log10", None)
     totals = None

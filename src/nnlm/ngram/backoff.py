@@ -84,6 +84,10 @@ class BackoffTables:
             raise ValueError(f"contexts must be [N, >= {need}], got shape {contexts.shape}")
         return contexts[:, contexts.shape[1] - need:]
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the engine (rebuilt at the first query where it is unpickled)."""
+        return {**self.__dict__, "_engine": None}
+
     def query_engine(self) -> Any:
         """The compiled engine of these tables (built once, at the first call), or None if they keep the
         numpy path. The tables must not be changed in place after it is built."""
@@ -230,10 +234,10 @@ class KeptStateOwner(LanguageModel):
     """A model whose `state_owner` string is made once (a step compares it; the models here are immutable)."""
 
     def state_owner(self) -> str:
-        owner = self.__dict__.get("_state_owner")
-        if owner is None:
-            owner = self._state_owner = super().state_owner()
-        return owner
+        kept = self.__dict__.get("_state_owner")
+        if kept is None or kept[0] != id(self):  # a copy of the model is another owner
+            kept = self._state_owner = (id(self), super().state_owner())
+        return kept[1]
 
 
 class BackoffModel(KeptStateOwner):

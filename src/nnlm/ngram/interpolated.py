@@ -178,6 +178,10 @@ class InterpolatedTrigram(KeptStateOwner):
         t = self.tables
         return len(t["unigram"]) + len(t["bigram_counts"]) + len(t["trigram_counts"]) + self.weights.size
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the engine (rebuilt at the first query where it is unpickled)."""
+        return {**self.__dict__, "_engine": None}
+
     def query_engine(self) -> Any:
         """The compiled engine (nnlm.ngram.interpolated_engine), built at the first query; None if the tables
         keep the numpy path (memory-mapped beyond the engine's budget, or NNLM_QUERY_ENGINE=0)."""

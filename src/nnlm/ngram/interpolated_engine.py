@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from nnlm.ngram.query_engine import KERNEL, HashMap, _find, within_budget
+from nnlm.ngram.query_engine import KERNEL, PREFETCH_AHEAD, HashMap, _find, _home, _prefetch_slot, within_budget
 
 
 @dataclass
@@ -91,10 +91,24 @@ def _mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, big
     return p
 
 
+@numba.njit(inline="always")
+def _prefetch_counts(v, bigrams, bigram_cap, trigrams, trigram_cap, context_map, context_cap, u, prev, w):
+    """Start loading the three slots `_mixture` will probe for P(w | u, prev) (the probes of a few rows
+    ahead then overlap this row's work)."""
+    context = u * v + prev
+    _prefetch_slot(context_map, _home(context, 0, context_cap))
+    _prefetch_slot(trigrams, _home(context * v + w, 0, trigram_cap))
+    _prefetch_slot(bigrams, _home(prev * v + w, 0, bigram_cap))
+
+
 @numba.njit(**KERNEL)
 def _mixture_rows(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
                   trigram_cap, context_map, context_cap, contexts, targets, out):
     for i in range(len(targets)):
+        ahead = i + PREFETCH_AHEAD
+        if ahead < len(targets):
+            _prefetch_counts(v, bigrams, bigram_cap, trigrams, trigram_cap, context_map, context_cap,
+                             contexts[ahead, 0], contexts[ahead, 1], targets[ahead])
         out[i] = math.log(_mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
                                    trigrams, trigram_cap, context_map, context_cap, contexts[i, 0], contexts[i, 1],
                                    targets[i]))
@@ -106,6 +120,10 @@ def _text_sum(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bi
     u, prev = start[0], start[1]
     total = 0.0
     for t in range(len(ids)):
+        ahead = t + PREFETCH_AHEAD
+        if ahead < len(ids):  # (its context, ahead-2 and ahead-1, is inside the text: PREFETCH_AHEAD >= 2)
+            _prefetch_counts(v, bigrams, bigram_cap, trigrams, trigram_cap, context_map, context_cap, ids[ahead - 2],
+                             ids[ahead - 1], ids[ahead])
         total += math.log(_mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
                                    trigrams, trigram_cap, context_map, context_cap, u, prev, ids[t]))
         u, prev = prev, ids[t]
