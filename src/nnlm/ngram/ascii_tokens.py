@@ -48,9 +48,10 @@ def _build(blob, starts, slots):
 
 
 @numba.njit(inline="always")
-def _word_id(data, lo, hi, blob, starts, slots, unk):
+def _word_id(data, lo, hi, h, blob, starts, slots, unk):
+    """The id of the word data[lo:hi], whose FNV hash is h (unk if it is not in the vocabulary)."""
     cap = len(slots)
-    s = np.int64((_fnv(data, lo, hi) >> np.uint64(32)) * np.uint64(cap) >> np.uint64(32))
+    s = np.int64((h >> np.uint64(32)) * np.uint64(cap) >> np.uint64(32))
     while True:
         i = slots[s]
         if i < 0:
@@ -71,14 +72,17 @@ def _encode_text(data, lo, hi, kind, blob, starts, slots, unk, paragraph, out, n
     """Ids of the text data[lo:hi] into out[n ..]; returns the new n."""
     word_start = -1
     line_has_word = False
+    h = FNV_OFFSET
     for i in range(lo, hi + 1):
         k = kind[data[i]] if i < hi else 2
-        if k == 0:
+        if k == 0:  # a word's byte: hashed as it is read
             if word_start < 0:
                 word_start = i
+                h = FNV_OFFSET
+            h = (h ^ np.uint64(data[i])) * FNV_PRIME
             continue
         if word_start >= 0:
-            out[n] = _word_id(data, word_start, i, blob, starts, slots, unk)
+            out[n] = _word_id(data, word_start, i, h, blob, starts, slots, unk)
             n += 1
             word_start = -1
             line_has_word = True
