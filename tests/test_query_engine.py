@@ -60,6 +60,7 @@ def test_engine_state_carries_only_for_stream_rows():
     """Rows that merely look like a stream (same last context word as the previous target) are not carried."""
     v = 50
     tables = fit_kneser_ney(zipf_ids(5_000, v, 4), 4, v)
+    assert tables.query_engine() is not None
     ctx = np.array([[1, 2, 3], [9, 3, 4], [2, 3, 4], [3, 4, 5]])
     targets = np.array([4, 5, 5, 6])
     np.testing.assert_allclose(tables.log_prob(ctx, targets), tables.reference_log10_prob_of(ctx, targets) * LN10,
@@ -83,6 +84,7 @@ _SMALL: list[BackoffTables] = []
 def _small_tables() -> BackoffTables:
     if not _SMALL:
         _SMALL.append(fit_kneser_ney(zipf_ids(3_000, 40, 5), 4, 40))
+        assert _SMALL[0].query_engine() is not None
     return _SMALL[0]
 
 
@@ -111,6 +113,24 @@ def test_tables_not_suffix_closed_keep_the_numpy_path():
     assert tables.query_engine() is None
     ctx, targets = np.array([[0, 1], [2, 1], [1, 1]]), np.array([2, 2, 0])
     np.testing.assert_allclose(tables.log10_prob_of(ctx, targets), [-0.1, np.log10(1 / 3), np.log10(1 / 3)])
+
+
+def test_log_prob_builds_the_engine_once_it_pays():
+    """A short query keeps the numpy path (no numba start, no build); the rows asked add up to the build."""
+    v = 60
+    tables = fit_kneser_ney(zipf_ids(4_000, v, 13), 3, v)
+    ctx, targets = stream_rows(zipf_ids(400, v, 14), 2, 0)
+    need = query_engine.BUILD_AFTER_ROWS_PER_ENTRY * sum(tables.sizes())
+    assert len(targets) < need
+    asked = 0
+    while asked + len(targets) < need:
+        tables.log_prob(ctx, targets)
+        asked += len(targets)
+        assert tables._engine is None
+    tables.log_prob(ctx, targets)
+    assert tables._engine  # built by the call that reached the mark
+    np.testing.assert_allclose(tables.log_prob(ctx, targets), tables.reference_log10_prob_of(ctx, targets) * LN10,
+                               rtol=0, atol=ATOL)
 
 
 def test_switched_off_by_the_environment_flag(monkeypatch):
@@ -263,10 +283,11 @@ def test_pickled_or_copied_models_rebuild_their_engine_and_own_their_states(corp
 
     model = build_ngram("kn", corpus, 3)
     ctx, targets = _split_rows(corpus, model)
-    expect = model.log_prob(ctx, targets)
     assert model.tables.query_engine() is not None
+    expect = model.log_prob(ctx, targets)
     back = pickle.loads(pickle.dumps(model))
     assert back.tables._engine is None  # not carried: rebuilt at the first query
+    assert back.tables.query_engine() is not None
     np.testing.assert_array_equal(back.log_prob(ctx, targets), expect)
     twin = copy.copy(model)
     with pytest.raises(NnlmError, match="not made by this model"):

@@ -45,6 +45,7 @@ class BackoffTables:
     # the compiled query engine (nnlm.ngram.query_engine), built at the first query; False: none (the
     # tables are not suffix-closed, or it would not fit its memory budget), so the numpy path serves
     _engine: Any = field(default=None, init=False, repr=False, compare=False)
+    _rows_asked: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (len(self.keys) == len(self.log10_prob) == len(self.log10_backoff) >= 1):
@@ -103,8 +104,8 @@ class BackoffTables:
 
     def log10_prob_of(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """log10 P(target | context) for each row, by the back-off rule (the compiled engine when there is one)."""
-        engine = self.query_engine()
-        if engine is None:
+        engine = self._engine if self._engine is not None else self._engine_once_it_pays(len(targets))
+        if not engine:
             return self.reference_log10_prob_of(contexts, targets)
         ctx = self._context(contexts)
         targets = np.asarray(targets, dtype=np.int64)
@@ -114,6 +115,16 @@ class BackoffTables:
             if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
                 raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
         return engine.log10_prob(ctx, targets)
+
+    def _engine_once_it_pays(self, rows: int) -> Any:
+        """The engine once these tables have been asked for as many rows as its build costs (`log10_prob_of`:
+        a short `nnlm score` does not pay numba's start and the build), else None for now."""
+        from nnlm.ngram.query_engine import BUILD_AFTER_ROWS_PER_ENTRY
+
+        self._rows_asked += rows
+        if self._rows_asked < BUILD_AFTER_ROWS_PER_ENTRY * sum(self.sizes()):
+            return None
+        return self.query_engine()
 
     def state_extra(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
         """What an LMState of these tables keeps beside its context ids (empty without the engine): the

@@ -196,8 +196,8 @@ class InterpolatedTrigram(KeptStateOwner):
         return self._engine or None
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        engine = self.query_engine()
-        if engine is None:
+        engine = self._engine if self._engine is not None else self._engine_once_it_pays(len(targets))
+        if not engine:
             return self.reference_log_prob(contexts, targets)
         contexts = np.asarray(contexts, dtype=np.int64)
         targets = np.asarray(targets, dtype=np.int64)
@@ -207,6 +207,15 @@ class InterpolatedTrigram(KeptStateOwner):
             if ids.size and (ids.min() < 0 or ids.max() >= len(self.vocab)):
                 raise IndexError(f"token ids must be in 0 .. {len(self.vocab) - 1}")
         return engine.log_prob(self.weights, contexts, targets)
+
+    def _engine_once_it_pays(self, rows: int) -> Any:
+        """The engine once the model has been asked for as many rows as its build costs (as BackoffTables)."""
+        from nnlm.ngram.query_engine import BUILD_AFTER_ROWS_PER_ENTRY
+
+        self._rows_asked = getattr(self, "_rows_asked", 0) + rows
+        t = self.tables
+        entries = len(t["bigram_keys"]) + len(t["trigram_keys"]) + len(t["context_keys"])
+        return self.query_engine() if self._rows_asked >= BUILD_AFTER_ROWS_PER_ENTRY * entries else None
 
     def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
                 log10: bool = False) -> tuple[np.ndarray, LMState]:

@@ -45,6 +45,10 @@ MEMORY_BUDGET_BYTES = int(float(os.environ.get("NNLM_QUERY_ENGINE_GB", "8")) * 2
 MAPPED_MEMORY_BUDGET_BYTES = int(float(os.environ.get("NNLM_QUERY_ENGINE_MAPPED_GB", "1")) * 2**30)
 SLOT_BYTES = 24
 PREFETCH_AHEAD = 4  # rows whose first probes are prefetched while this one is scored (4 measured best, 2-32 tried)
+# log_prob builds the engine once a model has been asked for this many rows per table entry: the build plus
+# numba's start cost about what the numpy path takes for that many rows (Brown KN5: ~1.5 s, ~600k rows).
+# The stateful API and score_sentence(s) build it at their first call: they are what it is for.
+BUILD_AFTER_ROWS_PER_ENTRY = 0.25
 ENABLED = os.environ.get("NNLM_QUERY_ENGINE", "1") != "0"  # 0: every model keeps its numpy path (benchmarks)
 
 
