@@ -3,26 +3,29 @@
 Why: BackoffTables looks an n-gram up with one searchsorted per word per order over the whole batch,
 so a 5-gram query is ~15 binary searches and a dozen temporary arrays; KenLM does the same work with
 about one hash probe per matched word. This module builds KenLM-like tables from BackoffTables once
-(lazily, at the first query) and scores in numba-compiled loops (docs/query-engine.md: why numba,
+(lazily) and scores in numba-compiled loops (docs/query-engine.md: why numba,
 the measurements).
 
 The tables: one open-addressing (linear probing) hash table per order k >= 2, all in one int64
 array [slots, 3] of (key, log10 p as float64 bits, log10 back-off as float64 bits); the unigrams are
-plain arrays indexed by word id. A k-gram's key is built newest word first, as KenLM's hashes are:
+plain arrays indexed by word id. A k-gram's key is a 64-bit hash of its words built newest word first,
+as KenLM's are:
 
-    key(w_1 .. w_k) = slot(w_2 .. w_k) * V + w_1      (slot of a unigram = its word id)
+    key(w_k) = mix(w_k),   key(w_j .. w_k) = extend(key(w_{j+1} .. w_k), w_j)
 
-so extending a lookup by one older word is one multiply-add and one probe, and the keys are exact
-(no hash collisions to accept: a probe compares the full key). This needs every listed k-gram's
-suffix w_2..w_k to be listed: the tables must be suffix-closed, which `build_backoff_engine` checks
-(vectorized) and every Kneser-Ney model nnlm estimates is; a table that is not (a pruned ARPA file
-from another tool) keeps the numpy path. Suffix-closed also means a lookup can stop at its first miss.
+so extending a lookup by one older word is one multiply-xorshift step, and the keys of every order a
+token needs are known before any probe: they are prefetched a few tokens ahead. The build refuses
+(keeps the numpy path) if two listed n-grams of one order share a key; a query absent from the tables
+matching a listed key has odds of about 2^-64 per probe (KenLM accepts the same). Lookups may stop at
+their first miss only if every listed k-gram's suffix w_2..w_k is listed: `build_backoff_engine`
+checks that the tables are suffix-closed (vectorized), as every model nnlm estimates is; a table that
+is not (a pruned ARPA file from another tool) keeps the numpy path.
 
 Scoring a stream carries state as KenLM does: the grams matched at position t (w_t, w_{t-1} w_t, ...)
 are exactly the contexts whose back-offs position t+1 needs, so `score_rows` reuses them whenever a
 row's context is the previous row's context shifted by the previous target (the rows `contexts()` makes
 from a stream), and `advance` keeps them in the state. The log10 sums are added in the numpy path's
-order, so both paths give the same floats.
+order, so both paths give the same log10 per row (Brown KN5 test: bit for bit).
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-EMPTY = -1  # key of an empty slot (real keys are >= 0)
+EMPTY = -1  # key of an empty slot (raw keys are >= 0; a hash equal to it makes the build refuse)
 LOAD_FACTOR = 0.5
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads consecutive keys
 # Engine memory allowed beside tables already in memory, and beside memory-mapped (out-of-core) ones,
