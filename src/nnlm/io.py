@@ -242,14 +242,13 @@ def guard_outputs(files: Iterable[tuple[str, Path | str | None]] = (),
     model, a report)."""
     resolved_inputs = [(str(p), _resolved(p)) for p in inputs
                        if p is not None and str(p) != "-" and os.path.lexists(p)]
-    named = [(o, p) for o, p in [*files, *directories] if p is not None]
-    for i, (option, path) in enumerate(named):
-        for other, other_path in named[i + 1:]:
+    named = [(o, p, True) for o, p in files if p is not None] + [(o, p, False) for o, p in directories
+                                                                   if p is not None]
+    for i, (option, path, _) in enumerate(named):
+        for other, other_path, _ in named[i + 1:]:
             if _overlap(_resolved(path), _resolved(other_path)) or _overlap(_resolved(other_path), _resolved(path)):
                 raise NnlmError(f"{option} {path} and {other} {other_path} overlap; give two separate paths")
-    file_names = {id(p) for _, p in files}
-    for option, path in named:
-        is_file = id(path) in file_names
+    for option, path, is_file in named:
         out = _resolved(path)
         for given, inp in resolved_inputs:
             how = _overlap(out, inp)
