@@ -3,8 +3,8 @@
     python benchmarks/fuzz_cli.py [--family NAME] [--show N] [--timeout S]
 
 Every case is one `nnlm ...` command on an odd or bad input (corpus directories, ARPA files, run
-directories, numeric arguments, stdin, special files, a full disk). nnlm is imported once; each case
-runs `nnlm.cli.main(argv)` in a forked child (stdin/stdout/stderr redirected to files, its own
+directories, numeric arguments, stdin, special files, an output over an input, a full disk). nnlm is
+imported once; each case runs `nnlm.cli.main(argv)` in a forked child (stdin/stdout/stderr redirected to files, its own
 process group, killed at the time limit), so 1,000 cases cost no interpreter start-ups. Outcomes:
 
   clean error       exit 2, stderr lines all `nnlm...`, the last an error (notes may precede it)
@@ -118,6 +118,13 @@ def build_fixtures(shared: Path) -> None:
         (shared / "rand" / f"{name}.txt").write_text(text)
     (shared / "text.txt").write_text("w1 w2 w3\nw4 w5\n")
     (shared / "words.txt").write_text("w1 w2 w3 w4\n")
+    (shared / "nbest").mkdir()
+    for uid in ("u1", "u2"):
+        (shared / "nbest" / uid).write_text("-10 0 2 w1 w2\n-11 0 1 w3\n")
+    (shared / "refs.txt").write_text("u1 w1 w2\nu2 w3\n")
+    (shared / "kaldi").mkdir()
+    (shared / "kaldi" / "text").write_text("u1-1 w1 w2\nu1-2 w3\n")
+    (shared / "kaldi" / "scores").write_text("u1-1 10\nu1-2 11\n")
     subprocess.run([sys.executable, "-c", SETUP, str(shared)], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, env=os.environ | {"NNLM_CACHE_DIR": str(shared / "cache")})
     shutil.copytree(shared / "cache", shared / "cache-of-rand")  # its one entry, for the damaged-cache cases
@@ -521,13 +528,70 @@ def special_file_cases(S: Path) -> list[Case]:
             def setup(d: Path, make_target: Callable[[Path], str] = make_target) -> None:
                 (d / "target").write_text(make_target(d))
             files = ("ngram --arpa", "export --arpa", "export --embeddings", "map --out")
-            # a file output replaces a plain file (as `>` does) and writes through a link or /dev/null
-            ok = {(t, w) for t in ("symlink to a file", "/dev/null", "plain file") for w in files}
+            # a file output writes into /dev/null; a user's file (plain, or a link's target) needs --force
+            ok = {("/dev/null", w) for w in files}
             ok |= {("empty directory", w) for w in ("ngram --save", "train --out")}
             valid = (tname, wname) in ok
             protect = ["{D}/n", "{D}/run"] + ([] if valid else ["{D}/p", "{D}/real", "{D}/l", "{D}/f"])
             cases.append(Case("special files", f"{wname} to {tname}", argv, invalid=not valid,
                               setup=setup, protect=protect, timeout=20.0))
+    return cases
+
+
+def output_over_input_cases(S: Path) -> list[Case]:
+    """Each command with an output option, its output equal to an input, inside it, containing it, through a
+    symlink to it, and on a user's file (refused; with --force allowed, never over an input)."""
+    writers: dict[str, tuple[list[str], Path]] = {
+        "rescore srilm --out": (["rescore", str(S / "nbest"), "--lm", str(S / "kn3"), "--format", "srilm",
+                                 "--refs", str(S / "refs.txt"), "--out", "{T}"], S / "nbest"),
+        "rescore --refs": (["rescore", str(S / "nbest"), "--lm", str(S / "kn3"), "--format", "srilm",
+                            "--refs", str(S / "refs.txt"), "--out", "{T}"], S / "refs.txt"),
+        "rescore kaldi --out": (["rescore", str(S / "kaldi" / "text"), "--scores", str(S / "kaldi" / "scores"),
+                                 "--lm", str(S / "kn3"), "--format", "kaldi", "--out", "{T}"], S / "kaldi" / "text"),
+        "export --embeddings": (["export", str(S / "run"), "--embeddings", "{T}"], S / "run"),
+        "export --arpa": (["export", str(S / "kn3"), "--arpa", "{T}"], S / "kn3"),
+        "export ARPA --arpa": (["export", str(S / "kn3.arpa"), "--arpa", "{T}"], S / "kn3.arpa"),
+        "ngram --arpa": (["ngram", "--corpus", str(S / "rand"), "--kind", "kn", "--order", "2", "--arpa", "{T}"],
+                         S / "rand"),
+        "ngram --load --save": (["ngram", "--load", str(S / "kn3"), "--save", "{T}"], S / "kn3"),
+        "train --out": (["train", "--corpus", str(S / "rand"), "--out", "{T}", "--preset", "mlp7", "--hidden", "2",
+                         "--features", "2", "--epochs", "1", "--threads", "1", "--no-progress"], S / "rand"),
+        "tune --out": (["tune", "--corpus", str(S / "rand"), "--out", "{T}", "--minutes", "0.05"], S / "rand"),
+        "reproduce --out": (["reproduce", "--corpus", str(S / "rand"), "--out", "{T}", "--budget-minutes", "0.05",
+                             "--no-progress"], S / "rand"),
+        "map --out": (["map", str(S / "run"), "--out", "{T}", "--top", "5"], S / "run"),
+        "map --words --out": (["map", str(S / "run"), "--words", str(S / "words.txt"), "--out", "{T}"],
+                              S / "words.txt"),
+    }
+    forced = {"rescore srilm --out", "export --embeddings", "export --arpa", "ngram --arpa", "map --out"}
+    cases = []
+    for wname, (argv, given) in writers.items():
+        targets: dict[str, Callable[[Path], str]] = {
+            "equal to an input": lambda d, given=given: str(given),
+            "inside an input": lambda d, given=given: str(given / "new" if given.is_dir() else given),
+            "containing an input": lambda d, given=given: str(given.parent),
+            "a symlink to an input": lambda d, given=given: (os.symlink(given, d / "link"), str(d / "link"))[1],
+            "an input by its hard link": lambda d, given=given: (
+                (os.link(given, d / "hard"), str(d / "hard"))[1] if given.is_file() else str(given)),
+        }
+        for tname, make_target in targets.items():
+            def setup(d: Path, make_target: Callable[[Path], str] = make_target) -> None:
+                (d / "target").write_text(make_target(d))
+            cases.append(Case("output over input", f"{wname}: {tname}", argv, invalid=True, setup=setup,
+                              protect=[str(S)], timeout=30.0))
+        if wname in forced:
+            def user_file(d: Path, directory: bool = wname.startswith("rescore")) -> None:
+                where = d / "o" if directory else d / "notes.txt"
+                if directory:
+                    where.mkdir()
+                    (where / "one-best.txt").write_text("mine")
+                else:
+                    where.write_text("mine")
+                (d / "target").write_text(str(where))
+            for force in (False, True):
+                cases.append(Case("output over input", f"{wname}: a user's file" + (" --force" if force else ""),
+                                  argv + (["--force"] if force else []), invalid=not force, setup=user_file,
+                                  protect=[str(S)] + ([] if force else ["{D}/notes.txt", "{D}/o"]), timeout=30.0))
     return cases
 
 
@@ -579,13 +643,13 @@ def full_disk_cases(S: Path, mount: Path) -> list[Case]:
     M = str(mount)
     jobs = [
         ("ngram --arpa over an old file", ["ngram", "--corpus", str(S / "rand"), "--kind", "kn", "--order", "3",
-                                           "--arpa", f"{M}/old.arpa"], old_arpa, [f"{M}/old.arpa"], []),
+                                           "--arpa", f"{M}/old.arpa", "--force"], old_arpa, [f"{M}/old.arpa"], []),
         ("ngram --save over an old model", ["ngram", "--corpus", str(S / "rand"), "--kind", "kn", "--order", "3",
                                             "--save", f"{M}/model"], old_model, [], [["score", f"{M}/model",
                                                                                       str(S / "text.txt")]]),
-        ("export --embeddings", ["export", str(S / "run"), "--embeddings", f"{M}/old.arpa"], old_arpa,
+        ("export --embeddings", ["export", str(S / "run"), "--embeddings", f"{M}/old.arpa", "--force"], old_arpa,
          [f"{M}/old.arpa"], []),
-        ("map --out", ["map", str(S / "run"), "--out", f"{M}/old.arpa", "--top", "20"], old_arpa,
+        ("map --out", ["map", str(S / "run"), "--out", f"{M}/old.arpa", "--top", "20", "--force"], old_arpa,
          [f"{M}/old.arpa"], []),
         ("train --out (new run)", ["train", "--corpus", str(S / "rand"), "--out", f"{M}/new", "--preset", "mlp7",
                                    "--hidden", "8", "--features", "4", "--epochs", "1", "--threads", "1",
@@ -749,7 +813,8 @@ def main() -> int:
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
                              capture_output=True).returncode == 0
     families = {"arguments": argument_cases, "arpa": arpa_cases, "run directory": run_dir_cases,
-                "corpus": corpus_cases, "special files": special_file_cases, "stdin": stdin_cases}
+                "corpus": corpus_cases, "special files": special_file_cases,
+                "output over input": output_over_input_cases, "stdin": stdin_cases}
     cases: list[Case] = []
     for name, make in families.items():
         if not args.family or name in args.family:

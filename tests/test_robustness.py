@@ -298,7 +298,7 @@ def test_outputs_write_through_symlinks_and_devices(fixtures, tmp_path, nnlm):
     real = tmp_path / "real.arpa"
     real.write_text("old")
     (tmp_path / "link.arpa").symlink_to("real.arpa")
-    code, _, err = nnlm("export", fixtures["kn"], "--arpa", tmp_path / "link.arpa")
+    code, _, err = nnlm("export", fixtures["kn"], "--arpa", tmp_path / "link.arpa", "--force")  # a user's file
     assert code == 0, err
     assert (tmp_path / "link.arpa").is_symlink() and real.read_text().startswith("\\data\\")
     with unchanged(Path("/dev/null")):
@@ -338,7 +338,7 @@ def test_a_full_disk_is_one_line_and_the_old_files_stay(fixtures, tiny_disk, nnl
     (tiny_disk / "saved").mkdir()
     fill_disk(tiny_disk, 4096)
     with unchanged(old):
-        refused(nnlm("export", fixtures["kn"], "--arpa", old), "no space left on device")
+        refused(nnlm("export", fixtures["kn"], "--arpa", old, "--force"), "no space left on device")
     with unchanged(tiny_disk / "saved"):
         refused(nnlm("ngram", "--corpus", fixtures["corpus"], "--kind", "kn", "--save", tiny_disk / "saved"),
                 "no space left on device")

@@ -5,6 +5,13 @@ it, so a crash or a full disk leaves the old file. A symlink is written through 
 replaced, the link stays); a device node or a FIFO is written into, never replaced by a file.
 A directory given as an output file is refused. A full disk is one line naming the path.
 
+Outputs never overlap inputs (`guard_outputs`): before any work, every output a command names is
+compared with every path it reads, links resolved; an output that is, contains or lies inside an
+input is refused, and so is an existing regular file nnlm did not write (unless the command's
+--force). nnlm marks each file it writes with the extended attribute `user.nnlm.written`, which
+leaves the file's format alone (word2vec text, ARPA); a file without the mark (also on a file
+system without user attributes, or copied by a tool that drops them) counts as not nnlm's.
+
 Reads: inputs are checked for what they are before they are opened, so a FIFO or a device given
 as a model file is refused instead of blocking forever or filling memory; text inputs are read
 with a size cap.
@@ -18,8 +25,8 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,6 +36,9 @@ TEXT_LIMIT = int(os.environ.get("NNLM_MAX_INPUT_BYTES") or 2 << 30)  # text to s
 JSON_LIMIT = 256 << 20  # run.json, state.json, vocab.json, config.json: far above any real one
 _CHUNK = 1 << 20
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+WRITTEN_MARK = "user.nnlm.written"  # extended attribute on every regular file nnlm writes
 
 
 def _umask() -> int:
@@ -129,6 +139,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
             return
         # mkstemp (and some writers, e.g. safetensors) make 0600: keep an existing file's mode, else the umask's
         os.chmod(tmp_path, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+        mark_written(tmp_path)
         try:
             with open(tmp_path, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -175,6 +186,112 @@ def atomic_dir(path: Path | str, replace: bool = False) -> Iterator[Path]:
             if not path.is_dir():
                 raise
             # Another process finished the same directory first: keep theirs, drop ours.
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def mark_written(path: Path | str) -> None:
+    """Record on `path` that nnlm wrote it (best effort: a file system without user attributes keeps
+    no mark, and such a file is then refused as not nnlm's the next time, the safe side)."""
+    with suppress(OSError):
+        os.setxattr(path, WRITTEN_MARK, b"1", follow_symlinks=False)
+
+
+def written_by_nnlm(path: Path | str) -> bool:
+    """Whether the regular file at `path` (links followed) carries the mark nnlm sets on what it writes."""
+    try:
+        return os.getxattr(path, WRITTEN_MARK) == b"1"
+    except OSError:
+        return False
+
+
+def _resolved(path: Path | str) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a == b or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _overlap(out: Path, inp: Path) -> str | None:
+    """How output `out` overlaps input `inp` (both resolved), or None."""
+    if _same(out, inp):
+        return "is"
+    if inp.is_dir() and out.is_relative_to(inp):
+        return "lies inside"
+    if inp.is_relative_to(out) or any(_same(out, parent) for parent in inp.parents if parent.exists()):
+        return "contains"
+    return None
+
+
+def guard_outputs(files: Iterable[tuple[str, Path | str | None]] = (),
+                  directories: Iterable[tuple[str, Path | str | None]] = (),
+                  inputs: Iterable[Path | str | None] = (), force: bool | None = None) -> None:
+    """Refuse, before any work, an output that would write over what the command reads or over a file
+    nnlm did not write. `files` / `directories`: (option, path) pairs of the command's outputs (None:
+    not given). `inputs`: every path it reads (files or directories; None, '-' and missing ones are
+    skipped: reading them fails on its own). Links are resolved and hard links compared by samefile:
+    an output that is an input, contains one or lies inside an input directory is refused. An existing
+    regular file among `files` that lacks nnlm's mark is refused unless `force` is True (`force=None`:
+    the command has no --force). Devices and FIFOs are written into, never replaced, so they pass that
+    test; directory outputs are checked for ownership by their own commands (a run directory, a saved
+    model, a report)."""
+    resolved_inputs = [(str(p), _resolved(p)) for p in inputs
+                       if p is not None and str(p) != "-" and os.path.lexists(p)]
+    named = [(o, p, True) for o, p in files if p is not None] + [(o, p, False) for o, p in directories
+                                                                   if p is not None]
+    for i, (option, path, _) in enumerate(named):
+        for other, other_path, _ in named[i + 1:]:
+            if _overlap(_resolved(path), _resolved(other_path)) or _overlap(_resolved(other_path), _resolved(path)):
+                raise NnlmError(f"{option} {path} and {other} {other_path} overlap; give two separate paths")
+    for option, path, is_file in named:
+        out = _resolved(path)
+        for given, inp in resolved_inputs:
+            how = _overlap(out, inp)
+            if how == "is":
+                raise NnlmError(f"{option} {path} is the input {given}; nnlm never writes over an input: "
+                                "give another path")
+            if how is not None:
+                raise NnlmError(f"{option} {path} {how} the input {given}; nnlm never writes over or beside what it "
+                                "reads there: give a path outside it")
+        if not is_file:
+            continue
+        check_output(path)
+        if os.path.isfile(path) and not written_by_nnlm(path) and not force:
+            hint = " (or --force to replace it)" if force is False else ""
+            raise NnlmError(f"{option} {path} exists and was not written by nnlm; it is not replaced: give a new "
+                            f"name{hint}")
+
+
+@contextmanager
+def staged_directory(path: Path | str) -> Iterator[Path]:
+    """Yield an empty temporary directory beside `path` to write a command's several outputs into; when
+    the block succeeds they move into `path` (a new directory: one rename; an existing one: each file
+    replaced by rename, other files there kept). A failure leaves `path` as it was and no temporary."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    os.chmod(tmp, 0o777 & ~_umask())
+    try:
+        try:
+            yield tmp
+        except OSError as exc:
+            raise write_error(path, exc) from None
+        try:
+            if not os.path.lexists(path):
+                os.replace(tmp, path)
+                return
+            for item in sorted(tmp.iterdir()):
+                os.replace(item, path / item.name)
+        except OSError as exc:
+            raise write_error(path, exc) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

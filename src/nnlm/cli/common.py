@@ -61,6 +61,19 @@ def add_corpus_options(p: argparse.ArgumentParser, default: str | None = "brown"
                    help="rebuild the corpus instead of using the cache (default: use the cache)")
 
 
+def corpus_path(corpus: str | None, model_path: str | None = None) -> str | None:
+    """The corpus directory a command reads, for `nnlm.io.guard_outputs`: --corpus if it is a text directory,
+    else the one the model at `model_path` records; None for Brown."""
+    if corpus is None and model_path is not None:
+        from nnlm.data.provenance import recorded_corpus
+
+        try:
+            corpus = (recorded_corpus(model_path) or {}).get("corpus")
+        except NnlmError:
+            corpus = None  # an unreadable record is reported when the model is loaded
+    return None if corpus in (None, "brown") else corpus
+
+
 def corpus_options(args: argparse.Namespace) -> dict[str, Any]:
     """The corpus options as given on the command line (the default --min-count resolved)."""
     from nnlm.data.provenance import corpus_options as resolve

@@ -23,6 +23,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--top", type=T.positive_int, default=100, help="the N most frequent words (default 100)")
     which.add_argument("--words", metavar="FILE",
                        help="the words listed in FILE (whitespace-separated) (default: --top)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing file nnlm did not write (default: refused); never an input")
     p.set_defaults(handler=run_map)
 
 
@@ -37,11 +39,11 @@ def run_neighbors(args: argparse.Namespace) -> int:
 
 
 def run_map(args: argparse.Namespace) -> int:
-    from nnlm.io import check_output, require_parent
+    from nnlm.io import guard_outputs, require_parent
     from nnlm.loading import load
     from nnlm.neural.features import draw_map, most_frequent_words, pca_2d, read_word_list, word_features
 
-    check_output(args.out)
+    guard_outputs(files=[("--out", args.out)], inputs=[args.model, args.words], force=args.force)
     require_parent(args.out)
     model = load(args.model)
     features = word_features(model)

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from nnlm import cli_types as T
-from nnlm.cli.common import add_corpus_options, add_json_option, corpus_and_options, emit, note
+from nnlm.cli.common import add_corpus_options, add_json_option, corpus_and_options, corpus_path, emit, note
 
 KINDS_HELP = ("uniform, addone, kn (modified Kneser-Ney), interpolated (deleted-interpolation trigram), "
               "class (class-based back-off) (default addone)")
@@ -31,19 +31,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--load-arpa", metavar="FILE",
                    help="evaluate an ARPA file on the corpus (its words must be the corpus vocabulary) "
                         "(default: build)")
+    p.add_argument("--force", action="store_true",
+                   help="--arpa: replace an existing file nnlm did not write (default: refused); never an input")
     add_json_option(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.io import check_output
+    from nnlm.io import guard_outputs
     from nnlm.ngram.evaluate import evaluate_ngram, obtain_ngram, write_outputs
     from nnlm.ngram.store import save_target
 
-    if args.save:  # refused before the (long) build, not after it
+    # refused before the (long) build, not after it
+    if args.save:
         save_target(Path(args.save))
-    if args.arpa:
-        check_output(args.arpa)
+    guard_outputs(files=[("--arpa", args.arpa)], directories=[("--save", args.save)],
+                  inputs=[args.load, args.load_arpa, corpus_path(args.corpus, args.load)], force=args.force)
     corpus, options = corpus_and_options(args, args.load)
     obtained = obtain_ngram(corpus, args.kind, args.order, args.classes, args.load, args.load_arpa,
                             memory_gb=args.memory)

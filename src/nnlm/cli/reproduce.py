@@ -46,7 +46,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nnlm.io import guard_outputs
     from nnlm.reproduce import report_only, reproduce
+
+    guard_outputs(directories=[("--out", args.out)], inputs=[None if args.corpus == "brown" else args.corpus])
 
     if args.report_only:
         written = report_only(args.out)

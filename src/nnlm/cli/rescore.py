@@ -20,7 +20,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scores", help="kaldi: the scores file, `uttid-N score...` per hypothesis (default: none)")
     p.add_argument("--score-names", default="ac_cost",
                    help="kaldi: names of the scores file's columns, comma-separated (default ac_cost)")
-    p.add_argument("--out", required=True, help="directory for the reranked lists and one-best.txt (created)")
+    p.add_argument("--out", required=True,
+                   help="directory for the reranked lists and one-best.txt (created; never an input, nor inside or "
+                        "around one; written only when everything succeeded)")
+    p.add_argument("--force", action="store_true",
+                   help="replace files in --out that nnlm did not write (default: refused); never an input")
     p.add_argument("--log-base", choices=("10", "e"), default="10",
                    help="base of the added log probabilities (default 10, as SRILM's and ARPA's scores)")
     p.add_argument("--weights", help="name=value,... over the features (default: the decoder's score 1 "
@@ -48,21 +52,32 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from nnlm.io import atomic_write_text
+    from nnlm.io import atomic_write_text, guard_outputs, staged_directory
     from nnlm.loading import load
     from nnlm.rescore import add_lm_features, corpus_wer, file_order, parse_weights, rerank
-    from nnlm.rescore.formats import one_best_text, read_nbest, write_reranked
-    from nnlm.rescore.tuning import read_references
+    from nnlm.rescore.formats import ONE_BEST, one_best_text, output_names, read_nbest, write_reranked
+    from nnlm.rescore.tuning import read_references, require_references
     from nnlm.use import use_unnormalized
 
     if bool(args.tune) != bool(args.tune_refs):
         raise NnlmError("--tune and --tune-refs go together")
     out = Path(args.out)
+    inputs = [*args.nbest, args.scores, *(args.tune or []), args.tune_scores, args.tune_refs, args.refs, *args.lm]
+    guard_outputs(directories=[("--out", out)], inputs=inputs)
     if out.exists() and not out.is_dir():
         raise NnlmError(f"--out {out} is a file, not a directory")
+    # Everything is read and checked before any scoring, and nothing is written before everything succeeded.
     names = [n.strip() for n in args.score_names.split(",") if n.strip()]
     nbest = read_nbest(args.format, args.nbest, args.scores, names)
     dev = read_nbest(args.format, args.tune, args.tune_scores, names) if args.tune else None
+    refs = read_references(args.refs) if args.refs else None
+    if refs is not None:
+        require_references(nbest, refs, "--refs")
+    tune_refs = read_references(args.tune_refs) if dev is not None else None
+    if dev is not None:
+        require_references(dev, tune_refs, "--tune-refs")
+    if out.is_dir():
+        guard_outputs(files=[("--out", out / name) for name in output_names(nbest)], force=args.force)
     models = [load(path) for path in args.lm]
     govern_threads(args)
     if args.unnormalized:
@@ -75,23 +90,20 @@ def run(args: argparse.Namespace) -> int:
     result = {"utterances": len(nbest.utterances), "hypotheses": sum(len(u.hypotheses) for u in nbest.utterances),
               "scoring_seconds": seconds, "log_base": args.log_base}
     if dev is not None:
-        weights = _tuned(args, dev, models, weights, lm_names, read_references(args.tune_refs))
+        weights = _tuned(args, dev, models, weights, lm_names, tune_refs)
     orders = rerank(nbest, weights)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise NnlmError(f"cannot create {out}: {exc.strerror}") from None
-    write_reranked(nbest, weights, orders, out, lm_names)
-    atomic_write_text(out / "one-best.txt", one_best_text(nbest, orders))
     result["weights"] = dict(zip(nbest.names, weights.tolist(), strict=True))
     lines = [f"{result['utterances']} utterances, {result['hypotheses']} hypotheses scored in {seconds:.2f} s "
              f"(log{args.log_base})", "weights: " + " ".join(f"{n}={w:.4g}" for n, w in result["weights"].items())]
-    if args.refs:
-        refs = read_references(args.refs)
+    if refs is not None:
         (e0, n), (e1, _) = corpus_wer(nbest, file_order(nbest), refs), corpus_wer(nbest, orders, refs)
-        result |= {"wer_before": e0 / n, "wer_after": e1 / n, "reference_words": n}
-        lines.append(f"WER {100 * e0 / n:.2f}% -> {100 * e1 / n:.2f}% ({e0} -> {e1} errors in {n} words)")
-    lines.append(f"reranked lists and one-best.txt written to {out}")
+        result |= {"wer_before": e0 / n if n else 0.0, "wer_after": e1 / n if n else 0.0, "reference_words": n}
+        lines.append(f"WER {100 * e0 / max(n, 1):.2f}% -> {100 * e1 / max(n, 1):.2f}% "
+                     f"({e0} -> {e1} errors in {n} words)")
+    with staged_directory(out) as staging:  # moved into --out only once every file is written
+        write_reranked(nbest, weights, orders, staging, lm_names)
+        atomic_write_text(staging / ONE_BEST, one_best_text(nbest, orders))
+    lines.append(f"reranked lists and {ONE_BEST} written to {out}")
     emit(args, result, lines)
     return 0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from nnlm import cli_types as T
-from nnlm.cli.common import add_corpus_options, emit
+from nnlm.cli.common import add_corpus_options, corpus_path, emit
 from nnlm.neural.config import add_train_options, requested_options
 
 
@@ -33,9 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nnlm.data.provenance import default_min_count
+    from nnlm.io import guard_outputs
     from nnlm.neural.distributed import under_torchrun
     from nnlm.neural.train import train
 
+    recorded = corpus_path(args.corpus, args.out if args.resume else None)
+    guard_outputs(directories=[("--out", args.out)], inputs=[recorded])
     requested = requested_options(args)
     if not args.resume and args.corpus not in (None, "brown") and args.min_count is None:
         requested["min_count"] = default_min_count(args.corpus)  # recorded in run.json; a resume keeps it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from nnlm import cli_types as T
-from nnlm.cli.common import THREADS_HELP, add_corpus_options, emit
+from nnlm.cli.common import THREADS_HELP, add_corpus_options, corpus_path, emit
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,8 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nnlm.data.provenance import default_min_count
+    from nnlm.io import guard_outputs
     from nnlm.neural.tune import report, tune
 
+    guard_outputs(directories=[("--out", args.out)], inputs=[corpus_path(args.corpus)])
     names = ("corpus", "min_count", "max_vocab", "vocab_from", "preset", "order", "hidden", "features", "direct",
              "loss", "samples", "batch_size", "seed", "epochs", "threads")
     requested = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}

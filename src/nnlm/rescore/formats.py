@@ -4,11 +4,13 @@ or NBestList2.0), Moses (`id ||| hypothesis ||| features ||| score`) and Kaldi-s
 best first by the combined score."""
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
 import numpy as np
 
+from nnlm.data.tokenize import paragraphs
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text, read_input
 from nnlm.rescore.nbest import NBestSet, Utterance
@@ -21,6 +23,8 @@ _NOT_WORDS = {"<s>", "</s>"}
 
 # Which existing column ranks the lists when no weight is given: the decoder's own score.
 # Kaldi's scores are costs (negative log-likelihoods), hence -1.
+ONE_BEST = "one-best.txt"  # written beside the reranked lists
+
 DEFAULT_WEIGHTS = {"srilm": {"acoustic": 1.0}, "srilm2": {"score": 1.0}, "moses": {"score": 1.0},
                    "kaldi": {"ac_cost": -1.0}}
 
@@ -32,11 +36,33 @@ def _text(path: Path | str, what: str) -> list[str]:
         raise NnlmError(f"{path} is not UTF-8 text") from None
 
 
+def words_of(text: str) -> list[str]:
+    """A hypothesis' words by the one tokenization rule (nnlm.data.tokenize), as its score counts them."""
+    return [word for paragraph in paragraphs(text) for word in paragraph]
+
+
 def _number(value: str, where: str) -> float:
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         raise NnlmError(f"{where}: {value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise NnlmError(f"{where}: the score {value!r} is not a finite number; fix or drop that hypothesis")
+    return number
+
+
+def _count(value: str, where: str) -> float:
+    """SRILM's word count: a whole number, not negative."""
+    if not (value.isascii() and value.isdigit()):
+        raise NnlmError(f"{where}: the word count {value!r} is not a whole number >= 0")
+    return float(value)
+
+
+def _first_seen(seen: dict[str, str], key: str, where: str, what: str) -> None:
+    """Refuse a second `key` (a hypothesis or utterance id): the first one would be lost silently."""
+    if key in seen:
+        raise NnlmError(f"{where}: {what} {key!r} appears twice (first at {seen[key]}); ids must be unique")
+    seen[key] = where
 
 
 def read_nbest(fmt: str, paths: list[str], scores: str | None = None,
@@ -69,9 +95,15 @@ def _srilm_files(paths: list[str]) -> list[Path]:
 
 
 def _read_srilm(paths: list[str]) -> NBestSet:
-    utterances, versions = [], set()
+    utterances, versions, seen = [], set(), {}
     for path in _srilm_files(paths):
+        if path.name == ONE_BEST:
+            raise NnlmError(f"{path}: an n-best file named {ONE_BEST} would be overwritten by the one-best list "
+                            f"(is it a previous rescore's output?); move it or rename it")
+        _first_seen(seen, path.name, str(path), "the utterance (file name)")
         lines = [line for line in _text(path, "n-best file") if line.strip()]
+        if not lines:
+            raise NnlmError(f"{path}: an empty n-best list (no hypothesis); drop the file or fill it")
         version2 = bool(lines) and lines[0].strip() == "NBestList2.0"
         versions.add(version2)
         rows = [_srilm_v2_line(line, f"{path}:{i}") if version2 else _srilm_line(line, f"{path}:{i}")
@@ -88,14 +120,15 @@ def _srilm_line(line: str, where: str) -> tuple[list[str], list[float]]:
     fields = line.split()
     if len(fields) < 3:
         raise NnlmError(f"{where}: expected `acoustic lm nwords word...`")
-    return fields[3:], [_number(v, where) for v in fields[:3]]
+    return words_of(" ".join(fields[3:])), [_number(fields[0], where), _number(fields[1], where),
+                                            _count(fields[2], where)]
 
 
 def _srilm_v2_line(line: str, where: str) -> tuple[list[str], list[float]]:
     match = _SRILM_V2_SCORE.match(line.strip())
     if match is None:
         raise NnlmError(f"{where}: an NBestList2.0 hypothesis starts with its score in parentheses")
-    words = [w for w in _SRILM_V2_GROUP.sub(" ", line.strip()[match.end():]).split()
+    words = [w for w in words_of(_SRILM_V2_GROUP.sub(" ", line.strip()[match.end():]))
              if w not in _NOT_WORDS and not w.startswith("-")]  # -pau- and the like are not words
     return words, [_number(match.group(1), where)]
 
@@ -109,7 +142,7 @@ def _read_moses(path: str) -> NBestSet:
         fields = [f.strip() for f in line.split("|||")]
         if len(fields) < 4:
             raise NnlmError(f"{path}:{i}: expected `id ||| hypothesis ||| features ||| score`")
-        rows.setdefault(fields[0], []).append((fields[1].split(), _number(fields[3], f"{path}:{i}"), fields[2]))
+        rows.setdefault(fields[0], []).append((words_of(fields[1]), _number(fields[3], f"{path}:{i}"), fields[2]))
     for uid, hyps in rows.items():
         by_id[uid] = Utterance(uid, [h for h, _, _ in hyps], np.array([[s] for _, s, _ in hyps]),
                                [f for _, _, f in hyps])
@@ -125,18 +158,22 @@ def _split_hyp_id(hyp_id: str, where: str) -> str:
 
 def _read_kaldi(text_path: str, scores_path: str, names: list[str]) -> NBestSet:
     scores: dict[str, list[float]] = {}
+    seen: dict[str, str] = {}
     for i, line in enumerate(_text(scores_path, "scores file"), start=1):
         fields = line.split()
         if fields:
+            _first_seen(seen, fields[0], f"{scores_path}:{i}", "the hypothesis id")
             if len(fields) != 1 + len(names):
                 raise NnlmError(f"{scores_path}:{i}: expected `uttid-N` and {len(names)} score(s) "
                                 f"({', '.join(names)}; see --score-names)")
             scores[fields[0]] = [_number(v, f"{scores_path}:{i}") for v in fields[1:]]
     rows: dict[str, list[tuple[str, list[str]]]] = {}
+    seen = {}
     for i, line in enumerate(_text(text_path, "n-best text"), start=1):
-        fields = line.split()
+        fields = words_of(line)
         if not fields:
             continue
+        _first_seen(seen, fields[0], f"{text_path}:{i}", "the hypothesis id")
         if fields[0] not in scores:
             raise NnlmError(f"{text_path}:{i}: {fields[0]} has no line in {scores_path}")
         rows.setdefault(_split_hyp_id(fields[0], f"{text_path}:{i}"), []).append((fields[0], fields[1:]))
@@ -147,6 +184,15 @@ def _read_kaldi(text_path: str, scores_path: str, names: list[str]) -> NBestSet:
 
 def _num(x: float) -> str:
     return f"{x:.6g}"
+
+
+def output_names(nbest: NBestSet) -> list[str]:
+    """The files `write_reranked` and the one-best list put in the output directory."""
+    if nbest.format in ("srilm", "srilm2"):
+        names = [u.uid for u in nbest.utterances]
+    else:
+        names = ["nbest.txt"] if nbest.format == "moses" else ["text", "scores"]
+    return [*names, ONE_BEST]
 
 
 def write_reranked(nbest: NBestSet, weights: np.ndarray, orders: list[np.ndarray], out: Path,

@@ -31,15 +31,29 @@ def word_errors(hypothesis: list[str], reference: list[str]) -> int:
 
 
 def read_references(path: str) -> dict[str, list[str]]:
-    """`uttid words` per line."""
+    """`uttid words` per line, words by the one tokenization rule; a second line for an id is refused."""
     from nnlm.io import read_input
+    from nnlm.rescore.formats import words_of
 
-    refs = {}
-    for line in read_input(path, "references").decode("utf-8", errors="replace").splitlines():
-        uid, _, words = line.strip().partition(" ")
-        if uid:
-            refs[uid] = words.split()
+    refs: dict[str, list[str]] = {}
+    first: dict[str, int] = {}
+    for number, line in enumerate(read_input(path, "references").decode("utf-8", errors="replace").splitlines(), 1):
+        fields = words_of(line)
+        if not fields:
+            continue
+        if fields[0] in refs:
+            raise NnlmError(f"{path}:{number}: a second reference for {fields[0]!r} (first on line "
+                            f"{first[fields[0]]}); keep one")
+        refs[fields[0]], first[fields[0]] = fields[1:], number
     return refs
+
+
+def require_references(nbest: NBestSet, refs: dict[str, list[str]], option: str) -> None:
+    """Every utterance of `nbest` has a reference in `refs` (read from `option`), else one line."""
+    missing = [u.uid for u in nbest.utterances if u.uid not in refs]
+    if missing:
+        raise NnlmError(f"{option}: no reference for utterance {missing[0]}"
+                        + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
 
 
 @dataclass
