@@ -348,6 +348,17 @@ def test_a_full_disk_is_one_line_and_the_old_files_stay(fixtures, tiny_disk, nnl
     assert sorted(p.name for p in tiny_disk.iterdir()) == ["filler", "model.arpa", "saved"]  # no temp files left
 
 
+def test_a_full_disk_under_the_corpus_cache_is_one_line(fixtures, tiny_disk, nnlm, monkeypatch):
+    """The cache's ids are written through a memory map: its blocks are reserved first, so a full disk
+    is a note and the command goes on uncached, not a SIGBUS when a page of the sparse file is first
+    touched (found by fuzz_cli with 16 KiB free)."""
+    monkeypatch.setenv("NNLM_CACHE_DIR", str(tiny_disk / "cache"))
+    fill_disk(tiny_disk, 16384)
+    code, out, err = nnlm("stats", "--corpus", fixtures["corpus"])
+    assert code == 0 and "corpus cache not written" in err and "no space left" in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_full_disk_while_training_keeps_the_run_resumable(fixtures, tiny_disk, nnlm):
     run = Path(shutil.copytree(fixtures["run"], tiny_disk / "run"))
     fill_disk(tiny_disk, 1024)

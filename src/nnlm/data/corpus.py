@@ -163,11 +163,19 @@ def _write_cache(cache_dir: Path, plan: CorpusPlan, key: dict, replace: bool = F
     with atomic_dir(cache_dir, replace=replace) as tmp:
         plan.vocab.save(tmp / "vocab.json")
         ids = np.lib.format.open_memmap(tmp / "ids.npy", mode="w+", dtype=np.int32, shape=(sum(plan.sizes),))
+        _reserve(tmp / "ids.npy")
         plan.fill(ids)
         ids.flush()
         del ids
         (tmp / "meta.json").write_text(json.dumps({"name": plan.name, "pad_token": plan.pad_token,
                                                    "sizes": list(plan.sizes), "key": key}))
+
+
+def _reserve(path: Path) -> None:
+    """Give the memory-mapped file its blocks now: a full disk is then an OSError here (one line),
+    not a SIGBUS when a page of the sparse file is first written through the map."""
+    with open(path, "r+b") as fh:
+        os.posix_fallocate(fh.fileno(), 0, os.fstat(fh.fileno()).st_size)
 
 
 def _read_cache(cache_dir: Path) -> Corpus:
