@@ -1,5 +1,7 @@
-"""The JSON API of `nnlm serve`: each endpoint a function of (served models, request object) -> response
-object. Requests are checked here and refused with NnlmError (the server answers 400 with its message)."""
+"""The JSON API of `nnlm serve`: each endpoint a function of (served models, request object, the request's
+Cancel) -> response object, free of HTTP. Requests are checked here and refused with NnlmError (the server
+answers 400 with its message); text becomes tokens by THE rule (`nnlm.data.tokenize`), and every text field
+(`text`, `history`, `prompt`) is held to the same MAX_TOKENS."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -10,14 +12,14 @@ from typing import Any
 import numpy as np
 
 from nnlm.capabilities import HasWordFeatures
-from nnlm.data.vocab import PARAGRAPH
+from nnlm.data.tokenize import text_tokens
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
 from nnlm.rescore.lm_scores import hypothesis_contexts
-from nnlm.serve.batcher import Batcher
-from nnlm.use import LOG10_E, generate
+from nnlm.serve.batcher import Batcher, Cancel
+from nnlm.use import LOG10_E, sample
 
-MAX_TOKENS = 20_000          # tokens scored per request
+MAX_TOKENS = 20_000          # tokens of any text field (scored text, history, prompt) per request
 MAX_ALTERNATIVES_AT = 256    # positions given top alternatives per request (each costs a |V| distribution)
 MAX_K = 100
 MAX_GENERATE = 500
@@ -69,19 +71,30 @@ def _field(request: dict[str, Any], key: str, kind: type, default: Any = None, l
 
 def _model(models: dict[str, Served], request: dict[str, Any]) -> Served:
     name = request.get("model", next(iter(models)))
+    if not isinstance(name, str):
+        raise NnlmError("field 'model' must be a str (a served model's name)")
     if name not in models:
         raise NnlmError(f"no model {name!r} (served: {', '.join(models)})")
     return models[name]
 
 
+def _limited(tokens: list[str], key: str) -> list[str]:
+    if len(tokens) > MAX_TOKENS:
+        raise NnlmError(f"field {key!r} has {len(tokens)} tokens, more than the {MAX_TOKENS} a request may have")
+    return tokens
+
+
 def _tokens(text: str) -> list[str]:
-    """The corpus format: each non-blank line a paragraph ending in `<p>`."""
-    tokens = [t for line in text.splitlines() if line.split() for t in (*line.split(), PARAGRAPH)]
+    """A text to score: each non-blank paragraph's words, then `<p>` (nnlm.data.tokenize)."""
+    tokens = _limited(text_tokens(text), "text")
     if not tokens:
         raise NnlmError("the text has no words")
-    if len(tokens) > MAX_TOKENS:
-        raise NnlmError(f"the text has {len(tokens)} tokens, more than the {MAX_TOKENS} a request may have")
     return tokens
+
+
+def _history(text: str, key: str) -> list[str]:
+    """A text to continue: its tokens without the closing `<p>`, as its last paragraph is still being written."""
+    return _limited(text_tokens(text)[:-1], key)
 
 
 def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]]:
@@ -92,7 +105,7 @@ def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]
     return [[[model.vocab.tokens[i], float(row[i])] for i in ids] for row, ids in zip(dist, top, strict=True)]
 
 
-def score(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+def score(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     """`text` scored as one stream: the total, and each token's log10 probability (and, with `top` > 0, the
     `top` most probable words at each position)."""
     served = _model(models, request)
@@ -103,10 +116,10 @@ def score(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
         raise NnlmError(f"alternatives ('top') are given for at most {MAX_ALTERNATIVES_AT} tokens")
     ids = np.asarray(model.vocab.encode(tokens), dtype=np.int64)
     ctx = hypothesis_contexts(model, np.array([len(ids)]), ids)
-    log10 = served.batcher.log_prob(ctx, ids, served.timeout) * LOG10_E
+    log10 = served.batcher.log_prob(ctx, ids, served.timeout, cancel) * LOG10_E
     words = [{"word": t, "log10": float(p), "known": t in model.vocab} for t, p in zip(tokens, log10, strict=True)]
     if k:
-        for word, alternatives in zip(words, _top(served.batcher.distribution(ctx, served.timeout), model, k),
+        for word, alternatives in zip(words, _top(served.batcher.distribution(ctx, served.timeout, cancel), model, k),
                                       strict=True):
             word["top"] = alternatives
     total = float(log10.sum())
@@ -114,32 +127,38 @@ def score(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
             "perplexity": float(10 ** (-total / len(tokens))), "words": words}
 
 
-def next_words(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+def next_words(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     """The `k` most probable next tokens after `history` (text; empty: the start of a text)."""
     served = _model(models, request)
     model = served.model
-    history = _field(request, "history", str, "").split()
+    history = _history(_field(request, "history", str, ""), "history")
     k = _field(request, "k", int, 10, 1, min(MAX_K, len(model.vocab)))
     ids = np.asarray(model.vocab.encode(history + ["<next>"]), dtype=np.int64)  # a placeholder target
     ctx = hypothesis_contexts(model, np.array([len(ids)]), ids)[-1:]
-    dist = served.batcher.distribution(ctx, served.timeout)
+    dist = served.batcher.distribution(ctx, served.timeout, cancel)
     return {"model": served.name, "history": history,
             "next": [{"word": w, "p": p} for w, p in _top(dist, model, k)[0]]}
 
 
-def generated(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
-    """`tokens` tokens sampled after `prompt`, reproducible from `seed`."""
+def generated(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+    """`tokens` tokens sampled after `prompt`, reproducible from `seed` (as nnlm.use.generate; drawn one
+    model call at a time, so a client that leaves stops the drawing at the next token)."""
     served = _model(models, request)
     model = served.model
     top_k = request.get("top_k")
-    words = generate(model, _field(request, "prompt", str, ""), _field(request, "tokens", int, 30, 1, MAX_GENERATE),
-                     _field(request, "temperature", float, 1.0, 1e-3, 100.0),
-                     None if top_k is None else _field(request, "top_k", int, None, 1, len(model.vocab)),
-                     _field(request, "seed", int, 0, 0, 2**32 - 1))
+    drawn = sample(model, _history(_field(request, "prompt", str, ""), "prompt"),
+                   _field(request, "tokens", int, 30, 1, MAX_GENERATE),
+                   _field(request, "temperature", float, 1.0, 1e-3, 100.0),
+                   None if top_k is None else _field(request, "top_k", int, None, 1, len(model.vocab)),
+                   _field(request, "seed", int, 0, 0, 2**32 - 1))
+    words = []
+    for word in drawn:
+        cancel.check()
+        words.append(word)
     return {"model": served.name, "tokens": words}
 
 
-def neighbors(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+def neighbors(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     """Nearest words to `word` in a neural model's feature space (as `nnlm neighbors`)."""
     from nnlm.neural.features import neighbors as nearest
 
@@ -148,7 +167,7 @@ def neighbors(models: dict[str, Served], request: dict[str, Any]) -> dict[str, A
     return {"model": served.name, "neighbors": [{"word": w, "cosine": c} for w, c in ranked]}
 
 
-def feature_map(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+def feature_map(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     """The 2-D PCA map of the `top` most frequent words' feature vectors (as `nnlm map`)."""
     from nnlm.neural.features import SPECIALS, most_frequent_words, pca_2d, word_features
 
@@ -161,6 +180,7 @@ def feature_map(models: dict[str, Served], request: dict[str, Any]) -> dict[str,
     return {"model": served.name, "words": words, "x": xy[:, 0].tolist(), "y": xy[:, 1].tolist()}
 
 
-ENDPOINTS: dict[str, Callable[[dict[str, Served], dict[str, Any]], dict[str, Any]]] = {
+Endpoint = Callable[[dict[str, Served], dict[str, Any], Cancel], dict[str, Any]]
+ENDPOINTS: dict[str, Endpoint] = {
     "/api/score": score, "/api/next": next_words, "/api/generate": generated, "/api/neighbors": neighbors,
     "/api/map": feature_map}
