@@ -153,3 +153,14 @@ def test_the_page_and_its_files_are_served(server):
         with urllib.request.urlopen(url + path, timeout=20) as r:
             assert r.status == 200 and r.read()
     assert "http" not in urllib.request.urlopen(url + "/", timeout=20).read().decode().split("<body>")[1]
+
+
+def test_without_the_http_stack_the_cli_says_how_to_install_it(server, monkeypatch, capsys):
+    import sys
+
+    from nnlm.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now raises ImportError
+    assert main(["serve", str(server[1]["kn3"]), "--port", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["nnlm: error: nnlm serve needs uvicorn and starlette: "
+                                                    "pip install 'nnlm[serve]'"]

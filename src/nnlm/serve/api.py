@@ -1,10 +1,14 @@
-"""The JSON API of `nnlm serve`: each endpoint a function of (served models, request object, the request's
-Cancel) -> response object, free of HTTP. Requests are checked here and refused with NnlmError (the server
-answers 400 with its message); text becomes tokens by THE rule (`nnlm.data.tokenize`), and every text field
-(`text`, `history`, `prompt`) is held to the same MAX_TOKENS."""
+"""The JSON API of `nnlm serve`, free of HTTP: request object in, response object out. Requests are checked
+here and refused with NnlmError (the server answers 400 with its message); text becomes tokens by THE rule
+(`nnlm.data.tokenize`), and every text field (`text`, `history`, `prompt`) is held to the same MAX_TOKENS.
+
+Two kinds of endpoint. BATCHED ones (score, next) are generators: they yield each `ModelCall` they need
+and are sent its result, so the server can run them on its event loop while their rows wait in the
+model's batcher with every other client's (`run_batched` drives one on a thread instead). DIRECT ones
+(generate, neighbors, map) are plain functions of (models, request, Cancel), run on a worker thread."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,9 +17,9 @@ import numpy as np
 
 from nnlm.capabilities import HasWordFeatures
 from nnlm.data.tokenize import text_tokens
+from nnlm.data.vocab import start_token
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
-from nnlm.rescore.lm_scores import hypothesis_contexts
 from nnlm.serve.batcher import Batcher, Cancel
 from nnlm.use import LOG10_E, sample
 
@@ -53,6 +57,31 @@ def served_models(paths: list[str], timeout: float) -> dict[str, Served]:
         model = load(path)
         out[name] = Served(name, model, Batcher(model), timeout)
     return out
+
+
+@dataclass
+class ModelCall:
+    """Work a batched endpoint needs from a model: log_prob of `targets` after `contexts`, or (targets None)
+    the distributions after `contexts`."""
+
+    served: Served
+    contexts: np.ndarray
+    targets: np.ndarray | None = None
+
+
+Batched = Generator[ModelCall, np.ndarray, dict[str, Any]]
+
+
+def run_batched(answer: Batched, cancel: Cancel) -> dict[str, Any]:
+    """Drive a batched endpoint on this thread, waiting for each model call (the server does the same on its
+    event loop without blocking)."""
+    try:
+        call = next(answer)
+        while True:
+            future = call.served.batcher.submit(call.contexts, call.targets, cancel)
+            call = answer.send(call.served.batcher.wait(future, call.served.timeout))
+    except StopIteration as done:
+        return done.value
 
 
 def _field(request: dict[str, Any], key: str, kind: type, default: Any = None, low: float | None = None,
@@ -97,6 +126,16 @@ def _history(text: str, key: str) -> list[str]:
     return _limited(text_tokens(text)[:-1], key)
 
 
+def _stream_contexts(model: LanguageModel, ids: np.ndarray) -> np.ndarray:
+    """Context rows [len(ids), order-1] of `ids` read as one stream from the start of a text (start tokens
+    before it): row i is ids[i-k .. i-1]. A view of one padded array (the batcher copies it)."""
+    k = model.context_size
+    if k == 0:
+        return np.zeros((len(ids), 0), dtype=np.int64)
+    padded = np.concatenate((np.full(k, model.vocab.id(start_token(model.vocab)), dtype=np.int64), ids))
+    return np.lib.stride_tricks.sliding_window_view(padded, k)[:len(ids)]
+
+
 def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]]:
     """The k most probable words of each row, most probable first, as [word, probability]."""
     top = np.argpartition(-dist, k - 1, axis=1)[:, :k]
@@ -105,7 +144,7 @@ def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]
     return [[[model.vocab.tokens[i], float(row[i])] for i in ids] for row, ids in zip(dist, top, strict=True)]
 
 
-def score(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+def score(models: dict[str, Served], request: dict[str, Any]) -> Batched:
     """`text` scored as one stream: the total, and each token's log10 probability (and, with `top` > 0, the
     `top` most probable words at each position)."""
     served = _model(models, request)
@@ -115,27 +154,26 @@ def score(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) ->
     if k and len(tokens) > MAX_ALTERNATIVES_AT:
         raise NnlmError(f"alternatives ('top') are given for at most {MAX_ALTERNATIVES_AT} tokens")
     ids = np.asarray(model.vocab.encode(tokens), dtype=np.int64)
-    ctx = hypothesis_contexts(model, np.array([len(ids)]), ids)
-    log10 = served.batcher.log_prob(ctx, ids, served.timeout, cancel) * LOG10_E
-    words = [{"word": t, "log10": float(p), "known": t in model.vocab} for t, p in zip(tokens, log10, strict=True)]
+    ctx = _stream_contexts(model, ids)
+    log10 = (yield ModelCall(served, ctx, ids)) * LOG10_E
+    words = [{"word": t, "log10": p, "known": t in model.vocab} for t, p in zip(tokens, log10.tolist(), strict=True)]
     if k:
-        for word, alternatives in zip(words, _top(served.batcher.distribution(ctx, served.timeout, cancel), model, k),
-                                      strict=True):
+        for word, alternatives in zip(words, _top((yield ModelCall(served, ctx)), model, k), strict=True):
             word["top"] = alternatives
     total = float(log10.sum())
     return {"model": served.name, "log10_prob": total, "tokens": len(tokens),
             "perplexity": float(10 ** (-total / len(tokens))), "words": words}
 
 
-def next_words(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+def next_words(models: dict[str, Served], request: dict[str, Any]) -> Batched:
     """The `k` most probable next tokens after `history` (text; empty: the start of a text)."""
     served = _model(models, request)
     model = served.model
     history = _history(_field(request, "history", str, ""), "history")
     k = _field(request, "k", int, 10, 1, min(MAX_K, len(model.vocab)))
     ids = np.asarray(model.vocab.encode(history + ["<next>"]), dtype=np.int64)  # a placeholder target
-    ctx = hypothesis_contexts(model, np.array([len(ids)]), ids)[-1:]
-    dist = served.batcher.distribution(ctx, served.timeout, cancel)
+    ctx = _stream_contexts(model, ids)[-1:]
+    dist = yield ModelCall(served, ctx)
     return {"model": served.name, "history": history,
             "next": [{"word": w, "p": p} for w, p in _top(dist, model, k)[0]]}
 
@@ -180,7 +218,8 @@ def feature_map(models: dict[str, Served], request: dict[str, Any], cancel: Canc
     return {"model": served.name, "words": words, "x": xy[:, 0].tolist(), "y": xy[:, 1].tolist()}
 
 
-Endpoint = Callable[[dict[str, Served], dict[str, Any], Cancel], dict[str, Any]]
-ENDPOINTS: dict[str, Endpoint] = {
-    "/api/score": score, "/api/next": next_words, "/api/generate": generated, "/api/neighbors": neighbors,
-    "/api/map": feature_map}
+BATCHED: dict[str, Callable[[dict[str, Served], dict[str, Any]], Batched]] = {
+    "/api/score": score, "/api/next": next_words}
+DIRECT: dict[str, Callable[[dict[str, Served], dict[str, Any], Cancel], dict[str, Any]]] = {
+    "/api/generate": generated, "/api/neighbors": neighbors, "/api/map": feature_map}
+ENDPOINTS = [*BATCHED, *DIRECT]

@@ -1,16 +1,21 @@
 """The ASGI app of `nnlm serve` (starlette routing behind the guard): the JSON API under /api/ and the
 explorer page at /.
 
-An endpoint runs on a worker thread (the API is plain synchronous code: `nnlm.serve.api`), where the
-request is parsed, answered and serialized, so the event loop only moves bytes and a 20k-token answer does
-not stall the other clients. While it runs, the loop watches the connection: if the client leaves
-(`http.disconnect`), the request's `Cancel` drops its queued model work."""
+A batched endpoint (score, next) with a small body runs on the event loop itself: it is parsed, tokenized
+and answered there, and only its model rows leave it, for the model's batcher thread, awaited without
+blocking. One thread hop per model call instead of a worker thread per request: with a thread per
+request, the threads took the interpreter lock from the event loop at every socket call, and each request
+cost twice the CPU. A large body (over INLINE_BODY: some thousands of tokens to tokenize) and the direct
+endpoints (generate, neighbors, map) run on a few worker threads, so they do not stall the loop.
+
+While an answer is computed, the loop watches the connection: if the client leaves (`http.disconnect`),
+the request's `Cancel` drops its queued model work."""
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
@@ -21,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from nnlm.errors import NnlmError
-from nnlm.serve.api import ENDPOINTS, Endpoint, Served
+from nnlm.serve.api import BATCHED, DIRECT, ENDPOINTS, Batched, Served, run_batched
 from nnlm.serve.batcher import Cancel
 from nnlm.serve.guard import Guard
 from nnlm.serve.hosts import HostRules
@@ -36,35 +41,44 @@ PAGE_HEADERS = {"cache-control": "no-store", "x-content-type-options": "nosniff"
                 # the page loads only its own files; the legend's swatches use inline style attributes
                 "content-security-policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
                                            "frame-ancestors 'none'"}
-WORKER_THREADS = 64   # requests answered at once (the rest wait for a thread; model calls are merged anyway)
+INLINE_BODY = 16 * 1024   # bytes: a batched request up to this size is answered on the event loop
+WORKER_THREADS = 8        # for large and direct requests; a request waiting for the model holds one
+WATCH_AFTER = 0.01        # seconds after which a request still being answered has its connection watched
 
 
-def answer(endpoint: Endpoint, models: dict[str, Served], body: bytes, cancel: Cancel) -> tuple[int, bytes]:
-    """(status, JSON bytes) for one request body; runs on a worker thread."""
+class BadJson(Exception):
+    pass
+
+
+def parse(body: bytes) -> dict[str, Any]:
     try:
         request = json.loads(body or b"{}")
     except RecursionError:
-        return 400, error_body(400, "the request is not valid JSON: it is nested too deeply")
+        raise BadJson("the request is not valid JSON: it is nested too deeply") from None
     except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return 400, error_body(400, f"the request is not valid JSON: {exc}")
+        raise BadJson(f"the request is not valid JSON: {exc}") from None
     if not isinstance(request, dict):
-        return 400, error_body(400, "the request must be a JSON object")
+        raise BadJson("the request must be a JSON object")
+    return request
+
+
+async def run_on_loop(answer: Batched, cancel: Cancel) -> dict[str, Any]:
+    """Drive a batched endpoint: each model call is queued with the batcher and awaited."""
     try:
-        return 200, json.dumps(endpoint(models, request, cancel)).encode()
-    except NnlmError as exc:
-        return 400, error_body(400, str(exc))
-    except TimeoutError:
-        return 503, error_body(503, "the model did not answer in time (the server is busy); try again")
-    except CancelledError:
-        raise  # the client left: nothing is answered
-    except Exception as exc:  # a bug or a model failure, not the client's fault: one line on stderr
-        log.error("internal error in %s: %s: %s", getattr(endpoint, "__name__", endpoint), type(exc).__name__, exc)
-        return 500, error_body(500, f"internal error: {type(exc).__name__}: {exc}")
+        call = next(answer)
+        while True:
+            future = call.served.batcher.submit(call.contexts, call.targets, cancel)
+            # a timeout or a cancellation of this task cancels the batcher's job too
+            call = answer.send(await asyncio.wait_for(asyncio.wrap_future(future), call.served.timeout))
+    except StopIteration as done:
+        return done.value
 
 
-async def until_disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+def answer_on_thread(path: str, models: dict[str, Served], body: bytes, cancel: Cancel) -> bytes:
+    request = parse(body)
+    if path in BATCHED:
+        return json.dumps(run_batched(BATCHED[path](models, request), cancel)).encode()
+    return json.dumps(DIRECT[path](models, request, cancel)).encode()
 
 
 def build_app(models: dict[str, Served], limits: Limits, hosts: HostRules, executor: ThreadPoolExecutor) -> Guard:
@@ -79,22 +93,48 @@ def build_app(models: dict[str, Served], limits: Limits, hosts: HostRules, execu
         payload, kind = static[request.url.path]
         return Response(payload, media_type=kind, headers=PAGE_HEADERS)
 
-    def post(endpoint: Endpoint) -> Any:
+    async def respond(path: str, body: bytes, cancel: Cancel) -> tuple[int, bytes]:
+        try:
+            if path in BATCHED and len(body) <= INLINE_BODY:
+                result = await run_on_loop(BATCHED[path](models, parse(body)), cancel)
+                return 200, json.dumps(result).encode()
+            return 200, await asyncio.get_running_loop().run_in_executor(executor, answer_on_thread, path, models,
+                                                                         body, cancel)
+        except (BadJson, NnlmError) as exc:
+            return 400, error_body(400, str(exc))
+        except TimeoutError:
+            return 503, error_body(503, "the model did not answer in time (the server is busy); try again")
+        except Exception as exc:  # a bug or a model failure, not the client's fault: one line on stderr
+            log.error("internal error on %s: %s: %s", path, type(exc).__name__, exc)
+            return 500, error_body(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    def post(path: str) -> Any:
         async def handle(request: Request) -> Response:
             body = await request.body()
-            cancel = Cancel()
-            work = asyncio.get_running_loop().run_in_executor(executor, answer, endpoint, models, body, cancel)
-            gone = asyncio.ensure_future(until_disconnected(request))
+            cancel, task, left = Cancel(), asyncio.current_task(), asyncio.Event()
+            watcher: list[asyncio.Task] = []
+
+            async def watch() -> None:  # the client leaves: its model work is dropped, this request ends
+                while (await request.receive())["type"] != "http.disconnect":
+                    pass
+                left.set()
+                cancel.cancel()
+                task.cancel()
+
+            # most answers come sooner: a watcher (a task per request) is started only for those that do not
+            start_watching = asyncio.get_running_loop().call_later(
+                WATCH_AFTER, lambda: watcher.append(asyncio.ensure_future(watch())))
             try:
-                await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                gone.cancel()
-                if not work.done():  # the client left (or the server is stopping): drop its work
-                    cancel.cancel()
-                    work.add_done_callback(lambda done: done.cancelled() or done.exception())
-            if not work.done():
+                status, payload = await respond(path, body, cancel)
+            except asyncio.CancelledError:
+                if not left.is_set():
+                    raise  # the server is stopping
+                task.uncancel()
                 return Response(status_code=499)  # never sent: the connection is gone
-            status, payload = work.result()
+            finally:
+                start_watching.cancel()
+                for waiting in watcher:
+                    waiting.cancel()
             return Response(payload, status_code=status, media_type="application/json",
                             headers={"cache-control": "no-store"})
         return handle
@@ -117,7 +157,7 @@ def build_app(models: dict[str, Served], limits: Limits, hosts: HostRules, execu
         return error_response(500, f"internal error: {type(exc).__name__}: {exc}", close=True)
 
     routes = [Route("/api/models", list_models, methods=["GET"]),
-              *(Route(path, post(endpoint), methods=["POST"]) for path, endpoint in ENDPOINTS.items()),
+              *(Route(path, post(path), methods=["POST"]) for path in ENDPOINTS),
               *(Route(path, page, methods=["GET"]) for path in STATIC)]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: internal_error})
     return Guard(app, limits, hosts)

@@ -75,22 +75,29 @@ class Batcher:
         self.worker = threading.Thread(target=self._run, name=f"batcher-{model.kind_name()}", daemon=True)
         self.worker.start()
 
-    def log_prob(self, contexts: np.ndarray, targets: np.ndarray, timeout: float,
-                 cancel: Cancel | None = None) -> np.ndarray:
-        return self._submit(Job(contexts, targets), timeout, cancel)
-
-    def distribution(self, contexts: np.ndarray, timeout: float, cancel: Cancel | None = None) -> np.ndarray:
-        return self._submit(Job(contexts, None), timeout, cancel)
-
-    def _submit(self, job: Job, timeout: float, cancel: Cancel | None) -> np.ndarray:
+    def submit(self, contexts: np.ndarray, targets: np.ndarray | None, cancel: Cancel | None = None) -> Future:
+        """Queue a job (targets None: distributions); its Future has the answer (an event loop awaits it
+        with asyncio.wrap_future, a thread with `wait`)."""
+        job = Job(contexts, targets)
         if cancel is not None:
             cancel.watch(job.result)
         self.jobs.put(job)
+        return job.result
+
+    @staticmethod
+    def wait(future: Future, timeout: float) -> np.ndarray:
         try:
-            return job.result.result(timeout=timeout)
+            return future.result(timeout=timeout)
         except TimeoutError:
-            job.result.cancel()  # the caller gave up: the worker need not compute it
+            future.cancel()  # the caller gave up: the worker need not compute it
             raise
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray, timeout: float,
+                 cancel: Cancel | None = None) -> np.ndarray:
+        return self.wait(self.submit(contexts, targets, cancel), timeout)
+
+    def distribution(self, contexts: np.ndarray, timeout: float, cancel: Cancel | None = None) -> np.ndarray:
+        return self.wait(self.submit(contexts, None, cancel), timeout)
 
     def close(self) -> None:
         self.jobs.put(None)
