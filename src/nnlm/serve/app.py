@@ -75,6 +75,7 @@ async def run_on_loop(answer: Batched, cancel: Cancel) -> dict[str, Any]:
 
 
 def answer_on_thread(path: str, models: dict[str, Served], body: bytes, cancel: Cancel) -> bytes:
+    cancel.check()  # a request whose client left while it waited for a thread costs nothing more
     request = parse(body)
     if path in BATCHED:
         return json.dumps(run_batched(BATCHED[path](models, request), cancel)).encode()
@@ -121,9 +122,10 @@ def build_app(models: dict[str, Served], limits: Limits, hosts: HostRules, execu
                 cancel.cancel()
                 task.cancel()
 
-            # most answers come sooner: a watcher (a task per request) is started only for those that do not
+            # small batched answers mostly come sooner: their watcher (a task) starts only if they do not
+            on_loop = path in BATCHED and len(body) <= INLINE_BODY
             start_watching = asyncio.get_running_loop().call_later(
-                WATCH_AFTER, lambda: watcher.append(asyncio.ensure_future(watch())))
+                WATCH_AFTER if on_loop else 0, lambda: watcher.append(asyncio.ensure_future(watch())))
             try:
                 status, payload = await respond(path, body, cancel)
             except asyncio.CancelledError:
