@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import threading
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -27,8 +26,7 @@ def main() -> int:
                     help="the text typed (default: a sentence)")
     ap.add_argument("--word", default="year", help="the word whose neighbors are shown (default year)")
     args = ap.parse_args()
-    srv = ModelServer(("127.0.0.1", 0), served_models([args.model], timeout=60))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = ModelServer(served_models([args.model], timeout=60)).start()
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "chromium"
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=900,1250",
@@ -37,7 +35,7 @@ def main() -> int:
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     try:
         wait = WebDriverWait(driver, 60)
-        driver.get(f"http://127.0.0.1:{srv.server_address[1]}/")
+        driver.get(srv.url)
         wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
         driver.find_element(By.ID, "word").send_keys(args.word)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#neighbors li"))
@@ -49,8 +47,7 @@ def main() -> int:
         driver.save_screenshot(args.out)
     finally:
         driver.quit()
-        srv.shutdown()
-        srv.server_close()
+        srv.stop()
     print(f"wrote {args.out}")
     return 0
 

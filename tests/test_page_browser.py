@@ -5,7 +5,6 @@ Skips, saying why, only where no browser can be had."""
 from __future__ import annotations
 
 import shutil
-import threading
 
 import numpy as np
 import pytest
@@ -42,11 +41,9 @@ def browser():
 
 @pytest.fixture(scope="module")
 def page(neural_run):
-    srv = ModelServer(("127.0.0.1", 0), served_models([str(neural_run[0])], timeout=20))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/", load(neural_run[0])
-    srv.shutdown()
-    srv.server_close()
+    srv = ModelServer(served_models([str(neural_run[0])], timeout=20)).start()
+    yield srv.url, load(neural_run[0])
+    srv.stop()
 
 
 def test_typing_draws_coloured_words_alternatives_bars_and_features(browser, page):

@@ -12,6 +12,7 @@ import pytest
 
 from nnlm.loading import load
 from nnlm.serve.api import served_models
+from nnlm.serve.limits import Limits
 from nnlm.serve.server import ModelServer
 from nnlm.use import LOG10_E, next_words, score_words
 
@@ -24,19 +25,17 @@ def server(neural_run, tmp_path_factory):
     corpus = load_corpus(str(neural_run[1]), use_cache=False)
     kn = tmp_path_factory.mktemp("serve") / "kn3"
     build_ngram("kn", corpus, 3).save(kn)
-    srv = ModelServer(("127.0.0.1", 0), served_models([str(neural_run[0]), str(kn)], timeout=20), max_body=4096)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
+    srv = ModelServer(served_models([str(neural_run[0]), str(kn)], timeout=20), limits=Limits(max_body=4096)).start()
     yield srv, {"run": neural_run[0], "kn3": kn}
-    srv.shutdown()
-    srv.server_close()
+    srv.stop()
 
 
 def call(srv, path: str, body: dict | bytes | None = None) -> tuple[int, dict]:
-    url = f"http://127.0.0.1:{srv.server_address[1]}{path}"
+    url = f"http://127.0.0.1:{srv.port}{path}"
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    headers = {} if data is None else {"Content-Type": "application/json"}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=20) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=20) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
@@ -108,7 +107,7 @@ def test_concurrent_clients_share_model_calls(server):
 
 def test_jobs_waiting_together_are_one_model_call(server):
     """While the model is busy with one job, the jobs that queue up are answered by a single next call."""
-    from nnlm.serve.batcher import Batcher
+    from nnlm.serve.batcher import Batcher, Cancel
 
     model = load(server[1]["kn3"])
     release, calls = threading.Event(), []
@@ -127,7 +126,7 @@ def test_jobs_waiting_together_are_one_model_call(server):
     results = [None] * len(jobs)
 
     def client(i: int) -> None:
-        results[i] = batcher.log_prob(*jobs[i], timeout=20)
+        results[i] = batcher.log_prob(*jobs[i], timeout=20, cancel=Cancel())
 
     first = threading.Thread(target=client, args=(0,))
     first.start()
@@ -149,8 +148,19 @@ def test_jobs_waiting_together_are_one_model_call(server):
 
 def test_the_page_and_its_files_are_served(server):
     srv, _ = server
-    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    url = f"http://127.0.0.1:{srv.port}"
     for path in ("/", "/explore.js", "/explore.css"):
         with urllib.request.urlopen(url + path, timeout=20) as r:
             assert r.status == 200 and r.read()
     assert "http" not in urllib.request.urlopen(url + "/", timeout=20).read().decode().split("<body>")[1]
+
+
+def test_without_the_http_stack_the_cli_says_how_to_install_it(server, monkeypatch, capsys):
+    import sys
+
+    from nnlm.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now raises ImportError
+    assert main(["serve", str(server[1]["kn3"]), "--port", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["nnlm: error: nnlm serve needs uvicorn and starlette: "
+                                                    "pip install 'nnlm[serve]'"]

@@ -6,6 +6,8 @@ import argparse
 from nnlm import cli_types as T
 from nnlm.cli.common import THREADS_HELP, govern_threads, note
 
+INSTALL_HINT = "nnlm serve needs uvicorn and starlette: pip install 'nnlm[serve]'"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve models over local HTTP: a JSON API and a page to explore them")
@@ -13,36 +15,52 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; anything else exposes the "
                         "models to the network)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
+    p.add_argument("--port", type=T.int_range(0, 65535), default=8000, help="port (default 8000; 0: any free port)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests whose Host is NAME (with this port; or NAME:PORT as given). By "
+                        "default only localhost, 127.0.0.1 and [::1] are answered (and the --host address), "
+                        "which keeps DNS-rebinding pages out. Repeatable")
     p.add_argument("--max-body", type=T.positive_int, default=1 << 20,
                    help="largest request body in bytes (default 1048576)")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds a client may stall or a model may take before the request is dropped (default 30)")
+    p.add_argument("--timeout", type=T.seconds, default=30.0,
+                   help="seconds a model may take to answer before the request gets 503 (default 30)")
+    p.add_argument("--header-timeout", type=T.seconds, default=10.0,
+                   help="seconds a client has to send a request's line and headers, however slowly the bytes "
+                        "come (default 10)")
+    p.add_argument("--body-timeout", type=T.seconds, default=20.0,
+                   help="seconds a client has to send a request's whole body once its headers are in "
+                        "(default 20)")
     p.add_argument("--threads", type=T.threads, help=THREADS_HELP)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from nnlm.errors import NnlmError
-    from nnlm.serve.api import served_models
-    from nnlm.serve.server import LOOPBACK, ModelServer
 
-    if not 0 <= args.port <= 65535:
-        raise NnlmError(f"--port must be between 0 and 65535, got {args.port}")
-    if not args.timeout > 0:
-        raise NnlmError(f"--timeout must be > 0, got {args.timeout}")
-    models = served_models(args.models, args.timeout)
-    govern_threads(args)
     try:
-        server = ModelServer((args.host, args.port), models, args.max_body, args.timeout)
-    except OSError as exc:
-        raise NnlmError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
-    if args.host not in LOOPBACK:
-        note(f"listening on {args.host}: other machines can reach these models")
-    host, port = server.server_address[:2]
-    note(f"serving {', '.join(models)} at http://{host}:{port}/ (Ctrl-C to stop)")
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise NnlmError(INSTALL_HINT) from None
+    from nnlm.serve.api import served_models
+    from nnlm.serve.hosts import LOOPBACK_ADDRESSES, HostRules
+    from nnlm.serve.limits import Limits
+    from nnlm.serve.server import ModelServer, bind
+
+    limits = Limits(max_body=args.max_body, header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                    model_timeout=args.timeout)
+    HostRules(args.host, args.port, args.allow_host)  # a bad --allow-host is refused before anything loads
+    sock = bind(args.host, args.port, limits.backlog)  # a taken port is said before the models load
     try:
-        server.serve_forever()
-    finally:
-        server.server_close()
+        models = served_models(args.models, args.timeout)
+        govern_threads(args)
+        server = ModelServer(models, args.host, limits=limits, allow_hosts=args.allow_host, sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    if args.host.lower() not in LOOPBACK_ADDRESSES:
+        note(f"warning: listening on {args.host}: other machines can reach these models, without authentication; "
+             f"requests are answered only for Host {', '.join(server.hosts.names)} (--allow-host NAME adds one)")
+    note(f"serving {', '.join(models)} at {server.url} (Ctrl-C to stop)")
+    server.serve_forever()
     return 0

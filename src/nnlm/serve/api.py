@@ -1,8 +1,14 @@
-"""The JSON API of `nnlm serve`: each endpoint a function of (served models, request object) -> response
-object. Requests are checked here and refused with NnlmError (the server answers 400 with its message)."""
+"""The JSON API of `nnlm serve`, free of HTTP: request object in, response object out. Requests are checked
+here and refused with NnlmError (the server answers 400 with its message); text becomes tokens by THE rule
+(`nnlm.data.tokenize`), and every text field (`text`, `history`, `prompt`) is held to the same MAX_TOKENS.
+
+Two kinds of endpoint. BATCHED ones (score, next) are generators: they yield each `ModelCall` they need
+and are sent its result, so the server can run them on its event loop while their rows wait in the
+model's batcher with every other client's (`run_batched` drives one on a thread instead). DIRECT ones
+(generate, neighbors, map) are plain functions of (models, request, Cancel), run on a worker thread."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from nnlm.capabilities import HasWordFeatures
-from nnlm.data.vocab import PARAGRAPH
+from nnlm.data.tokenize import text_tokens
+from nnlm.data.vocab import start_token
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
-from nnlm.rescore.lm_scores import hypothesis_contexts
-from nnlm.serve.batcher import Batcher
-from nnlm.use import LOG10_E, generate
+from nnlm.serve.batcher import Batcher, Cancel
+from nnlm.use import LOG10_E, sample
 
-MAX_TOKENS = 20_000          # tokens scored per request
+MAX_TOKENS = 20_000          # tokens of any text field (scored text, history, prompt) per request
 MAX_ALTERNATIVES_AT = 256    # positions given top alternatives per request (each costs a |V| distribution)
 MAX_K = 100
 MAX_GENERATE = 500
@@ -53,6 +59,31 @@ def served_models(paths: list[str], timeout: float) -> dict[str, Served]:
     return out
 
 
+@dataclass
+class ModelCall:
+    """Work a batched endpoint needs from a model: log_prob of `targets` after `contexts`, or (targets None)
+    the distributions after `contexts`."""
+
+    served: Served
+    contexts: np.ndarray
+    targets: np.ndarray | None = None
+
+
+Batched = Generator[ModelCall, np.ndarray, dict[str, Any]]
+
+
+def run_batched(answer: Batched, cancel: Cancel) -> dict[str, Any]:
+    """Drive a batched endpoint on this thread, waiting for each model call (the server does the same on its
+    event loop without blocking)."""
+    try:
+        call = next(answer)
+        while True:
+            future = call.served.batcher.submit(call.contexts, call.targets, cancel)
+            call = answer.send(call.served.batcher.wait(future, call.served.timeout))
+    except StopIteration as done:
+        return done.value
+
+
 def _field(request: dict[str, Any], key: str, kind: type, default: Any = None, low: float | None = None,
            high: float | None = None) -> Any:
     value = request.get(key, default)
@@ -69,19 +100,40 @@ def _field(request: dict[str, Any], key: str, kind: type, default: Any = None, l
 
 def _model(models: dict[str, Served], request: dict[str, Any]) -> Served:
     name = request.get("model", next(iter(models)))
+    if not isinstance(name, str):
+        raise NnlmError("field 'model' must be a str (a served model's name)")
     if name not in models:
         raise NnlmError(f"no model {name!r} (served: {', '.join(models)})")
     return models[name]
 
 
+def _limited(tokens: list[str], key: str) -> list[str]:
+    if len(tokens) > MAX_TOKENS:
+        raise NnlmError(f"field {key!r} has {len(tokens)} tokens, more than the {MAX_TOKENS} a request may have")
+    return tokens
+
+
 def _tokens(text: str) -> list[str]:
-    """The corpus format: each non-blank line a paragraph ending in `<p>`."""
-    tokens = [t for line in text.splitlines() if line.split() for t in (*line.split(), PARAGRAPH)]
+    """A text to score: each non-blank paragraph's words, then `<p>` (nnlm.data.tokenize)."""
+    tokens = _limited(text_tokens(text), "text")
     if not tokens:
         raise NnlmError("the text has no words")
-    if len(tokens) > MAX_TOKENS:
-        raise NnlmError(f"the text has {len(tokens)} tokens, more than the {MAX_TOKENS} a request may have")
     return tokens
+
+
+def _history(text: str, key: str) -> list[str]:
+    """A text to continue: its tokens without the closing `<p>`, as its last paragraph is still being written."""
+    return _limited(text_tokens(text)[:-1], key)
+
+
+def _stream_contexts(model: LanguageModel, ids: np.ndarray) -> np.ndarray:
+    """Context rows [len(ids), order-1] of `ids` read as one stream from the start of a text (start tokens
+    before it): row i is ids[i-k .. i-1]. A view of one padded array (the batcher copies it)."""
+    k = model.context_size
+    if k == 0:
+        return np.zeros((len(ids), 0), dtype=np.int64)
+    padded = np.concatenate((np.full(k, model.vocab.id(start_token(model.vocab)), dtype=np.int64), ids))
+    return np.lib.stride_tricks.sliding_window_view(padded, k)[:len(ids)]
 
 
 def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]]:
@@ -92,7 +144,7 @@ def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]
     return [[[model.vocab.tokens[i], float(row[i])] for i in ids] for row, ids in zip(dist, top, strict=True)]
 
 
-def score(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+def score(models: dict[str, Served], request: dict[str, Any]) -> Batched:
     """`text` scored as one stream: the total, and each token's log10 probability (and, with `top` > 0, the
     `top` most probable words at each position)."""
     served = _model(models, request)
@@ -102,44 +154,49 @@ def score(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
     if k and len(tokens) > MAX_ALTERNATIVES_AT:
         raise NnlmError(f"alternatives ('top') are given for at most {MAX_ALTERNATIVES_AT} tokens")
     ids = np.asarray(model.vocab.encode(tokens), dtype=np.int64)
-    ctx = hypothesis_contexts(model, np.array([len(ids)]), ids)
-    log10 = served.batcher.log_prob(ctx, ids, served.timeout) * LOG10_E
-    words = [{"word": t, "log10": float(p), "known": t in model.vocab} for t, p in zip(tokens, log10, strict=True)]
+    ctx = _stream_contexts(model, ids)
+    log10 = (yield ModelCall(served, ctx, ids)) * LOG10_E
+    words = [{"word": t, "log10": p, "known": t in model.vocab} for t, p in zip(tokens, log10.tolist(), strict=True)]
     if k:
-        for word, alternatives in zip(words, _top(served.batcher.distribution(ctx, served.timeout), model, k),
-                                      strict=True):
+        for word, alternatives in zip(words, _top((yield ModelCall(served, ctx)), model, k), strict=True):
             word["top"] = alternatives
     total = float(log10.sum())
     return {"model": served.name, "log10_prob": total, "tokens": len(tokens),
             "perplexity": float(10 ** (-total / len(tokens))), "words": words}
 
 
-def next_words(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+def next_words(models: dict[str, Served], request: dict[str, Any]) -> Batched:
     """The `k` most probable next tokens after `history` (text; empty: the start of a text)."""
     served = _model(models, request)
     model = served.model
-    history = _field(request, "history", str, "").split()
+    history = _history(_field(request, "history", str, ""), "history")
     k = _field(request, "k", int, 10, 1, min(MAX_K, len(model.vocab)))
     ids = np.asarray(model.vocab.encode(history + ["<next>"]), dtype=np.int64)  # a placeholder target
-    ctx = hypothesis_contexts(model, np.array([len(ids)]), ids)[-1:]
-    dist = served.batcher.distribution(ctx, served.timeout)
+    ctx = _stream_contexts(model, ids)[-1:]
+    dist = yield ModelCall(served, ctx)
     return {"model": served.name, "history": history,
             "next": [{"word": w, "p": p} for w, p in _top(dist, model, k)[0]]}
 
 
-def generated(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
-    """`tokens` tokens sampled after `prompt`, reproducible from `seed`."""
+def generated(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
+    """`tokens` tokens sampled after `prompt`, reproducible from `seed` (as nnlm.use.generate; drawn one
+    model call at a time, so a client that leaves stops the drawing at the next token)."""
     served = _model(models, request)
     model = served.model
     top_k = request.get("top_k")
-    words = generate(model, _field(request, "prompt", str, ""), _field(request, "tokens", int, 30, 1, MAX_GENERATE),
-                     _field(request, "temperature", float, 1.0, 1e-3, 100.0),
-                     None if top_k is None else _field(request, "top_k", int, None, 1, len(model.vocab)),
-                     _field(request, "seed", int, 0, 0, 2**32 - 1))
+    drawn = sample(model, _history(_field(request, "prompt", str, ""), "prompt"),
+                   _field(request, "tokens", int, 30, 1, MAX_GENERATE),
+                   _field(request, "temperature", float, 1.0, 1e-3, 100.0),
+                   None if top_k is None else _field(request, "top_k", int, None, 1, len(model.vocab)),
+                   _field(request, "seed", int, 0, 0, 2**32 - 1))
+    words = []
+    for word in drawn:
+        cancel.check()
+        words.append(word)
     return {"model": served.name, "tokens": words}
 
 
-def neighbors(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+def neighbors(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     """Nearest words to `word` in a neural model's feature space (as `nnlm neighbors`)."""
     from nnlm.neural.features import neighbors as nearest
 
@@ -148,7 +205,7 @@ def neighbors(models: dict[str, Served], request: dict[str, Any]) -> dict[str, A
     return {"model": served.name, "neighbors": [{"word": w, "cosine": c} for w, c in ranked]}
 
 
-def feature_map(models: dict[str, Served], request: dict[str, Any]) -> dict[str, Any]:
+def feature_map(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     """The 2-D PCA map of the `top` most frequent words' feature vectors (as `nnlm map`)."""
     from nnlm.neural.features import SPECIALS, most_frequent_words, pca_2d, word_features
 
@@ -161,6 +218,8 @@ def feature_map(models: dict[str, Served], request: dict[str, Any]) -> dict[str,
     return {"model": served.name, "words": words, "x": xy[:, 0].tolist(), "y": xy[:, 1].tolist()}
 
 
-ENDPOINTS: dict[str, Callable[[dict[str, Served], dict[str, Any]], dict[str, Any]]] = {
-    "/api/score": score, "/api/next": next_words, "/api/generate": generated, "/api/neighbors": neighbors,
-    "/api/map": feature_map}
+BATCHED: dict[str, Callable[[dict[str, Served], dict[str, Any]], Batched]] = {
+    "/api/score": score, "/api/next": next_words}
+DIRECT: dict[str, Callable[[dict[str, Served], dict[str, Any], Cancel], dict[str, Any]]] = {
+    "/api/generate": generated, "/api/neighbors": neighbors, "/api/map": feature_map}
+ENDPOINTS = [*BATCHED, *DIRECT]

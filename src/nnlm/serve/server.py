@@ -1,109 +1,140 @@
-"""`nnlm serve`'s HTTP server: the standard library's ThreadingHTTPServer (one thread per connection;
-the model calls are merged by the batchers), the JSON API under /api/, the explorer page at /.
+"""`nnlm serve`'s HTTP server: uvicorn (its h11 protocol, bounded by `nnlm.serve.protocol`) running the
+app of `nnlm.serve.app` on a socket this module binds itself, so that a taken port or an address that
+cannot be bound is one clear NnlmError before anything starts, and the listen queue is ours (2048).
 
-Bounded: a request body over `max_body` bytes is refused (413) before it is read, a client that stalls
-is dropped after `timeout` seconds, and an answer the model cannot give in that time is a 503."""
+Logging is one line per event and never a traceback: uvicorn's and asyncio's loggers print only errors,
+as `nnlm serve: ...`; what a client does wrong is answered, not logged."""
 from __future__ import annotations
 
-import json
+import logging
+import resource
 import socket
-from concurrent.futures import TimeoutError as FutureTimeout
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
-from typing import Any
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from nnlm.errors import NnlmError
-from nnlm.serve.api import ENDPOINTS, Served
+from nnlm.serve.api import Served
+from nnlm.serve.app import WORKER_THREADS, build_app
+from nnlm.serve.hosts import HostRules
+from nnlm.serve.limits import Limits
+from nnlm.serve.protocol import GuardedH11Protocol
 
-MAX_BODY = 1 << 20
-STATIC = {"/": ("index.html", "text/html; charset=utf-8"), "/explore.js": ("explore.js", "text/javascript"),
-          "/explore.css": ("explore.css", "text/css")}
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+GRACEFUL_STOP = 5  # seconds requests under way get to finish when the server stops
 
 
-class ModelServer(ThreadingHTTPServer):
-    """Holds the served models and the limits the request handler applies."""
+class OneLine(logging.Formatter):
+    """`nnlm serve: message (ExceptionType: why)`: an exception's traceback is never printed."""
 
-    daemon_threads = True
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            message = f"{message.rstrip()} ({type(exc).__name__}: {exc})"
+        return "nnlm serve: " + " ".join(message.split())
 
-    def __init__(self, address: tuple[str, int], models: dict[str, Served], max_body: int = MAX_BODY,
-                 timeout: float = 30.0) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, Handler)
+
+def quiet_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLine())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "asyncio", "nnlm.serve"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+        logger.setLevel(logging.ERROR)
+
+
+def bind(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening TCP socket on host:port, or one NnlmError saying why not."""
+    where = f"{host}:{port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise NnlmError(f"cannot listen on {where}: {getattr(exc, 'strerror', None) or exc} "
+                        "(--host takes an address or name of this machine)") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # not over a live server: only TIME_WAIT
+        sock.bind(address)
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        hint = {98: "another program listens there: stop it or choose another --port",
+                99: "this machine has no such address: choose another --host",
+                13: "ports below 1024 need privileges: choose --port 1024 or above"}.get(exc.errno or 0, "")
+        raise NnlmError(f"cannot listen on {where}: {exc.strerror or exc}" + (f" ({hint})" if hint else "")) from None
+    return sock
+
+
+def raise_open_files_limit(wanted: int) -> None:
+    """Connections are file descriptors: make room for the connection cap if the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+class ModelServer:
+    """The models behind HTTP on host:port (0: any free port; `.port` says which), or on `sock`, bound
+    and listening already."""
+
+    def __init__(self, models: dict[str, Served], host: str = "127.0.0.1", port: int = 0,
+                 limits: Limits | None = None, allow_hosts: list[str] | tuple[str, ...] = (),
+                 sock: socket.socket | None = None) -> None:
+        import uvicorn
+
         self.models = models
-        self.max_body = max_body
-        self.request_timeout = timeout
+        self.limits = limits or Limits()
+        self.host = host
+        self.sock = sock if sock is not None else bind(host, port, self.limits.backlog)
+        self.port = self.sock.getsockname()[1]
+        self.hosts = HostRules(host, self.port, list(allow_hosts))
+        raise_open_files_limit(self.limits.max_connections + 256)
+        quiet_logging()
+        self.executor = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="nnlm-serve")
+        config = uvicorn.Config(build_app(models, self.limits, self.hosts, self.executor),
+                                http=partial(GuardedH11Protocol, limits=self.limits), ws="none", lifespan="off",
+                                interface="asgi3", log_config=None, access_log=False, proxy_headers=False,
+                                server_header=False, backlog=self.limits.backlog,
+                                timeout_keep_alive=self.limits.keep_alive, timeout_graceful_shutdown=GRACEFUL_STOP)
+        self.server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
 
-    def server_close(self) -> None:
-        super().server_close()
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def serve_forever(self) -> None:
+        """Answer until SIGINT / SIGTERM (uvicorn stops gracefully on either); then release everything."""
+        try:
+            self.server.run(sockets=[self.sock])
+        finally:
+            self.close()
+
+    def start(self) -> ModelServer:
+        """Serve on a background thread (tests, benchmarks); `stop()` ends it."""
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
+                                        name="nnlm-serve")
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(GRACEFUL_STOP + 5)
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
         for served in self.models.values():
             served.batcher.close()
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: ModelServer
-    protocol_version = "HTTP/1.1"
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.settimeout(self.server.request_timeout)  # a stalled client does not hold a thread
-        # headers and body go out as two writes: without this, Nagle's algorithm holds the body back until
-        # the client's delayed ACK, some 40 ms per request on a kept-alive connection
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the standard library's name)
-        pass  # quiet: a load test would print a line per request
-
-    def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
-        path = self.path.split("?", 1)[0]
-        if path == "/api/models":
-            self._json(HTTPStatus.OK, {"models": [m.describe() for m in self.server.models.values()]})
-        elif path in STATIC:
-            name, kind = STATIC[path]
-            self._send(HTTPStatus.OK, resources.files("nnlm.serve").joinpath("static", name).read_bytes(), kind)
-        else:
-            self._json(HTTPStatus.NOT_FOUND, {"error": f"no page {path}"})
-
-    def do_POST(self) -> None:  # noqa: N802
-        endpoint = ENDPOINTS.get(self.path)
-        if endpoint is None:
-            self._json(HTTPStatus.NOT_FOUND, {"error": f"no endpoint {self.path} (POST to {', '.join(ENDPOINTS)})"})
-            return
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            self._json(HTTPStatus.LENGTH_REQUIRED, {"error": "a request needs a Content-Length"})
-            return
-        if not 0 <= length <= self.server.max_body:
-            self.close_connection = True  # the unread body must not be taken for the next request
-            self._json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                       {"error": f"the request body has {length} bytes, more than the {self.server.max_body} allowed"})
-            return
-        try:
-            request = json.loads(self.rfile.read(length) or b"{}")
-            if not isinstance(request, dict):
-                raise NnlmError("the request must be a JSON object")
-            self._json(HTTPStatus.OK, endpoint(self.server.models, request))
-        except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
-            self._json(HTTPStatus.BAD_REQUEST, {"error": f"the request is not valid JSON: {exc}"})
-        except NnlmError as exc:
-            self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-        except FutureTimeout:
-            self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the model did not answer in time; try again"})
-        except TimeoutError:
-            self.close_connection = True
-        except Exception as exc:  # never a traceback to the client, nor a dead connection without an answer
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}: {exc}"})
-
-    def _json(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-        self._send(status, json.dumps(body).encode(), "application/json")
-
-    def _send(self, status: HTTPStatus, payload: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(payload)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(payload)
