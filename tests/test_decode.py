@@ -128,6 +128,9 @@ def test_pyctcdecode_adapter_scores_are_the_models(alphabet, kn3):
     the = kn3.log_prob(np.array([context[-2:]]), np.array([kn3.vocab.id("the")]))[0]
     assert last == pytest.approx(0.8 * (the + end) + 0.5, abs=1e-9)
     assert lm.score_partial_token("ca") == 0.0 and lm.score_partial_token("xq") == -10.0
+    oov, _ = lm.score(lm.get_start_state(), "zebra")  # <unk>'s probability and the offset in log10 units
+    unk = kn3.log_prob(kn3.begin_state(1).context, np.array([kn3.vocab.unk_id]))[0]
+    assert oov == pytest.approx(0.8 * (unk + np.log(10) * -10.0) + 0.5, abs=1e-9)
     spelled = clean("the cat sat on the mat")
     spelled[1][2] = ("pt", 0.5)
     decoder = build_ctcdecoder(LABELS, kn3, alpha=1.0, beta=0.0)

@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beta", type=T.finite_float, default=1.0, help="bonus per word (default 1.0)")
     p.add_argument("--beam-width", type=T.int_range(1, 4096), default=64, help="hypotheses kept (default 64)")
     p.add_argument("--unk-offset", type=T.finite_float, default=-10.0,
-                   help="added for a word outside the LM's vocabulary, scored as <unk> (default -10)")
+                   help="a word outside the LM's vocabulary is scored as <unk> plus alpha * ln(10) * this, a "
+                        "partial word that begins no LM word costs this (pyctcdecode's rules) (default -10)")
     p.add_argument("--known-words-only", action="store_true",
                    help="keep only hypotheses spelled with the LM's words (default: off, others score as <unk>)")
     p.add_argument("--out", required=True, help="directory for transcripts.txt and decode.json (created)")

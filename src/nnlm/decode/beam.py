@@ -2,11 +2,14 @@
 
 Each hypothesis is a collapsed label prefix with two acoustic log-probabilities (paths ending in a
 blank, paths ending in its last label), the fused LM score of its finished words (alpha * ln P(word)
-+ beta each), the hash of its partial word and its LM state. A frame is a handful of array operations
-over all hypotheses x the frame's likely characters: extensions are merged by prefix hash (summing
-their paths, as a prefix search should), and every hypothesis that ends a word at this frame is
-scored in ONE `model.advance` call. A partial word that begins no vocabulary word costs `unk_offset`
-(scaled by its length past 6 characters, as pyctcdecode does), or is dropped with `known_words_only`.
++ beta each), the hash of its partial word and the row of its LM state in a pool (states change only
+at word ends). A frame is two compiled calls over all hypotheses x the frame's likely characters
+(nnlm.decode.frame): extensions are merged by prefix hash (summing their paths, as a prefix search
+should) and the best kept; between them every hypothesis that ends a word at this frame is
+scored in ONE `model.advance` call. Words outside the LM's vocabulary are scored as its `<unk>` plus
+alpha * ln(10) * `unk_offset`; a partial word that begins no vocabulary word costs `unk_offset` (scaled by
+its length past 6 characters): pyctcdecode's rules, so one ARPA file gives both decoders the same
+scores. With `known_words_only` such hypotheses are dropped instead.
 
 Empty words are never made: a boundary at the start or right after another boundary (with blanks
 between) keeps the prefix it follows, so "|a||b|" and "a|b" are one hypothesis."""
@@ -17,12 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnlm.data.vocab import PARAGRAPH
+from nnlm.decode import frame
 from nnlm.decode.alphabet import Alphabet
-from nnlm.decode.lexicon import SEED, Lexicon, extend
+from nnlm.decode.lexicon import SEED, Lexicon
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, LMState
 
 NEG_INF = -np.inf
+LN10 = float(np.log(10.0))
 AVG_WORD_LEN = 6  # longer unknown partial words cost proportionally more (pyctcdecode's AVG_TOKEN_LEN)
 
 
@@ -35,7 +40,7 @@ class DecodeOptions:
     beam_width: int = 64
     token_min_logp: float = -5.0  # characters below this log-probability at a frame are not tried
     beam_prune_logp: float = -10.0  # hypotheses this far below the best are dropped
-    unk_offset: float = -10.0  # added for a word (or partial word) outside the LM's vocabulary
+    unk_offset: float = -10.0  # a partial word outside the vocabulary: + this; a word: + alpha * ln(10) * this
     known_words_only: bool = False  # drop hypotheses whose words leave the LM's vocabulary instead
     score_boundary: bool = True  # score the end of the utterance as the LM's paragraph end (<p>)
 
@@ -62,7 +67,7 @@ class _Beams:
     whash: np.ndarray  # uint64 hash of the partial word (SEED: none)
     wlen: np.ndarray  # its length in characters
     node: np.ndarray  # int64 id of the prefix's last character in the back-pointer table (0: root)
-    state: LMState | None
+    slot: np.ndarray  # int64 row of its LM state in the decoder's pool (states change only at word ends)
 
 
 class CTCWordDecoder:
@@ -76,6 +81,8 @@ class CTCWordDecoder:
         if alphabet.boundary is not None:
             self.tried[alphabet.boundary] = True
         self.lexicon = Lexicon(alphabet, model.vocab) if model is not None else None
+        self._prefix_keys = self.lexicon.prefix_keys if self.lexicon is not None else np.zeros(0, dtype=np.uint64)
+        self._pool: LMState | None = None
         if self.lexicon is not None and self.lexicon.spellable == 0:
             raise NnlmError("the labels spell none of the language model's words (check their case and characters)")
         vocab = model.vocab if model is not None else None
@@ -84,115 +91,69 @@ class CTCWordDecoder:
     def decode(self, log_probs: np.ndarray) -> Hypothesis:
         if log_probs.ndim != 2 or log_probs.shape[1] != len(self.alphabet) or not len(log_probs):
             raise NnlmError(f"log-probabilities must be [frames >= 1, {len(self.alphabet)}]")
-        lp_all = np.asarray(log_probs, dtype=np.float64)
+        lp_all = np.ascontiguousarray(log_probs, dtype=np.float64)
+        o = self.options
+        likely = self.tried[None, :] & (lp_all > o.token_min_logp)
+        top = np.argmax(lp_all, axis=1)
+        likely[np.arange(len(top)), top] |= self.tried[top]
         beams = _Beams(np.array([SEED]), np.array([-1]), np.zeros(1), np.full(1, NEG_INF), np.zeros(1),
                        np.array([SEED]), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
-                       self.model.begin_state(1) if self.model is not None else None)
+                       np.zeros(1, dtype=np.int64))
+        self._pool = self.model.begin_state(1) if self.model is not None else None
         parents, labels = [np.zeros(1, dtype=np.int64)], [np.full(1, -1, dtype=np.int64)]
         count = 1
-        for lp in lp_all:
-            beams, new_parents, new_labels = self._step(beams, lp, count)
+        for lp, chars in zip(lp_all, likely, strict=True):
+            beams, new_parents, new_labels = self._step(beams, lp, np.flatnonzero(chars), count)
             parents.append(new_parents)
             labels.append(new_labels)
             count += len(new_parents)
         final = self._finish(beams)
         best = int(np.argmax(final))
+        self._pool = None
         return Hypothesis(self._spell(int(beams.node[best]), np.concatenate(parents), np.concatenate(labels)),
                           float(final[best]))
 
-    # --- one frame ----------------------------------------------------------------------------
+    # --- one frame: the compiled acoustic half, one batched LM call, the compiled selection ---------
 
-    def _step(self, b: _Beams, lp: np.ndarray, node_count: int) -> tuple[_Beams, np.ndarray, np.ndarray]:
-        o, bnd = self.options, self.alphabet.boundary
-        n = len(b.key)
-        total = np.logaddexp(b.pb, b.pnb)
-        chars = np.flatnonzero(self.tried & (lp > o.token_min_logp))
-        top = int(np.argmax(lp))
-        if self.tried[top] and top not in chars:
-            chars = np.append(chars, top)
-        if not len(chars):  # a blank-only frame: every prefix stays, nothing to merge or score
-            same_pnb = np.where(b.last >= 0, b.pnb + lp[np.maximum(b.last, 0)], NEG_INF)
-            stay = _Beams(b.key, b.last, total + lp[self.alphabet.blank], same_pnb, b.lm, b.whash, b.wlen,
-                          b.node, b.state)
-            return stay, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        # the same prefix: a blank, or its last label again
-        same_pb = total + lp[self.alphabet.blank]
-        same_pnb = np.where(b.last >= 0, b.pnb + lp[np.maximum(b.last, 0)], NEG_INF)
-        if bnd is not None:  # a boundary that would make an empty word keeps the prefix
-            same_pb = np.where(b.last < 0, np.logaddexp(same_pb, total + lp[bnd]), same_pb)
-            same_pnb = np.where(b.last == bnd, np.logaddexp(same_pnb, b.pb + lp[bnd]), same_pnb)
-        # extensions by the frame's likely characters (a boundary only after a partial word)
-        src = np.repeat(np.arange(n), len(chars))
-        col = np.broadcast_to(chars, (n, len(chars))).ravel()
-        ends = col == bnd if bnd is not None else np.zeros(len(col), dtype=bool)
-        ext_pnb = np.where(col == b.last[src], b.pb[src], total[src]) + lp[col]
-        floor = (total + b.lm).max() + o.beam_prune_logp  # LM and bonus aside, nothing below this survives
-        ok = (~ends | (b.wlen[src] > 0)) & (ext_pnb + b.lm[src] + max(o.beta, 0.0) >= floor)
-        src, col, ends, ext_pnb = src[ok], col[ok], ends[ok], ext_pnb[ok]
-        ext_whash = np.where(ends, SEED, extend(b.whash[src], col))
-        ext_wlen = np.where(ends, 0, b.wlen[src] + 1)
-
-        # merge candidates with one prefix (the existing hypothesis comes first, so it gives the attributes)
-        keys = np.concatenate([b.key, extend(b.key[src], col)])
-        unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        pb = _group_logsumexp(np.concatenate([same_pb, np.full(len(src), NEG_INF)]), inverse, len(unique))
-        pnb = _group_logsumexp(np.concatenate([same_pnb, ext_pnb]), inverse, len(unique))
-        fresh = first >= n
-        origin = np.where(fresh, src[np.maximum(first - n, 0)] if len(src) else 0, first)
-        ext_at = np.maximum(first - n, 0)
-        last = np.where(fresh, col[ext_at] if len(col) else 0, b.last[origin])
-        whash = np.where(fresh, ext_whash[ext_at] if len(src) else SEED, b.whash[origin])
-        wlen = np.where(fresh, ext_wlen[ext_at] if len(src) else 0, b.wlen[origin])
-        ended = fresh & (ends[ext_at] if len(src) else False)
-        lm = b.lm[origin].copy()
-        score = np.logaddexp(pb, pnb) + lm
-
+    def _step(self, b: _Beams, lp: np.ndarray, chars: np.ndarray,
+              node_count: int) -> tuple[_Beams, np.ndarray, np.ndarray]:
+        o = self.options
+        bnd = -1 if self.alphabet.boundary is None else self.alphabet.boundary
+        key, last, pb, pnb, lm, whash, wlen, origin, fresh, ended, word = frame.expand(
+            b.key, b.last, b.pb, b.pnb, b.lm, b.whash, b.wlen, lp, chars, self.alphabet.blank, bnd, SEED,
+            float(o.beta), float(o.beam_prune_logp), self._prefix_keys, float(o.unk_offset), bool(o.known_words_only),
+            float(AVG_WORD_LEN))
+        slot = b.slot[origin]
         enders = np.flatnonzero(ended)
-        advanced = None
         if len(enders):
             lm[enders] += o.beta
             if self.model is not None:
-                word_lp, advanced = self._score_words(b.state.take(origin[enders]), b.whash[origin[enders]])
+                word_lp, advanced = self._score_words(self._pool.take(slot[enders]), word[enders])
                 lm[enders] += word_lp
-            score = np.logaddexp(pb, pnb) + lm
-        score = score + self._partial_penalty(whash, wlen)
-
-        keep = np.flatnonzero(score >= score.max() + o.beam_prune_logp) if np.isfinite(score.max()) else \
-            np.arange(len(score))
-        if len(keep) > o.beam_width:
-            keep = keep[np.argpartition(-score[keep], o.beam_width - 1)[:o.beam_width]]
-        # back-pointers for the kept fresh prefixes
+                slot[enders] = len(self._pool) + np.arange(len(enders))
+                self._pool = LMState.concat([self._pool, advanced])
+        keep = frame.select(pb, pnb, lm, whash, wlen, self._prefix_keys, float(o.unk_offset),
+                            bool(o.known_words_only), float(AVG_WORD_LEN), int(o.beam_width),
+                            float(o.beam_prune_logp))
         new = keep[fresh[keep]]
-        node = b.node[origin].copy()
-        node[new] = node_count + np.arange(len(new))
-        new_parents, new_labels = b.node[origin[new]], last[new]
-        state = None
-        if self.model is not None:
-            if advanced is not None:
-                row = origin.copy()
-                row[enders] = n + np.arange(len(enders))
-                state = LMState.concat([b.state, advanced]).take(row[keep])
-            else:
-                state = b.state.take(origin[keep])
-        beams = _Beams(unique[keep], last[keep], pb[keep], pnb[keep], lm[keep], whash[keep], wlen[keep],
-                       node[keep], state)
-        return beams, new_parents, new_labels
+        node = b.node[origin[keep]]
+        node[fresh[keep]] = node_count + np.arange(len(new))
+        slot = slot[keep]
+        if self._pool is not None and len(self._pool) > 4 * o.beam_width + 64:  # drop states no one holds
+            live, slot = np.unique(slot, return_inverse=True)
+            self._pool = self._pool.take(live)
+        beams = _Beams(key[keep], last[keep], pb[keep], pnb[keep], lm[keep], whash[keep], wlen[keep], node, slot)
+        return beams, b.node[origin[new]], last[new]
 
     def _score_words(self, state: LMState, word_hashes: np.ndarray) -> tuple[np.ndarray, LMState]:
-        """alpha * ln P(word) (+ unk_offset, or -inf with known_words_only, off the vocabulary) for each row."""
+        """alpha * ln P(word) for each row; off the vocabulary, + alpha * ln(10) * unk_offset (pyctcdecode's
+        rule: the offset is in log10 units, weighted as the LM is) or -inf with known_words_only."""
         o = self.options
         ids, known = self.lexicon.lookup(word_hashes)
         log_probs, state = self.model.advance(state, ids)
-        scores = o.alpha * log_probs + np.where(known, 0.0, NEG_INF if o.known_words_only else o.unk_offset)
+        off = NEG_INF if o.known_words_only else o.alpha * LN10 * o.unk_offset
+        scores = o.alpha * log_probs + np.where(known, 0.0, off)
         return scores, state
-
-    def _partial_penalty(self, whash: np.ndarray, wlen: np.ndarray) -> np.ndarray:
-        if self.lexicon is None:
-            return np.zeros(len(whash))
-        unknown = (wlen > 0) & ~self.lexicon.is_prefix(whash)
-        if self.options.known_words_only:
-            return np.where(unknown, NEG_INF, 0.0)
-        return np.where(unknown, self.options.unk_offset * np.maximum(1.0, wlen / AVG_WORD_LEN), 0.0)
 
     def _finish(self, b: _Beams) -> np.ndarray:
         """Each hypothesis' final score: its partial word scored as a word, then the utterance's end."""
@@ -202,7 +163,7 @@ class CTCWordDecoder:
         final[pending] += o.beta
         if self.model is None:
             return final
-        state = b.state
+        state = self._pool.take(b.slot)
         if len(pending):
             word_lp, advanced = self._score_words(state.take(pending), b.whash[pending])
             final[pending] += word_lp
@@ -220,16 +181,3 @@ class CTCWordDecoder:
             columns.append(int(labels[node]))
             node = int(parents[node])
         return self.alphabet.spell(columns[::-1]).split()
-
-
-def _group_logsumexp(values: np.ndarray, groups: np.ndarray, count: int) -> np.ndarray:
-    """ln sum exp of `values` per group (groups: ids 0 .. count-1), shifted by the largest value: a group
-    more than ~700 below it (which no beam keeps) comes out -inf."""
-    shift = values.max()
-    if not np.isfinite(shift):
-        return np.full(count, NEG_INF)
-    sums = np.bincount(groups, weights=np.exp(values - shift), minlength=count)
-    out = np.full(count, NEG_INF)
-    positive = sums > 0
-    out[positive] = np.log(sums[positive]) + shift
-    return out

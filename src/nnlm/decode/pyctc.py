@@ -23,12 +23,14 @@ except ImportError:  # pragma: no cover - the message is the point
     raise NnlmError("the pyctcdecode adapter needs pyctcdecode: pip install 'nnlm[decode]'") from None
 
 AVG_TOKEN_LEN = 6
+LN10 = math.log(10.0)  # pyctcdecode's unk offset is in log10 units, added before the LM weight
 
 
 class NnlmLanguageModel(AbstractLanguageModel):
     """pyctcdecode's language-model interface over any nnlm LanguageModel: alpha * ln P(word) + beta per
-    word (pyctcdecode's units: its KenLM model converts log10 to ln), `unk_offset` for words and partial
-    words outside the vocabulary, and the paragraph end `<p>` as the sentence end when `score_boundary`."""
+    word (pyctcdecode's units: its KenLM model converts log10 to ln); alpha * ln(10) * `unk_offset` more
+    for a word outside the vocabulary, `unk_offset` for such a partial word (its KenLM model's rules);
+    the paragraph end `<p>` as the sentence end when `score_boundary`."""
 
     def __init__(self, model: LanguageModel, alpha: float = 0.5, beta: float = 1.0, unk_offset: float = -10.0,
                  score_boundary: bool = True) -> None:
@@ -52,7 +54,7 @@ class NnlmLanguageModel(AbstractLanguageModel):
 
     def score(self, prev_state: LMState, word: str, is_last_word: bool = False) -> tuple[float, LMState]:
         log_prob, state = self.model.advance(prev_state, [self.model.vocab.id(word)])
-        total = float(log_prob[0]) + (0.0 if word in self._words else self.unk_offset)
+        total = float(log_prob[0]) + (0.0 if word in self._words else LN10 * self.unk_offset)
         if is_last_word and self.score_boundary and self._end is not None:
             total += float(self.model.advance(state, [self._end])[0][0])
         return self.alpha * total + self.beta, state
