@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--refs", help="references `uttid words` per line: print the word error rate (default: none)")
     p.add_argument("--tune-dev", metavar="LOGITS", help="dev logits (file or directory) to choose alpha and beta "
                                                         "on by WER, with --tune-refs (default: no tuning)")
-    p.add_argument("--tune-refs", help="the dev references, `uttid words` per line")
+    p.add_argument("--tune-refs", help="the dev references, `uttid words` per line (default: none)")
     p.add_argument("--threads", type=T.threads, help=THREADS_HELP)
     add_json_option(p)
     p.set_defaults(handler=run)
