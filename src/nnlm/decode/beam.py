@@ -96,14 +96,16 @@ class CTCWordDecoder:
         likely = self.tried[None, :] & (lp_all > o.token_min_logp)
         top = np.argmax(lp_all, axis=1)
         likely[np.arange(len(top)), top] |= self.tried[top]
+        rows, cols = np.nonzero(likely)  # each frame's characters to try, cut from one array
+        per_frame = np.split(cols, np.cumsum(np.bincount(rows, minlength=len(lp_all)))[:-1])
         beams = _Beams(np.array([SEED]), np.array([-1]), np.zeros(1), np.full(1, NEG_INF), np.zeros(1),
                        np.array([SEED]), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
                        np.zeros(1, dtype=np.int64))
         self._pool = self.model.begin_state(1) if self.model is not None else None
         parents, labels = [np.zeros(1, dtype=np.int64)], [np.full(1, -1, dtype=np.int64)]
         count = 1
-        for lp, chars in zip(lp_all, likely, strict=True):
-            beams, new_parents, new_labels = self._step(beams, lp, np.flatnonzero(chars), count)
+        for lp, chars in zip(lp_all, per_frame, strict=True):
+            beams, new_parents, new_labels = self._step(beams, lp, chars, count)
             parents.append(new_parents)
             labels.append(new_labels)
             count += len(new_parents)
@@ -124,8 +126,8 @@ class CTCWordDecoder:
             float(o.beta), float(o.beam_prune_logp), self._prefix_keys, float(o.unk_offset), bool(o.known_words_only),
             float(AVG_WORD_LEN))
         slot = b.slot[origin]
-        enders = np.flatnonzero(ended)
-        if len(enders):
+        if ended.any():
+            enders = np.flatnonzero(ended)
             lm[enders] += o.beta
             if self.model is not None:
                 word_lp, advanced = self._score_words(self._pool.take(slot[enders]), word[enders])
@@ -135,15 +137,12 @@ class CTCWordDecoder:
         keep = frame.select(pb, pnb, lm, whash, wlen, self._prefix_keys, float(o.unk_offset),
                             bool(o.known_words_only), float(AVG_WORD_LEN), int(o.beam_width),
                             float(o.beam_prune_logp))
-        new = keep[fresh[keep]]
-        node = b.node[origin[keep]]
-        node[fresh[keep]] = node_count + np.arange(len(new))
-        slot = slot[keep]
+        *kept, slot, new_parents, new_labels = frame.gather(keep, fresh, key, last, pb, pnb, lm, whash, wlen, origin,
+                                                            slot, b.node, node_count)
         if self._pool is not None and len(self._pool) > 4 * o.beam_width + 64:  # drop states no one holds
             live, slot = np.unique(slot, return_inverse=True)
             self._pool = self._pool.take(live)
-        beams = _Beams(key[keep], last[keep], pb[keep], pnb[keep], lm[keep], whash[keep], wlen[keep], node, slot)
-        return beams, b.node[origin[new]], last[new]
+        return _Beams(*kept, slot), new_parents, new_labels
 
     def _score_words(self, state: LMState, word_hashes: np.ndarray) -> tuple[np.ndarray, LMState]:
         """alpha * ln P(word) for each row; off the vocabulary, + alpha * ln(10) * unk_offset (pyctcdecode's

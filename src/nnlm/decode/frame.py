@@ -143,3 +143,33 @@ def select(pb, pnb, lm, whash, wlen, prefix_keys, unk_offset, known_only, avg_le
             break
         kept += 1
     return order[:kept]
+
+
+@numba.njit(cache=True)
+def gather(keep, fresh, key, last, pb, pnb, lm, whash, wlen, origin, slot, prev_node, node_count):
+    """The kept hypotheses' arrays, each fresh prefix given the next back-pointer id, and the new
+    back-pointers (parent node, label) in id order."""
+    k = keep.shape[0]
+    o_key = np.empty(k, np.uint64)
+    o_last = np.empty(k, np.int64)
+    o_pb = np.empty(k)
+    o_pnb = np.empty(k)
+    o_lm = np.empty(k)
+    o_whash = np.empty(k, np.uint64)
+    o_wlen = np.empty(k, np.int64)
+    o_node = np.empty(k, np.int64)
+    o_slot = np.empty(k, np.int64)
+    parents = np.empty(k, np.int64)
+    labels = np.empty(k, np.int64)
+    new = 0
+    for r in range(k):
+        i = keep[r]
+        o_key[r], o_last[r], o_pb[r], o_pnb[r], o_lm[r] = key[i], last[i], pb[i], pnb[i], lm[i]
+        o_whash[r], o_wlen[r], o_slot[r] = whash[i], wlen[i], slot[i]
+        if fresh[i]:
+            parents[new], labels[new] = prev_node[origin[i]], last[i]
+            o_node[r] = node_count + new
+            new += 1
+        else:
+            o_node[r] = prev_node[origin[i]]
+    return o_key, o_last, o_pb, o_pnb, o_lm, o_whash, o_wlen, o_node, o_slot, parents[:new], labels[:new]
