@@ -10,8 +10,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from nnlm.cli import decode, export, features, mix, ngram, reproduce, rescore, score, serve, stats, text, train, tune
 from nnlm.cli import eval as eval_command
-from nnlm.cli import export, features, mix, ngram, reproduce, rescore, score, serve, stats, text, train, tune
 from nnlm.cli.common import Parser
 from nnlm.cli.crash import report_unexpected
 from nnlm.errors import NnlmError
@@ -20,7 +20,7 @@ from nnlm.neural.stop_signals import StoppedBySignal
 # In the order `nnlm --help` lists them.
 REGISTER = (stats.add_parser, ngram.add_parser, train.add_parser, eval_command.add_parser, tune.add_parser,
             mix.add_parser, reproduce.add_parser, score.add_parser, text.add_parsers, features.add_parsers,
-            export.add_parser, rescore.add_parser, serve.add_parser)
+            export.add_parser, rescore.add_parser, decode.add_parser, serve.add_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
