@@ -1,11 +1,9 @@
 """Where `nnlm decode` writes: a directory that is not, does not contain, and does not lie inside any of
 its inputs (links resolved), filled in a temporary sibling and renamed into place at the end, so a
-failed run writes nothing. `check_apart` is the one check; it can later defer to a shared guard in
-nnlm.io."""
+failed run writes nothing. `check_apart` defers to nnlm.io.guard_outputs, the check every command makes."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from nnlm.errors import NnlmError
@@ -14,17 +12,10 @@ OWN_FILES = {"transcripts.txt", "decode.json"}
 
 
 def check_apart(out: str | Path, inputs: list[str | Path]) -> None:
-    """Refuse an --out that is an input, holds one, or sits inside one (an input directory)."""
-    target = Path(out).resolve()
-    for given in inputs:
-        source = Path(given).resolve()
-        same = target == source or (target.exists() and source.exists() and os.path.samefile(target, source))
-        if same:
-            raise NnlmError(f"--out {out} is the input {given}: give a new directory")
-        if source.is_relative_to(target):
-            raise NnlmError(f"--out {out} contains the input {given}: give a directory apart from the inputs")
-        if target.is_relative_to(source):
-            raise NnlmError(f"--out {out} lies inside the input {given}: give a directory apart from the inputs")
+    """Refuse an --out that is an input, holds one, or sits inside one: nnlm's one output guard."""
+    from nnlm.io import guard_outputs
+
+    guard_outputs(directories=[("--out", out)], inputs=inputs)
 
 
 def check_replaceable(out: str | Path) -> bool:
