@@ -92,6 +92,28 @@ def test_history_and_a_small_cache():
     assert len(model._stepper[1].direct.slab) == 64
 
 
+def test_the_tables_of_a_long_pass(monkeypatch):
+    """Inside a long pass that built the direct connections' per-position tables, the steps read them
+    (b comes with block 0) and give the same numbers, also for a state begun before the pass."""
+    from nnlm.neural import direct_tables
+
+    monkeypatch.setattr(direct_tables, "TOKENS_PER_TABLE_ROW", 0)
+    model = neural_lm(v=60, n=5, h=4)
+    ids = text(60, 50)
+    expected = stream_log_probs(model, ids)
+    state = model.begin_state(2)
+    lp, state = model.advance(state, [ids[0]] * 2)
+    got = [lp[0]]
+    with model.long_pass(10**6):
+        assert model._tables is not None
+        np.testing.assert_allclose(step_scores(model, ids), expected, rtol=0, atol=1e-6)
+        for w in ids[1:]:
+            lp, state = model.advance(state, [w, w])
+            got.append(lp[1])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert model._stepper[1].direct.computed < 60  # the cache was not needed inside the pass
+
+
 def test_a_beam_reordered_with_take():
     """Rows that walk different texts, dropped, copied and reordered between steps, keep their own scores."""
     model = neural_lm(v=50, n=5)

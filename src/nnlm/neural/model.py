@@ -446,7 +446,7 @@ class NeuralLM(LanguageModel):
         if not self.steps_incrementally:
             return state
         threads.check()
-        state.extra = self._current_stepper().start(state.context)
+        state.extra = self._current_stepper().start(state.context, self._tables_for(self.net.C.detach()))
         return state
 
     @torch.no_grad()
@@ -459,5 +459,5 @@ class NeuralLM(LanguageModel):
         stepper = self._current_stepper()
         log_probs = stepper.log_probs(state, words).numpy()
         after = self.shift_state(state, words)
-        after.extra = stepper.shift(state.extra, words)
+        after.extra = stepper.shift(state.extra, words, self._tables_for(self.net.C.detach()))
         return (log_probs * LOG10_E if log10 else log_probs), after

@@ -46,7 +46,7 @@ class DirectRows:
     Bookkeeping is vectorized over a step's words: a word's slot, each slot's word and last use."""
 
     def __init__(self, per_word: torch.Tensor, vocab_size: int, capacity: int) -> None:
-        self.per_word = per_word  # [m, (n-1) |V|]: C(w) @ per_word = all of w's direct rows
+        self.per_word = per_word  # [m, (n-1) |V|]: C(w) @ per_word = all of w's direct rows (newest first)
         self.width = per_word.shape[1]
         self.slab = per_word.new_empty((capacity, self.width))
         self.slot_of = np.full(vocab_size, -1, dtype=np.int64)
@@ -93,10 +93,11 @@ class NeuralStepper:
         mix = net.A.detach() if net.A is not None else None
         with torch.no_grad():
             self.hidden_terms = None if net.H is None else \
-                torch.cat([b.t() for b in position_blocks(net.H.detach(), cfg, mix)], dim=1).contiguous()
+                torch.cat([b.t() for b in position_blocks(net.H.detach(), cfg, mix)[::-1]], dim=1).contiguous()
             self.direct = None
             if net.W is not None:
-                per_word = torch.cat([b.t() for b in position_blocks(net.W.detach(), cfg, mix)], dim=1).contiguous()
+                per_word = torch.cat([b.t() for b in position_blocks(net.W.detach(), cfg, mix)[::-1]],
+                                     dim=1).contiguous()  # newest position first: see _terms
                 row_bytes = per_word.element_size() * per_word.shape[1]
                 capacity = max(MIN_CACHE_WORDS, min(vocab_size, cache_bytes // row_bytes))
                 self.direct = DirectRows(per_word, vocab_size, capacity)
@@ -104,32 +105,38 @@ class NeuralStepper:
         self.U = None if net.U is None else net.U.detach()
         self.features = net.C.detach()
 
-    def _terms(self, words: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Each word's hidden terms [B, n-1, h] and direct terms [B, n-1, |V|] (index j: position j)."""
+    def _terms(self, words: np.ndarray, tables=None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Each word's hidden terms [B, n-1, h] and direct terms [B, n-1, |V|], index r holding the term at
+        position n-2-r (the word r steps after it entered): the order the partial sums take them in.
+        `tables`: the direct connections' per-position tables of a long pass, read instead of the cache."""
         hidden = direct = None
         if self.hidden_terms is not None:
             f = self.features[torch.as_tensor(words, device=self.features.device)]
             hidden = (f @ self.hidden_terms).view(len(words), self.k, -1)
-        if self.direct is not None:
+        if tables is not None:  # block j of the tables: C W_j^T (+ b in block 0), rows padded past |V|
+            where = torch.as_tensor(words, device=tables.tables.device)[:, None] + \
+                torch.arange(self.k - 1, -1, -1, device=tables.tables.device) * tables.feature_rows
+            direct = tables.tables[where][:, :, :self.v]
+        elif self.direct is not None:
             direct = self.direct.rows(words, self.features).view(len(words), self.k, self.v)
         return hidden, direct
 
-    def start(self, context: np.ndarray) -> dict[str, torch.Tensor]:
+    def start(self, context: np.ndarray, tables=None) -> dict[str, torch.Tensor]:
         """The partial sums of contexts [B, n-1]: for the context s steps ahead (s = 0 .. n-2), the terms
-        of the words at positions p >= s now, each at position p - s then."""
+        of the words at positions p >= s now, each at position p - s then (b once, in each direct sum)."""
         b = len(context)
-        hidden, direct = self._terms(context.reshape(-1))
+        hidden, direct = self._terms(context.reshape(-1), tables)
         extra = {}
-        for name, terms, base in (("hidden", hidden, None), ("direct", direct, self.bias)):
+        for name, terms in (("hidden", hidden), ("direct", direct)):
             if terms is None:
                 continue
-            terms = terms.view(b, self.k, self.k, -1)  # [row, position p, term position j, width]
+            terms = terms.reshape(b, self.k, self.k, -1)  # [row, position p, r: the term at position k-1-r]
             sums = terms.new_zeros((b, self.k, terms.shape[-1]))
-            if base is not None:
-                sums += base
+            if name == "direct" and tables is None:
+                sums += self.bias
             for s in range(self.k):
                 for p in range(s, self.k):
-                    sums[:, s] += terms[:, p, p - s]
+                    sums[:, s] += terms[:, p, self.k - 1 - p + s]
             extra[name] = sums
         return extra
 
@@ -147,17 +154,20 @@ class NeuralStepper:
         lse = y.sub_(top).exp_().sum(dim=1).log_().add_(top[:, 0])
         return (picked - lse).double().cpu()
 
-    def shift(self, extra: dict[str, torch.Tensor], words: np.ndarray) -> dict[str, torch.Tensor]:
+    def shift(self, extra: dict[str, torch.Tensor], words: np.ndarray, tables=None) -> dict[str, torch.Tensor]:
         """The partial sums after each row's word: every sum moves one step nearer, the word's term at
         position n-2-s joins the sum s steps ahead, and the farthest starts from the word alone (+ b)."""
-        hidden, direct = self._terms(words)
+        hidden, direct = self._terms(words, tables)
         out = {}
         for name, terms in (("hidden", hidden), ("direct", direct)):
             if terms is None:
                 continue
             sums = extra[name]
-            start = (self.bias if name == "direct" else sums.new_zeros(()))
-            farthest = start.expand(len(words), 1, sums.shape[-1])
-            out[name] = torch.cat([sums[:, 1:], farthest], dim=1).add_(terms.flip(1))
+            new = torch.empty_like(sums)
+            torch.add(sums[:, 1:], terms[:, :-1], out=new[:, :-1])
+            if name == "direct" and tables is None:
+                torch.add(terms[:, -1], self.bias, out=new[:, -1])
+            else:
+                new[:, -1] = terms[:, -1]
+            out[name] = new
         return out
-
