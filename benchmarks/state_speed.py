@@ -7,7 +7,7 @@ stretches of Brown's test split (row r starts at r/16 of it), so every step brin
 words: the stepper's direct-rows cache starts empty and is filled during the timed run (its misses are
 reported). Both paths give the same log-probabilities (checked on the steps both ran, to fp32 rounding).
 
-    PYTHONPATH=src python benchmarks/state_speed.py [--steps 3000] [--reference-steps 400] [--threads 1]
+    PYTHONPATH=src python benchmarks/state_speed.py [--steps 3000] [--reference-steps 400] [--threads 1] [--tables]
 """
 from __future__ import annotations
 
@@ -36,25 +36,35 @@ def beam_words(corpus, steps: int) -> np.ndarray:
     return np.stack([test[r * stride:r * stride + steps] for r in range(BEAM)], axis=1)
 
 
-def stepped(model: NeuralLM, words: np.ndarray) -> tuple[float, np.ndarray]:
-    """Seconds and log-probs [steps, BEAM] of walking the beam through states."""
+def clocks() -> np.ndarray:
+    """(wall seconds, this process's CPU seconds): on a shared machine the CPU time is the fairer figure."""
+    return np.array([time.perf_counter(), time.process_time()])
+
+
+def stepped(model: NeuralLM, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(wall, CPU) seconds and log-probs [steps, BEAM] of walking the beam through states."""
     out = np.empty(words.shape)
-    t0 = time.perf_counter()
+    t0 = clocks()
     state = model.begin_state(BEAM)
     for t, row in enumerate(words):
         out[t], state = model.advance(state, row)
-    return time.perf_counter() - t0, out
+    return clocks() - t0, out
 
 
-def recomputed(model: NeuralLM, words: np.ndarray) -> tuple[float, np.ndarray]:
-    """Seconds and log-probs of the same walk, each step's [BEAM, n-1] contexts scored afresh by log_prob."""
+def recomputed(model: NeuralLM, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(wall, CPU) seconds and log-probs of the same walk, each step's [BEAM, n-1] contexts scored afresh."""
     out = np.empty(words.shape)
     context = np.full((BEAM, model.context_size), model.vocab.id(start_token(model.vocab)), dtype=np.int64)
-    t0 = time.perf_counter()
+    t0 = clocks()
     for t, row in enumerate(words):
         out[t] = model.log_prob(context, row)
         context = np.concatenate([context[:, 1:], row[:, None]], axis=1)
-    return time.perf_counter() - t0, out
+    return clocks() - t0, out
+
+
+def rates(steps: int, seconds: np.ndarray) -> str:
+    wall, cpu = steps * BEAM / seconds
+    return f"{wall:8,.0f} words/s wall, {cpu:8,.0f} per CPU second"
 
 
 def main() -> None:
@@ -62,6 +72,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3000, help="beam steps of the stateful walk")
     ap.add_argument("--reference-steps", type=int, default=400, help="steps of the recomputing walk (slower)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tables", action="store_true",
+                    help="also step inside a long pass that builds the per-position tables (5 GB for Brown)")
     args = ap.parse_args()
     governor = threads.govern(args.threads)
     print(f"{governor.describe()}; load average {', '.join(Path('/proc/loadavg').read_text().split()[:3])}")
@@ -71,18 +83,33 @@ def main() -> None:
     words = beam_words(corpus, args.steps)
 
     ref_s, ref_lp = recomputed(model, words[:args.reference_steps])
-    step_s, step_lp = stepped(model, words)
+    print(f"MLP1 shape (|V| = {len(model.vocab):,}), beam {BEAM}, {governor.threads} thread(s)")
+    print(f"  recompute each context (log_prob)   {rates(args.reference_steps, ref_s)}  1.00x  "
+          f"({args.reference_steps} steps)")
     common = min(args.steps, args.reference_steps)
+
+    step_s, step_lp = stepped(model, words)
     gap = float(np.abs(step_lp[:common] - ref_lp[:common]).max())
     assert gap < 1e-4, gap  # the same numbers (fp32 rounding)
     cache = model._stepper[1].direct
-    ref_rate = args.reference_steps * BEAM / ref_s
-    step_rate = args.steps * BEAM / step_s
-    print(f"MLP1 shape (|V| = {len(model.vocab):,}), beam {BEAM}, {governor.threads} thread(s); "
-          f"largest |difference| of log-probs {gap:.1e}")
-    print(f"  recompute each context (log_prob)  {ref_rate:9,.0f} words/s  1.00x  ({args.reference_steps} steps)")
-    print(f"  stateful step (advance)            {step_rate:9,.0f} words/s  {step_rate / ref_rate:.1f}x  "
-          f"({args.steps} steps; direct rows computed for {cache.computed:,} words, cache of {len(cache.slab):,})")
+    ratio = (args.steps / step_s) / (args.reference_steps / ref_s)
+    print(f"  stateful step, cold LRU cache       {rates(args.steps, step_s)}  {ratio[0]:.1f}x wall, "
+          f"{ratio[1]:.1f}x CPU  ({args.steps} steps; rows computed for {cache.computed:,} words, "
+          f"cache of {len(cache.slab):,}; |log-prob difference| <= {gap:.0e})")
+    if args.tables:
+        t0 = clocks()
+        with model.long_pass(1 << 40):  # a decoder's long session: the per-position tables, if they fit
+            built = clocks() - t0
+            if model._tables is None:
+                print("  (the per-position tables do not fit in this machine's memory budget)")
+            else:
+                step_s, step_lp = stepped(model, words)
+                gap = float(np.abs(step_lp[:common] - ref_lp[:common]).max())
+                assert gap < 1e-4, gap
+                ratio = (args.steps / step_s) / (args.reference_steps / ref_s)
+                print(f"  stateful step, per-position tables  {rates(args.steps, step_s)}  {ratio[0]:.1f}x wall, "
+                      f"{ratio[1]:.1f}x CPU  (tables built once in {built[0]:.1f} s wall, {built[1]:.1f} s CPU, "
+                      f"{model._tables.tables.numel() * 4 / 2**30:.1f} GiB)")
     print(f"load average after: {', '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 

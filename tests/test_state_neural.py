@@ -81,15 +81,17 @@ def test_history_and_a_small_cache():
     """A history fills the partial sums as the steps would have; a cache of 64 words for 300 (evictions
     every step, a step with more new words than the cache holds) gives the same numbers."""
     model = neural_lm(v=300, n=5)
-    model.step_cache_bytes = 0  # the minimum: 64 words
+    model.step_cache_bytes = 0  # the minimum: 256 words
     ids = text(300, 120)
     np.testing.assert_allclose(step_scores(model, ids[40:], history=ids[:40]),
                                stream_log_probs(model, ids[40:], history=ids[:40]), rtol=0, atol=1e-6)
-    state = model.begin_state(100)
-    lp, _ = model.advance(state, np.arange(100, 200))  # 100 new words at once
-    ctx = np.tile(state.context[0], (100, 1))
-    np.testing.assert_allclose(lp, model.log_prob(ctx, np.arange(100, 200)), rtol=0, atol=1e-6)
-    assert len(model._stepper[1].direct.slab) == 64
+    state = model.begin_state(80, history=ids[:4])
+    _, state = model.advance(state, np.arange(80))  # contexts of 80 different words ...
+    _, state = model.advance(state, np.arange(80, 160))
+    _, state = model.advance(state, np.arange(160, 240))
+    lp, _ = model.advance(state, np.arange(240, 320) % 300)  # ... 320 at once: more than the cache holds
+    np.testing.assert_allclose(lp, model.log_prob(state.context, np.arange(240, 320) % 300), rtol=0, atol=1e-6)
+    assert len(model._stepper[1].direct.slab) == 256
 
 
 def test_the_tables_of_a_long_pass(monkeypatch):

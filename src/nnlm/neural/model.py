@@ -446,7 +446,7 @@ class NeuralLM(LanguageModel):
         if not self.steps_incrementally:
             return state
         threads.check()
-        state.extra = self._current_stepper().start(state.context, self._tables_for(self.net.C.detach()))
+        state.extra = self._current_stepper().start(state.context)
         return state
 
     @torch.no_grad()
@@ -457,7 +457,9 @@ class NeuralLM(LanguageModel):
         words = self.check_step(state, words)
         threads.check()
         stepper = self._current_stepper()
-        log_probs = stepper.log_probs(state, words).numpy()
+        if set(state.extra) != ({"hidden"} if self.net.H is not None else set()):
+            raise NnlmError("this state was not made by this model (use model.begin_state())")
+        log_probs = stepper.log_probs(state, words, self._tables_for(self.net.C.detach())).numpy()
         after = self.shift_state(state, words)
-        after.extra = stepper.shift(state.extra, words, self._tables_for(self.net.C.detach()))
+        after.extra = stepper.shift(state.extra, words)
         return (log_probs * LOG10_E if log10 else log_probs), after
