@@ -137,6 +137,19 @@ def test_a_beam_reordered_with_take():
     assert lp[0] == pytest.approx(lp[1], abs=1e-12)
 
 
+def test_large_logits_are_shifted():
+    """Logits past exp's fp32 range take the max-shifted log-sum-exp (rows computed again)."""
+    model = neural_lm(v=60, n=4, h=3, dtype=torch.float32)
+    with torch.no_grad():
+        model.net.b[7] = 120.0  # exp(120) overflows fp32
+        model.net.b[8] = -200.0
+    ids = text(60, 30)
+    ids[::3] = 7
+    got = step_scores(model, ids, beam=2)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, stream_log_probs(model, ids), rtol=0, atol=2e-5)
+
+
 def test_fp32_net_and_log10():
     model = neural_lm(v=200, n=5, h=8, m=6, dtype=torch.float32)
     ids = text(200, 80)

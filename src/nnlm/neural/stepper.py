@@ -140,10 +140,9 @@ class NeuralStepper:
                 sums[:, s] += terms[:, p, self.k - 1 - p + s]
         return {"hidden": sums}
 
-    def log_probs(self, state: LMState, words: np.ndarray, tables=None) -> torch.Tensor:
-        """log P(words[i] | row i's context), float64 [B]: y = the context's direct rows summed (b + W x)
-        + U a(complete hidden sum); log Z over all of V. `tables`: a long pass's per-position tables."""
-        net, context = self.net, state.context
+    def logits(self, context: np.ndarray, hidden: torch.Tensor | None, tables=None) -> torch.Tensor:
+        """y [B, |V|] (padded with -inf logits when read from `tables`) for contexts [B, n-1] whose complete
+        hidden sums are `hidden` [B, h]: the context's direct rows summed (b + W x), + U a(hidden)."""
         u = self.U
         if tables is not None:  # block j: C W_j^T (+ b in block 0), rows padded with -inf logits past |V|
             index = context + np.arange(self.k) * tables.feature_rows
@@ -156,10 +155,26 @@ class NeuralStepper:
         else:
             y = self.bias.expand(len(context), -1).clone()
         if u is not None:
-            y.addmm_(net.hidden_from_preactivation(state.extra["hidden"][:, 0]), u.t())
+            y.addmm_(self.net.hidden_from_preactivation(hidden), u.t())
+        return y
+
+    def log_probs(self, state: LMState, words: np.ndarray, tables=None) -> torch.Tensor:
+        """log P(words[i] | row i's context), float64 [B], log Z over all of V (exact). As in
+        direct_tables.scores, log Z is read from one exp pass and a sum; only rows whose sum leaves
+        SAFE_SUM (a logit above ~69, or all below ~-69) are computed again and shifted by their maximum."""
+        from nnlm.neural.direct_tables import SAFE_SUM
+
+        hidden = state.extra["hidden"][:, 0] if "hidden" in state.extra else None
+        y = self.logits(state.context, hidden, tables)
         picked = y.gather(1, torch.as_tensor(words, device=y.device)[:, None])[:, 0]
-        top = y.amax(dim=1, keepdim=True)
-        lse = y.sub_(top).exp_().sum(dim=1).log_().add_(top[:, 0])
+        sums = y.exp_().sum(dim=1)
+        redo = ~((sums > SAFE_SUM[0]) & (sums < SAFE_SUM[1]))  # (NaN included)
+        lse = sums.log_()
+        if bool(redo.any()):
+            rows = redo.cpu().numpy()
+            again = self.logits(state.context[rows], None if hidden is None else hidden[redo], tables)
+            top = again.amax(dim=1, keepdim=True)
+            lse[redo] = again.sub_(top).exp_().sum(dim=1).log_().add_(top[:, 0])
         return (picked - lse).double().cpu()
 
     def shift(self, extra: dict[str, torch.Tensor], words: np.ndarray) -> dict[str, torch.Tensor]:
