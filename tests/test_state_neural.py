@@ -251,3 +251,12 @@ def test_mixture_state_nests_and_reorders(random_corpus):
         model.advance(model.components[0].begin_state(1), [1])
     with pytest.raises(NnlmError, match="outside the vocabulary"):
         model.advance(state, [1, len(model.vocab)])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_on_cuda():
+    model = neural_lm(v=200, n=5, dtype=torch.float32)
+    model.net.to("cuda")
+    model.device = torch.device("cuda")
+    ids = text(200, 40)
+    np.testing.assert_allclose(step_scores(model, ids), stream_log_probs(model, ids), rtol=0, atol=2e-5)
