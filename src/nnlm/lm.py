@@ -31,8 +31,9 @@ class LMState:
 
     `context` holds each row's last n-1 token ids, oldest first (what `log_prob` would be given);
     `extra` holds what a model keeps to make the next step cheap (the NPLM's hidden pre-activation,
-    a back-off model's matched lengths), each an array or tensor with B rows. `owner` names the model
-    that made the state, so a state is never advanced by a model it does not belong to."""
+    a back-off model's matched lengths), each an array, a tensor or an LMState (a mixture keeps its
+    components' states) with B rows. `owner` names the model that made the state, so a state is never
+    advanced by a model it does not belong to."""
 
     context: np.ndarray
     owner: str
@@ -46,7 +47,7 @@ class LMState:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.ndim != 1 or (len(rows) and (rows.min() < -len(self) or rows.max() >= len(self))):
             raise NnlmError(f"state rows must be a list of indices below {len(self)}")
-        return LMState(self.context[rows], self.owner, {k: v[_rows_for(v, rows)] for k, v in self.extra.items()})
+        return LMState(self.context[rows], self.owner, {k: _take(v, rows) for k, v in self.extra.items()})
 
     @staticmethod
     def concat(states: Sequence[LMState]) -> LMState:
@@ -60,15 +61,19 @@ class LMState:
         return LMState(np.concatenate([s.context for s in states]), states[0].owner, extra)
 
 
-def _rows_for(value: Any, rows: np.ndarray) -> Any:
-    """An index for `value`'s first axis: torch tensors take a tensor of indices."""
+def _take(value: Any, rows: np.ndarray) -> Any:
+    """`value`'s rows: a nested state takes them itself, torch tensors take a tensor of indices."""
+    if isinstance(value, LMState):
+        return value.take(rows)
     if isinstance(value, np.ndarray):
-        return rows
+        return value[rows]
     import torch
-    return torch.as_tensor(rows, device=value.device)
+    return value[torch.as_tensor(rows, device=value.device)]
 
 
 def _cat(values: list[Any]) -> Any:
+    if isinstance(values[0], LMState):
+        return LMState.concat(values)
     if isinstance(values[0], np.ndarray):
         return np.concatenate(values)
     import torch

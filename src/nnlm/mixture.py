@@ -15,7 +15,7 @@ import numpy as np
 
 from nnlm.em import EMResult, fit_weights_em
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel, perplexity_from_log_probs
+from nnlm.lm import LOG10_E, LanguageModel, LMState, perplexity_from_log_probs
 
 __all__ = ["EMResult", "FittedMixture", "Mixture", "fit_weights_em", "mix_on_corpus", "mix_scored"]
 
@@ -76,6 +76,32 @@ class Mixture(LanguageModel):
         """log sum_k w_k[bucket] P_k from the components' log-probs [K, N]: reuse them across weightings."""
         log_w = np.log(np.maximum(self.weights[buckets].T, 1e-300))
         return np.logaddexp.reduce(component_log_probs + log_w, axis=0)
+
+    # --- the stateful API: each component's own state nested in the mixture's (its `extra`) ---
+
+    def _component_keys(self) -> list[str]:
+        return [f"component{k}" for k in range(len(self.components))]
+
+    def begin_state(self, batch: int = 1, history: Sequence[int] | np.ndarray | None = None) -> LMState:
+        """The mixture's context (for the buckets) and every component's own state after `history`."""
+        state = super().begin_state(batch, history)
+        state.extra = {key: model.begin_state(batch, history)
+                       for key, model in zip(self._component_keys(), self.components, strict=True)}
+        return state
+
+    def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
+                log10: bool = False) -> tuple[np.ndarray, LMState]:
+        """Each component steps its own state (its fast path); the log-probs are mixed with the weights of
+        the bucket of the mixture's context, as `log_prob` mixes them."""
+        words = self.check_step(state, words)
+        keys = self._component_keys()
+        if set(state.extra) != set(keys):
+            raise NnlmError("this state was not made by this model (use model.begin_state())")
+        stepped = [model.advance(state.extra[key], words) for key, model in zip(keys, self.components, strict=True)]
+        log_probs = self.combine(np.stack([lp for lp, _ in stepped]), self._buckets(state.context))
+        after = self.shift_state(state, words)
+        after.extra = {key: inner for key, (_, inner) in zip(keys, stepped, strict=True)}
+        return (log_probs * LOG10_E if log10 else log_probs), after
 
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
         w = self.weights[self._buckets(contexts)]

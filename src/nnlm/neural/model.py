@@ -25,7 +25,7 @@ from torch import nn
 from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel
+from nnlm.lm import LOG10_E, LanguageModel, LMState
 from nnlm.neural.model_config import ModelConfig
 
 __all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "NeuralLM", "score_rows"]
@@ -111,6 +111,18 @@ class NPLMParameters(nn.Module):
             if dropout and self.dropout_h > 0:
                 out = F.dropout(out, self.dropout_h, training=True)
             a = a + out if self.config.residual and index > 0 else out
+        return a
+
+    def hidden_from_preactivation(self, z: torch.Tensor) -> torch.Tensor:
+        """`hidden_output` (eval mode) from the first layer's H x [N, h] already summed: what a stepped
+        state keeps (nnlm.neural.stepper), so a step does not multiply the whole context by H again."""
+        a = torch.tanh((F.layer_norm(z, z.shape[1:]) * self.g1 if self.gains else z) + self.d)
+        for index, (H, d) in enumerate(self.deeper_layers(), start=1):
+            if self.gains:
+                out = torch.tanh(F.layer_norm(a @ H.t(), H.shape[:1]) * getattr(self, self.gains[index]) + d)
+            else:
+                out = torch.tanh(torch.addmm(d, a, H.t()))
+            a = a + out if self.config.residual else out
         return a
 
     def output_operands_from_features(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -219,6 +231,8 @@ class NeuralLM(LanguageModel):
         self.bf16 = bf16
         self.log_z_sink: list[np.ndarray] | None = None  # if a list: the exact path appends each block's log Z
         self._tables = None  # direct_tables.PositionTables during a long pass that builds them
+        self._stepper = None  # (weights version, stepper.NeuralStepper): the stateful API's terms and cache
+        self.step_cache_bytes: int | None = None  # the stepper's direct-rows cache budget (None: its default)
 
     def parameter_count(self) -> int:
         return self.net.config.parameter_count()
@@ -397,3 +411,55 @@ class NeuralLM(LanguageModel):
     @property
     def config(self) -> ModelConfig:
         return self.net.config
+
+    # --- the stateful API: partial sums in the state, one U product a step (nnlm.neural.stepper) ---
+
+    @property
+    def steps_incrementally(self) -> bool:
+        """Whether begin_state/advance keep partial sums (exact, normalized, fp32 or float64 nets with W or
+        H); unnormalized and bf16 models take the default path through log_prob, so their numbers agree."""
+        return not self.unnormalized and not self.bf16 and (self.net.W is not None or self.net.H is not None)
+
+    def state_owner(self) -> str:
+        """The default owner, and the weights' version: a state's sums are stale once the net is trained."""
+        from nnlm.neural.direct_tables import weights_version
+
+        return f"{super().state_owner()}/{hash(weights_version(self.net)):x}"
+
+    def _current_stepper(self):
+        from nnlm.neural.direct_tables import available_bytes, weights_version
+        from nnlm.neural.stepper import CACHE_BYTES, CACHE_SHARE_OF_FREE, NeuralStepper
+
+        version = weights_version(self.net)
+        if self._stepper is None or self._stepper[0] != version:
+            budget = self.step_cache_bytes
+            if budget is None:
+                free = available_bytes()
+                budget = CACHE_BYTES if free is None else min(CACHE_BYTES, int(CACHE_SHARE_OF_FREE * free))
+            self.net.eval()
+            self._stepper = version, NeuralStepper(self.net, len(self.vocab), self.device, budget)
+        return self._stepper[1]
+
+    @torch.no_grad()
+    def begin_state(self, batch: int = 1, history: Sequence[int] | np.ndarray | None = None) -> LMState:
+        state = super().begin_state(batch, history)
+        if not self.steps_incrementally:
+            return state
+        threads.check()
+        state.extra = self._current_stepper().start(state.context)
+        return state
+
+    @torch.no_grad()
+    def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
+                log10: bool = False) -> tuple[np.ndarray, LMState]:
+        if not self.steps_incrementally:
+            return super().advance(state, words, log10)
+        words = self.check_step(state, words)
+        threads.check()
+        stepper = self._current_stepper()
+        if set(state.extra) != ({"hidden"} if self.net.H is not None else set()):
+            raise NnlmError("this state was not made by this model (use model.begin_state())")
+        log_probs = stepper.log_probs(state, words, self._tables_for(self.net.C.detach())).numpy()
+        after = self.shift_state(state, words)
+        after.extra = stepper.shift(state.extra, words)
+        return (log_probs * LOG10_E if log10 else log_probs), after

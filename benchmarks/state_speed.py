@@ -1,0 +1,125 @@
+"""Speed of the NPLM's stateful step (NeuralLM.begin_state / advance, nnlm.neural.stepper) on a beam of 16,
+against recomputing each context (model.log_prob on the beam's full contexts every step), in the same run.
+
+The model is an MLP1-shaped net (n=5, h=50, m=60, direct connections) over Brown's vocabulary with
+random weights: the speed does not depend on the weights' values. The beam's 16 rows walk 16 different
+stretches of Brown's test split (row r starts at r/16 of it), so every step brings up to 16 different
+words: the stepper's direct-rows cache starts empty and is filled during the timed run (its misses are
+reported); then the rows walk on through the next stretch with the cache as left (a longer session), and
+with --tables inside a long pass that precomputes every word's rows (the per-position tables).
+Both paths give the same log-probabilities (checked on the steps both ran, to fp32 rounding).
+
+    PYTHONPATH=src python benchmarks/state_speed.py [--steps 3000] [--reference-steps 400] [--threads 1] [--tables]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nnlm import threads
+from nnlm.data.corpus import load_corpus
+from nnlm.data.vocab import start_token
+from nnlm.neural.model import NPLM, NeuralLM
+from nnlm.neural.presets import preset
+
+BEAM = 16
+
+
+def beam_words(corpus, steps: int) -> np.ndarray:
+    """[steps, BEAM]: row r's words are Brown test tokens from r/BEAM of the split on."""
+    test = corpus.test.astype(np.int64)
+    stride = len(test) // BEAM
+    if steps > stride:
+        raise SystemExit(f"--steps must be at most {stride} (the test split / {BEAM})")
+    return np.stack([test[r * stride:r * stride + steps] for r in range(BEAM)], axis=1)
+
+
+def clocks() -> np.ndarray:
+    """(wall seconds, this process's CPU seconds): on a shared machine the CPU time is the fairer figure."""
+    return np.array([time.perf_counter(), time.process_time()])
+
+
+def stepped(model: NeuralLM, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(wall, CPU) seconds and log-probs [steps, BEAM] of walking the beam through states."""
+    out = np.empty(words.shape)
+    t0 = clocks()
+    state = model.begin_state(BEAM)
+    for t, row in enumerate(words):
+        out[t], state = model.advance(state, row)
+    return clocks() - t0, out
+
+
+def recomputed(model: NeuralLM, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(wall, CPU) seconds and log-probs of the same walk, each step's [BEAM, n-1] contexts scored afresh."""
+    out = np.empty(words.shape)
+    context = np.full((BEAM, model.context_size), model.vocab.id(start_token(model.vocab)), dtype=np.int64)
+    t0 = clocks()
+    for t, row in enumerate(words):
+        out[t] = model.log_prob(context, row)
+        context = np.concatenate([context[:, 1:], row[:, None]], axis=1)
+    return clocks() - t0, out
+
+
+def rates(steps: int, seconds: np.ndarray) -> str:
+    wall, cpu = steps * BEAM / seconds
+    return f"{wall:8,.0f} words/s wall, {cpu:8,.0f} per CPU second"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3000, help="beam steps of the stateful walk")
+    ap.add_argument("--reference-steps", type=int, default=400, help="steps of the recomputing walk (slower)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tables", action="store_true",
+                    help="also step inside a long pass that builds the per-position tables (5 GB for Brown)")
+    args = ap.parse_args()
+    governor = threads.govern(args.threads)
+    print(f"{governor.describe()}; load average {', '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    corpus = load_corpus("brown")
+    torch.manual_seed(0)
+    model = NeuralLM(NPLM(preset("mlp1", len(corpus.vocab))), corpus.vocab, corpus.pad_token)
+    words = beam_words(corpus, args.steps)
+
+    ref_s, ref_lp = recomputed(model, words[:args.reference_steps])
+    print(f"MLP1 shape (|V| = {len(model.vocab):,}), beam {BEAM}, {governor.threads} thread(s)")
+    print(f"  recompute each context (log_prob)   {rates(args.reference_steps, ref_s)}  1.00x  "
+          f"({args.reference_steps} steps)")
+    common = min(args.steps, args.reference_steps)
+
+    step_s, step_lp = stepped(model, words)
+    gap = float(np.abs(step_lp[:common] - ref_lp[:common]).max())
+    assert gap < 1e-4, gap  # the same numbers (fp32 rounding)
+    cache = model._stepper[1].direct
+    ratio = (args.steps / step_s) / (args.reference_steps / ref_s)
+    print(f"  stateful step, cold LRU cache       {rates(args.steps, step_s)}  {ratio[0]:.1f}x wall, "
+          f"{ratio[1]:.1f}x CPU  ({args.steps} steps; rows computed for {cache.computed:,} words, "
+          f"cache of {len(cache.slab):,}; |log-prob difference| <= {gap:.0e})")
+    before = cache.computed
+    warm_s, _ = stepped(model, beam_words(corpus, 2 * args.steps)[args.steps:])
+    ratio = (args.steps / warm_s) / (args.reference_steps / ref_s)
+    print(f"  stateful step, the cache as left    {rates(args.steps, warm_s)}  {ratio[0]:.1f}x wall, "
+          f"{ratio[1]:.1f}x CPU  (the next {args.steps} steps of each row's text; rows computed for "
+          f"{cache.computed - before:,} words)")
+    if args.tables:
+        t0 = clocks()
+        with model.long_pass(1 << 40):  # a decoder's long session: the per-position tables, if they fit
+            built = clocks() - t0
+            if model._tables is None:
+                print("  (the per-position tables do not fit in this machine's memory budget)")
+            else:
+                step_s, step_lp = stepped(model, words)
+                gap = float(np.abs(step_lp[:common] - ref_lp[:common]).max())
+                assert gap < 1e-4, gap
+                ratio = (args.steps / step_s) / (args.reference_steps / ref_s)
+                print(f"  stateful step, per-position tables  {rates(args.steps, step_s)}  {ratio[0]:.1f}x wall, "
+                      f"{ratio[1]:.1f}x CPU  (tables built once in {built[0]:.1f} s wall, {built[1]:.1f} s CPU, "
+                      f"{model._tables.tables.numel() * 4 / 2**30:.1f} GiB)")
+    print(f"load average after: {', '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+
+
+if __name__ == "__main__":
+    main()
