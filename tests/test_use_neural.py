@@ -249,3 +249,21 @@ def test_eval_scores_the_splits_asked_for(neural_run, cli):
     with pytest.raises(SystemExit) as exit_info:  # a range checked at parse time: argparse's one-line usage error
         cli("eval", run_dir, "--threads", "0")
     assert exit_info.value.code == 2
+
+
+def test_exact_path_follows_weights_changed_in_place(neural_run):
+    """The exact path joins [W, U] once per weights version: a change in place (training, a loaded
+    state) must give the new numbers, never the joined copy's."""
+    run, corpus_dir = neural_run
+    model = load(run)
+    ctx = np.zeros((4, model.context_size), dtype=np.int64)
+    targets = np.arange(4)
+    before = model.log_prob(ctx, targets)
+    assert np.array_equal(before, model.log_prob(ctx, targets))
+    with torch.no_grad():
+        model.net.U.mul_(2.0)
+    after = model.log_prob(ctx, targets)
+    with torch.no_grad():
+        model.net.U.div_(2.0)
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(model.log_prob(ctx, targets), before, rtol=0, atol=1e-6)

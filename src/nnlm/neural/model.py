@@ -232,6 +232,7 @@ class NeuralLM(LanguageModel):
         self.log_z_sink: list[np.ndarray] | None = None  # if a list: the exact path appends each block's log Z
         self._tables = None  # direct_tables.PositionTables during a long pass that builds them
         self._stepper = None  # (weights version, stepper.NeuralStepper): the stateful API's terms and cache
+        self._joined = None   # (key, [W, U]): the exact path's output matrix, joined once per weights version
         self.step_cache_bytes: int | None = None  # the stepper's direct-rows cache budget (None: its default)
 
     def parameter_count(self) -> int:
@@ -323,7 +324,7 @@ class NeuralLM(LanguageModel):
             return scores(net, tables, table, ctx, targets, sink).numpy()
         rows, v, n = score_rows(len(net.b)), len(net.b), len(ctx)
         out = torch.empty(n, dtype=torch.float64)
-        weights = torch.cat([w for w in (net.W, net.U) if w is not None], dim=1)  # [|V|, K], zs' order
+        weights = self._output_weights()  # [|V|, K], zs' order
         bias = net.b[:, None]
         flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
         for lo in range(0, n, rows):
@@ -340,6 +341,17 @@ class NeuralLM(LanguageModel):
             if self.log_z_sink is not None and picked is not None:  # log Z comes free with log P
                 self.log_z_sink.append(lse.double().cpu().numpy())
         return out.numpy()
+
+    def _output_weights(self) -> torch.Tensor:
+        """[W, U] as one [|V|, K] matrix, joined once for the weights as they are (a 20 MB copy at every
+        log_prob call for MLP1 otherwise, which dominated short calls: a decoder's beam, a server's request).
+        Keyed by each matrix's storage and in-place version, so training or a move to another device
+        makes a new one."""
+        mats = [w for w in (self.net.W, self.net.U) if w is not None]
+        key = tuple((w.data_ptr(), w._version, str(w.device)) for w in mats)
+        if self._joined is None or self._joined[0] != key:
+            self._joined = key, torch.cat([w.detach() for w in mats], dim=1)
+        return self._joined[1]
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         ctx = self._check(contexts)
