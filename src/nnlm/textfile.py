@@ -60,12 +60,13 @@ def open_text(source: str) -> tuple[BinaryIO, str]:
         raise NnlmError(f"cannot read {name}: {exc.strerror}") from None
 
 
-def read_pieces(fh: BinaryIO, name: str, block_bytes: int = BLOCK_BYTES, limit: int | None = None) -> Iterator[Piece]:
+def read_pieces(fh: BinaryIO, name: str, block_bytes: int | None = None, limit: int | None = None) -> Iterator[Piece]:
     """The lines of a UTF-8 byte stream as pieces of at most ~2 blocks (a word longer than that is
     held whole, as bytes). At most `limit` bytes are read (default: nnlm.io's text cap)."""
     from nnlm.io import TEXT_LIMIT
 
     limit = TEXT_LIMIT if limit is None else limit
+    block_bytes = block_bytes or BLOCK_BYTES
     line, size = 1, 0
     buf = bytearray()
     continuing = skipping = False  # within a long line; skipping: the rest of an undecodable one
@@ -84,12 +85,12 @@ def read_pieces(fh: BinaryIO, name: str, block_bytes: int = BLOCK_BYTES, limit: 
         if cut or not chunk:
             whole = bytes(buf[:cut])
             del buf[:cut]
+            if skipping:  # the end of an undecodable long line, already reported
+                whole = whole[whole.find(b"\n") + 1:] if b"\n" in whole else b""
+                skipping = continuing = False
             raw = whole.split(b"\n")
             if raw[-1] == b"":  # the text after the last "\n": nothing (a last line without "\n" stays)
                 raw.pop()
-            if skipping and raw:  # the end of an undecodable long line, already reported
-                raw.pop(0)
-                skipping = continuing = False
             if continuing and not raw:  # the input ended right after a long line's last piece
                 raw = [b""]
             if raw:
@@ -150,9 +151,10 @@ def _decode_or_none(raw: bytes) -> str | None:
         return None
 
 
-def line_pieces(lines: Iterable[str], block_chars: int = BLOCK_BYTES) -> Iterator[Piece]:
+def line_pieces(lines: Iterable[str], block_chars: int | None = None) -> Iterator[Piece]:
     """Python strings as pieces (one string = one line; a string longer than a block is cut after a
     white-space character, as a file's long line is)."""
+    block_chars = block_chars or BLOCK_BYTES
     batch: list[str | None] = []
     first, chars, number = 1, 0, 0
     for number, text in enumerate(lines, start=1):
