@@ -18,7 +18,7 @@ from nnlm.lm import EVAL_CHUNK
 from nnlm.ngram.build import build_ngram
 from nnlm.score_stream import LOG10_E, ScoreStream, WordScores
 from nnlm.textfile import line_pieces, read_pieces
-from nnlm.use import score_file, score_text, score_words, stream_log_probs
+from nnlm.use import generate, next_words, prompt_tokens, score_file, score_text, score_words, stream_log_probs
 
 WORDS = ["w1", "w2", "w3", "w7", "zebra", "é", "日本語", "<unk>", "<p>"]
 SEPS = [" ", " ", " ", "\t", "\r", "\r\n", "\n", "\n", "\n\n", "\x85", "\u2028", "\u2029", "\f", "\x0b", "\x1c",
@@ -237,3 +237,9 @@ def test_stdin_is_streamed_like_a_file(kn3, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", Stdin)
     assert main(["score", str(tmp_path / "kn3"), "-", "--json"]) == 0
     assert capsys.readouterr().out == from_file
+
+
+def test_prompts_are_cut_by_the_same_rule(kn3):
+    assert prompt_tokens("w1\rw2 \u2028") == ["w1", "<p>", "w2"] and prompt_tokens(" \n") == []
+    assert next_words(kn3, "w1\u2028w2", 3) == next_words(kn3, ["w1", "<p>", "w2"], 3)
+    assert generate(kn3, "w1\x85w2", 5, seed=1) == generate(kn3, ["w1", "<p>", "w2"], 5, seed=1)

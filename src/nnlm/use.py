@@ -24,8 +24,8 @@ from nnlm.score_stream import LOG10_E, BadLine, LineScore, ScoreStream, WordScor
 from nnlm.textfile import line_pieces, open_text, read_pieces
 
 __all__ = ["BadLine", "LineScore", "ScoreStream", "SplitScore", "TextScore", "WordScores", "generate", "next_words",
-           "render", "render_stream", "require_oov_vector", "sample", "score_file", "score_lines", "score_split",
-           "score_text", "score_words", "start_token", "text_perplexity", "use_unnormalized"]
+           "prompt_tokens", "render", "render_stream", "require_oov_vector", "sample", "score_file", "score_lines",
+           "score_split", "score_text", "score_words", "start_token", "text_perplexity", "use_unnormalized"]
 
 
 def line_tokens(line: str) -> list[str]:
@@ -35,6 +35,12 @@ def line_tokens(line: str) -> list[str]:
     if not tokens:
         raise NnlmError("empty line: nothing to score")
     return tokens
+
+
+def prompt_tokens(text: str) -> list[str]:
+    """A prompt's tokens by nnlm.data.tokenize's rule, without the `<p>` that would close it: the
+    text goes on after it ("a\rb" is a, <p>, b)."""
+    return text_tokens(text)[:-1]
 
 
 def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray | None = None) -> np.ndarray:
@@ -175,7 +181,7 @@ def text_perplexity(model: LanguageModel, text: str, oov_vector: bool = False) -
 def next_words(model: LanguageModel, history: str | list[str], k: int = 10) -> list[tuple[str, float]]:
     """The k most likely next tokens after `history` (words, or a string of them), with their probabilities."""
     if isinstance(history, str):
-        history = text_tokens(history)[:-1]  # the rule's tokens, without the `<p>` that would close the text
+        history = prompt_tokens(history)
     if not 1 <= k <= len(model.vocab):
         raise NnlmError(f"k must be between 1 and |V| = {len(model.vocab)}, got {k}")
     ctx = _context_ids(model, history)
@@ -194,7 +200,7 @@ def _context_ids(model: LanguageModel, history: list[str]) -> np.ndarray:
 def generate(model: LanguageModel, prompt: str | list[str] = "", tokens: int = 50, temperature: float = 1.0,
              top_k: int | None = None, seed: int = 0) -> list[str]:
     """Sample `tokens` tokens after `prompt` (words, or a string of them); the same seed gives the same text."""
-    return list(sample(model, text_tokens(prompt)[:-1] if isinstance(prompt, str) else prompt, tokens, temperature,
+    return list(sample(model, prompt_tokens(prompt) if isinstance(prompt, str) else prompt, tokens, temperature,
                        top_k, seed))
 
 
