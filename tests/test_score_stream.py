@@ -98,8 +98,10 @@ def test_blank_lines_are_counted_and_lines_numbered_by_newline(kn3):
 
 @pytest.mark.parametrize("carry", [True, False])
 @pytest.mark.parametrize("block", [4, 64, 1 << 16])
-def test_an_undecodable_line_is_skipped_by_number_even_after_it_was_partly_scored(kn3, carry, block):
-    good, bad_line, after = b"w1 w2 w3\n", b"w2 " * 40 + b"\xff w4 " + b"w1 " * 30 + b"\n", b"w3 w1\nw2\n"
+@pytest.mark.parametrize("bad_line", [b"w2 " * 40 + b"\xff w4 " + b"w1 " * 30 + b"\n",  # found in a cut piece
+                                      b"w2 " * 40 + b"w1\xff\n"])  # found in the block that ends the line
+def test_an_undecodable_line_is_skipped_by_number_even_after_it_was_partly_scored(kn3, carry, block, bad_line):
+    good, after = b"w1 w2 w3\n", b"w3 w1\nw2\n"
     data = good + bad_line + after
     stream = ScoreStream(kn3, read_pieces(io.BytesIO(data), "t", block), carry_context=carry, skip_bad=True)
     got = scored(stream)

@@ -151,6 +151,9 @@ class ScoreStream:
 
     def _piece(self, piece: Piece) -> Iterator[LineScore | WordScores | BadLine]:
         texts, last = piece.texts, len(piece.texts) - 1
+        if piece.continues and texts[0] is None and self.carry and self._line is not None \
+                and self._line.history is not None:  # a long line found undecodable: take its scored pieces back
+            self.history = self._line.history  # before the lines after it are scored from it
         token_lists: list[list[str]] = []
         for i, text in enumerate(texts):  # a loop over lines (the words are cut by str.split in C)
             if text is None:
@@ -217,8 +220,6 @@ class ScoreStream:
     def _bad(self, number: int, continued: bool) -> Iterator[BadLine]:
         if not self.skip_bad:
             raise NnlmError(f"line {number} is not valid UTF-8 (use --skip-bad to skip such lines)")
-        if continued and self._line is not None and self._line.history is not None and self.carry:
-            self.history = self._line.history  # its scored pieces are taken back: the stream goes on from before it
         self._line, self._offset = None, 0
         self._cutter = ParagraphCutter()
         self.skipped.append((number, BadLine.reason))
