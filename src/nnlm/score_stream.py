@@ -129,7 +129,7 @@ class ScoreStream:
         self.skipped: list[tuple[int, str]] = []
         self._cutter = ParagraphCutter()
         self._line: _Line | None = None
-        self._held: list[tuple[int, list[str], np.ndarray, int]] = []  # --oov-vector: tokens scored at the end
+        self._held: list[tuple[int, list[str], int]] = []  # --oov-vector: tokens scored at the end
         self._held_tokens = 0
         self._piece_history, self._offset = self.history, 0  # the context a piece started from; --independent
 
@@ -203,7 +203,8 @@ class ScoreStream:
 
     def _context_before(self, ids: np.ndarray, start: int) -> np.ndarray:
         """The last n-1 ids before position `start` of this piece (the carried history first)."""
-        return np.concatenate([self._piece_history, ids[:start]])[-self.k:] if self.k else self._piece_history
+        k = self.k
+        return np.concatenate([self._piece_history, ids[max(start - k, 0):start]])[-k:] if k else self._piece_history
 
     def _end_line(self) -> Iterator[LineScore]:
         line = self._line
@@ -264,7 +265,7 @@ class ScoreStream:
                         self._held_tokens -= len(self._held.pop()[1])
                 yield from self._bad(number, continued)
                 continue
-            self._held.append((number, token_lists[i], np.zeros(0), int(oov[i])))
+            self._held.append((number, token_lists[i], int(oov[i])))
             self._held_tokens += len(token_lists[i])
             if self._held_tokens > OOV_VECTOR_MAX_TOKENS:
                 raise NnlmError(f"--oov-vector scores {'the text' if self.carry else 'a line'} in one pass (an "
@@ -277,11 +278,11 @@ class ScoreStream:
     def _score_held(self) -> Iterator[LineScore | WordScores]:
         """Score the held lines in one call of the model's log_prob_text, then give out their lines."""
         held, self._held, self._held_tokens = self._held, [], 0
-        tokens = [t for _, toks, _, _ in held for t in toks]
+        tokens = list(chain.from_iterable(toks for _, toks, _ in held))
         lp10 = self.oov_vector.log_prob_text(tokens) * LOG10_E if tokens else np.zeros(0)
         at = 0
         current: int | None = None
-        for number, toks, _, oov in held:
+        for number, toks, oov in held:
             if number != current:
                 if current is not None:
                     yield from self._end_line()
