@@ -64,6 +64,18 @@ def write_text(path: Path, size: int, words: list[str], one_line: bool, seed: in
     return count + (1 if one_line else 0)
 
 
+def write_cap(path: Path, words: list[str], seed: int) -> int:
+    """Exactly CAP bytes: a 64 MB multi-line block written 32 times (drawing 2 GiB of words is slow)."""
+    block = path.with_suffix(".block")
+    tokens = write_text(block, CAP // 32, words, False, seed)
+    data = block.read_bytes()
+    block.unlink()
+    with open(path, "wb") as fh:
+        for _ in range(32):
+            fh.write(data)
+    return 32 * tokens
+
+
 def measure(nnlm: list[str], model: Path, text: Path) -> dict:
     """Peak RSS (MB) and wall time of `nnlm score MODEL TEXT > /dev/null`."""
     start = time.perf_counter()
@@ -80,17 +92,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", type=Path, help="a saved model directory (nnlm ngram --save, or a run directory)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/nnlm-score-memory"), help="scratch directory")
-    ap.add_argument("--one-line-mb", type=int, default=200)
-    ap.add_argument("--multi-line-mb", type=int, default=1024)
-    ap.add_argument("--cap", action="store_true", help="also score a file of exactly the 2 GiB input cap")
+    ap.add_argument("--one-line-mb", type=int, default=200, help="0: none")
+    ap.add_argument("--multi-line-mb", type=int, default=1024, help="0: none")
+    ap.add_argument("--cap", action="store_true",
+                    help="also score a multi-line file of exactly the 2 GiB input cap (a 64 MB block 32 times)")
     ap.add_argument("--keep", action="store_true", help="keep the generated files")
     args = ap.parse_args()
     nnlm = [sys.executable, "-m", "nnlm"] if shutil.which("nnlm") is None else ["nnlm"]
     args.dir.mkdir(parents=True, exist_ok=True)
     words = vocabulary(args.model)
-    files = [("one line, 10 words (reference)", args.dir / "ten.txt", None, True),
-             (f"one line, {args.one_line_mb} MB", args.dir / "one-line.txt", args.one_line_mb << 20, True),
-             (f"multi-line, {args.multi_line_mb} MB", args.dir / "multi-line.txt", args.multi_line_mb << 20, False)]
+    files = [("one line, 10 words (reference)", args.dir / "ten.txt", None, True)]
+    if args.one_line_mb:
+        files.append((f"one line, {args.one_line_mb} MB", args.dir / "one-line.txt", args.one_line_mb << 20, True))
+    if args.multi_line_mb:
+        files.append((f"multi-line, {args.multi_line_mb} MB", args.dir / "multi-line.txt", args.multi_line_mb << 20,
+                      False))
     if args.cap:
         files.append(("multi-line, 2 GiB (the input cap)", args.dir / "cap.txt", CAP, False))
     with open("/proc/loadavg") as fh:
@@ -103,7 +119,8 @@ def main() -> None:
                 tokens = 11
             else:
                 t0 = time.perf_counter()
-                tokens = write_text(path, size, words, one_line, seed=len(label))
+                tokens = (write_cap(path, words, seed=1) if size == CAP else
+                          write_text(path, size, words, one_line, seed=len(label)))
                 print(f"  generated {path.name}: {path.stat().st_size:,} bytes in {time.perf_counter() - t0:.0f} s")
             m = measure(nnlm, args.model, path)
             if reference is None:
@@ -111,7 +128,7 @@ def main() -> None:
             excess = m["peak_mb"] - reference
             print(f"{label:36s} peak RSS {m['peak_mb']:8.0f} MB  over the model's {excess:6.0f} MB "
                   f"({'ok' if excess <= 500 else 'OVER 500 MB'})  {m['wall_s']:7.1f} s  "
-                  f"{tokens / m['wall_s']:12,.0f} tokens/s", flush=True)
+                  + (f"{tokens / m['wall_s']:12,.0f} tokens/s" if size is not None else ""), flush=True)
             if size is not None and not args.keep:
                 path.unlink()
     finally:
