@@ -60,9 +60,19 @@ def open_text(source: str) -> tuple[BinaryIO, str]:
         raise NnlmError(f"cannot read {name}: {exc.strerror}") from None
 
 
-def read_pieces(fh: BinaryIO, name: str, block_bytes: int | None = None, limit: int | None = None) -> Iterator[Piece]:
+def read_pieces(fh: BinaryIO, name: str, block_bytes: int | None = None, limit: int | None = None,
+                close: bool = False) -> Iterator[Piece]:
     """The lines of a UTF-8 byte stream as pieces of at most ~2 blocks (a word longer than that is
-    held whole, as bytes). At most `limit` bytes are read (default: nnlm.io's text cap)."""
+    held whole, as bytes). At most `limit` bytes are read (default: nnlm.io's text cap). `close`:
+    close `fh` when done (or dropped)."""
+    try:
+        yield from _pieces(fh, name, block_bytes, limit)
+    finally:
+        if close:
+            fh.close()
+
+
+def _pieces(fh: BinaryIO, name: str, block_bytes: int | None, limit: int | None) -> Iterator[Piece]:
     from nnlm.io import TEXT_LIMIT
 
     limit = TEXT_LIMIT if limit is None else limit

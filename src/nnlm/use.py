@@ -96,7 +96,7 @@ def score_file(model: LanguageModel, source: str | os.PathLike | Iterable[str], 
     if isinstance(source, (str, os.PathLike)):
         fh, name = open_text(os.fspath(source))
         size = os.fstat(fh.fileno()).st_size if fh is not sys.stdin.buffer else 0
-        pieces = read_pieces(fh, name)
+        pieces = read_pieces(fh, name, close=fh is not sys.stdin.buffer)
         return ScoreStream(model, pieces, carry_context, skip_bad, oov_vector, keep_words, word_events, size // 6)
     return ScoreStream(model, line_pieces(source), carry_context, skip_bad, oov_vector, keep_words, word_events)
 
