@@ -245,3 +245,16 @@ def test_prompts_are_cut_by_the_same_rule(kn3):
     assert prompt_tokens("w1\rw2 \u2028") == ["w1", "<p>", "w2"] and prompt_tokens(" \n") == []
     assert next_words(kn3, "w1\u2028w2", 3) == next_words(kn3, ["w1", "<p>", "w2"], 3)
     assert generate(kn3, "w1\x85w2", 5, seed=1) == generate(kn3, ["w1", "<p>", "w2"], 5, seed=1)
+
+
+def test_json_stays_valid_when_a_long_line_is_found_undecodable_after_its_words_were_written(kn3, tmp_path, capsys,
+                                                                                           monkeypatch):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"w1 w2\n" + b"w3 " * 100 + b"\xff\nw2\n")
+    monkeypatch.setattr(textfile, "BLOCK_BYTES", 32)
+    assert main(["score", str(tmp_path / "kn3"), str(path), "--skip-bad", "--per-word", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [line["line"] for line in out["lines"]] == [1, 2, 3] and out["lines"][1]["skipped"] == "not valid UTF-8"
+    assert "tokens" not in out["lines"][1] and out["total"]["skipped"] == [2] and out["total"]["tokens"] == 5
+    want = reference(kn3, "w1 w2\n\nw2\n")  # the stream goes on from before the bad line
+    np.testing.assert_allclose(out["lines"][2]["word_log10"], want[3], rtol=0, atol=1e-12)
