@@ -7,29 +7,40 @@ previous line, as in the corpus); the stream starts after the text marker.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from nnlm.capabilities import ScoresUnknownWords, Unnormalizable
+from nnlm.capabilities import Unnormalizable
 from nnlm.data.corpus import Corpus
+from nnlm.data.tokenize import text_tokens
 from nnlm.data.vocab import PARAGRAPH, TEXT, start_token
 from nnlm.errors import NnlmError
 from nnlm.lm import EVAL_CHUNK, LanguageModel, contexts, perplexity_from_log_probs, split_log_probs
+from nnlm.score_stream import LOG10_E, BadLine, LineScore, ScoreStream, WordScores, require_oov_vector
+from nnlm.textfile import line_pieces, open_text, read_pieces
 
-LOG10_E = float(np.log10(np.e))
-__all__ = ["LineScore", "SplitScore", "TextScore", "generate", "next_words", "render", "render_stream", "sample",
-           "score_lines", "score_split", "score_text", "score_words", "start_token", "text_perplexity",
-           "use_unnormalized"]
+__all__ = ["BadLine", "LineScore", "ScoreStream", "SplitScore", "TextScore", "WordScores", "generate", "next_words",
+           "prompt_tokens", "render", "render_stream", "require_oov_vector", "sample", "score_file", "score_lines",
+           "score_split", "score_text", "score_words", "start_token", "text_perplexity", "use_unnormalized"]
 
 
 def line_tokens(line: str) -> list[str]:
-    """A line's tokens with the closing `<p>`; a blank line has none (callers skip it, as corpora do)."""
-    words = line.split()
-    if not words:
+    """A line's tokens by nnlm.data.tokenize's rule (a `<p>` after each of its paragraphs); a blank line
+    has none (callers skip it, as corpora do)."""
+    tokens = text_tokens(line)
+    if not tokens:
         raise NnlmError("empty line: nothing to score")
-    return words + [PARAGRAPH]
+    return tokens
+
+
+def prompt_tokens(text: str) -> list[str]:
+    """A prompt's tokens by nnlm.data.tokenize's rule, without the `<p>` that would close it: the
+    text goes on after it ("a\rb" is a, <p>, b)."""
+    return text_tokens(text)[:-1]
 
 
 def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray | None = None) -> np.ndarray:
@@ -48,13 +59,6 @@ def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray 
     return out
 
 
-def require_oov_vector(model: LanguageModel) -> ScoresUnknownWords:
-    """Only neural models have feature vectors to give words outside V (`NeuralLM.log_prob_text`)."""
-    if not isinstance(model, ScoresUnknownWords):
-        raise NnlmError(f"--oov-vector applies to neural models only, not to {type(model).__name__}")
-    return model
-
-
 def use_unnormalized(model: LanguageModel) -> None:
     """Score y[word] without the softmax sum from now on (self-normalized neural models only)."""
     if not isinstance(model, Unnormalizable):
@@ -62,56 +66,39 @@ def use_unnormalized(model: LanguageModel) -> None:
     model.unnormalized = True
 
 
-@dataclass
-class LineScore:
-    line_number: int
-    log10_prob: float
-    tokens: int        # words + the closing <p>
-    oov: int
-    word_log10: np.ndarray
-
-    @property
-    def perplexity(self) -> float:
-        return float(10 ** (-self.log10_prob / self.tokens))
-
-
-def score_lines(model: LanguageModel, lines: list[str], carry_context: bool = True,
+def score_lines(model: LanguageModel, lines: Iterable[str], carry_context: bool = True,
                 skip_bad: bool = False, oov_vector: bool = False) -> tuple[list[LineScore], list[tuple[int, str]]]:
     """Score each line; returns the scores and (line number, reason) of lines skipped as bad.
 
-    Blank lines are skipped, as corpora skip them (the stream goes on across them).
-    All lines are scored as one batch (chunked model calls), so a long file costs one pass.
+    A line is cut by nnlm.data.tokenize's rule: a "\r", "\u2028", ... inside it ends a paragraph,
+    and each non-blank paragraph is closed by `<p>` (the LineScore sums them). Blank lines are
+    skipped, as corpora skip them (the stream goes on across them). The lines are scored as one
+    stream in bounded chunks (nnlm.score_stream); for a text too large to hold, use `score_file`.
     Words outside V are `<unk>`; with `oov_vector` (neural models) they are still scored as `<unk>`
     but enter later contexts with the paper's feature vector instead of `<unk>`'s."""
-    scorer = require_oov_vector(model) if oov_vector else None
-    encoded, bad = [], []
-    for number, line in enumerate(lines, start=1):
-        if not line.split():
-            continue
-        try:
-            tokens = line_tokens(line)
-        except NnlmError as exc:
-            if not skip_bad:
-                raise NnlmError(f"line {number}: {exc}") from None
-            bad.append((number, str(exc)))
-            continue
-        encoded.append((number, tokens, model.vocab.encode(tokens), sum(1 for w in tokens if w not in model.vocab)))
-    if not encoded:
-        return [], bad
-    if scorer is not None and carry_context:
-        log_probs = scorer.log_prob_text([t for _, tokens, _, _ in encoded for t in tokens])
-    elif scorer is not None:
-        log_probs = np.concatenate([scorer.log_prob_text(tokens) for _, tokens, _, _ in encoded])
-    elif carry_context:
-        log_probs = stream_log_probs(model, np.concatenate([ids for _, _, ids, _ in encoded]))
-    else:
-        log_probs = np.concatenate([stream_log_probs(model, ids) for _, _, ids, _ in encoded])
-    scores, at = [], 0
-    for number, _, ids, oov in encoded:
-        lp10 = log_probs[at:at + len(ids)] * LOG10_E
-        at += len(ids)
-        scores.append(LineScore(number, float(lp10.sum()), len(ids), oov, lp10))
-    return scores, bad
+    lines = lines if isinstance(lines, list) else list(lines)
+    stream = ScoreStream(model, line_pieces(lines), carry_context, skip_bad, oov_vector,
+                         tokens_hint=sum(map(len, lines)) // 2)
+    return list(stream), stream.skipped
+
+
+def score_file(model: LanguageModel, source: str | os.PathLike | Iterable[str], carry_context: bool = True,
+               skip_bad: bool = False, oov_vector: bool = False, keep_words: bool = False,
+               word_events: bool = False) -> ScoreStream:
+    """Score a file ('-': stdin) or an iterable of lines in bounded memory, one line at a time.
+
+    Iterate the result for each line's `LineScore` as soon as the line is scored; its totals
+    (`log10_prob`, `tokens`, `oov`, `perplexity`, `blank`, `skipped`) are the whole text's once it
+    is exhausted. A file's lines are "\n"-lines, read in blocks (nnlm.textfile); an undecodable
+    line raises NnlmError, or with `skip_bad` is skipped and listed in `skipped`. `keep_words`
+    keeps each line's per-token log10 probabilities (memory then grows with the longest line);
+    `word_events` gives them, piece by piece, as WordScores from `.events()` instead."""
+    if isinstance(source, (str, os.PathLike)):
+        fh, name = open_text(os.fspath(source))
+        size = os.fstat(fh.fileno()).st_size if fh is not sys.stdin.buffer else 0
+        pieces = read_pieces(fh, name, close=fh is not sys.stdin.buffer)
+        return ScoreStream(model, pieces, carry_context, skip_bad, oov_vector, keep_words, word_events, size // 6)
+    return ScoreStream(model, line_pieces(source), carry_context, skip_bad, oov_vector, keep_words, word_events)
 
 
 @dataclass
@@ -138,11 +125,14 @@ class TextScore:
         return float(10 ** (-self.log10_prob / self.tokens)) if self.tokens else float("nan")
 
 
-def score_text(model: LanguageModel, lines: list[str], carry_context: bool = True, skip_bad: bool = False,
+def score_text(model: LanguageModel, lines: Iterable[str], carry_context: bool = True, skip_bad: bool = False,
                oov_vector: bool = False) -> TextScore:
     """`score_lines` with its totals and the count of blank lines skipped."""
-    scores, bad = score_lines(model, lines, carry_context, skip_bad, oov_vector)
-    return TextScore(scores, bad, sum(1 for line in lines if not line.split()))
+    lines = lines if isinstance(lines, list) else list(lines)
+    stream = ScoreStream(model, line_pieces(lines), carry_context, skip_bad, oov_vector,
+                         tokens_hint=sum(map(len, lines)) // 2)
+    scores = list(stream)
+    return TextScore(scores, stream.skipped, stream.blank)
 
 
 @dataclass
@@ -173,12 +163,13 @@ def score_split(model: LanguageModel, corpus: Corpus, split: str) -> SplitScore:
 
 
 def score_words(model: LanguageModel, text: str, oov_vector: bool = False) -> np.ndarray:
-    """Natural-log probability of each token of `text` (lines = paragraphs, each ending in `<p>`).
-    Words outside V are `<unk>`; `oov_vector=True` (neural models) gives them the paper's feature vector."""
-    scores, _ = score_lines(model, text.splitlines(), oov_vector=oov_vector)
+    """Natural-log probability of each token of `text` (nnlm.data.tokenize's rule: each non-blank
+    paragraph's words, then `<p>`). Words outside V are `<unk>`; `oov_vector=True` (neural models)
+    gives them the paper's feature vector. A long text is scored in bounded pieces (nnlm.score_stream)."""
+    scores = list(ScoreStream(model, line_pieces([text]), oov_vector=oov_vector, tokens_hint=len(text) // 2))
     if not scores:
         return np.zeros(0, dtype=np.float64)
-    return np.concatenate([s.word_log10 for s in scores]) / LOG10_E
+    return scores[0].word_log10 / LOG10_E
 
 
 def text_perplexity(model: LanguageModel, text: str, oov_vector: bool = False) -> float:
@@ -190,7 +181,7 @@ def text_perplexity(model: LanguageModel, text: str, oov_vector: bool = False) -
 def next_words(model: LanguageModel, history: str | list[str], k: int = 10) -> list[tuple[str, float]]:
     """The k most likely next tokens after `history` (words, or a string of them), with their probabilities."""
     if isinstance(history, str):
-        history = history.split()
+        history = prompt_tokens(history)
     if not 1 <= k <= len(model.vocab):
         raise NnlmError(f"k must be between 1 and |V| = {len(model.vocab)}, got {k}")
     ctx = _context_ids(model, history)
@@ -209,8 +200,8 @@ def _context_ids(model: LanguageModel, history: list[str]) -> np.ndarray:
 def generate(model: LanguageModel, prompt: str | list[str] = "", tokens: int = 50, temperature: float = 1.0,
              top_k: int | None = None, seed: int = 0) -> list[str]:
     """Sample `tokens` tokens after `prompt` (words, or a string of them); the same seed gives the same text."""
-    return list(sample(model, prompt.split() if isinstance(prompt, str) else prompt, tokens, temperature, top_k,
-                       seed))
+    return list(sample(model, prompt_tokens(prompt) if isinstance(prompt, str) else prompt, tokens, temperature,
+                       top_k, seed))
 
 
 def sample(model: LanguageModel, prompt: list[str], tokens: int, temperature: float = 1.0,

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from typing import TextIO
 
 from nnlm import cli_types as T
 from nnlm.cli.common import (
@@ -56,44 +59,102 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _score_file(args: argparse.Namespace, model) -> int:
-    from nnlm.textfile import read_lines
-    from nnlm.use import score_text
+    """Stream FILE through the model: each line's report is printed as soon as the line is scored,
+    and memory stays one block of text whatever the input's size (nnlm.score_stream)."""
+    from nnlm.use import score_file
 
     source = args.file or "-"
-    text = read_lines(source)
-    if text.bad_utf8 and not args.skip_bad:
-        raise NnlmError(f"line {text.bad_utf8[0]} is not valid UTF-8 (use --skip-bad to skip such lines)")
-    scored = score_text(model, text.lines, carry_context=not args.independent, skip_bad=args.skip_bad,
-                        oov_vector=args.oov_vector)
-    if not scored.lines:  # a perplexity of nothing is no number: say so instead of printing nan
-        counts = [f"{n} blank line{'s' if n != 1 else ''}" for n in (scored.blank - len(text.bad_utf8),) if n]
-        counts += [f"{n} undecodable" for n in (len(text.bad_utf8),) if n]
+    stream = score_file(model, source, carry_context=not args.independent, skip_bad=args.skip_bad,
+                        oov_vector=args.oov_vector, word_events=args.per_word)
+    report = (_JsonReport if args.json else _TextReport)(sys.stdout)
+    for event in stream.events():
+        report.event(event)
+    if not stream.lines:  # a perplexity of nothing is no number: say so instead of printing nan
+        counts = [f"{n} blank line{'s' if n != 1 else ''}" for n in (stream.blank,) if n]
+        counts += [f"{n} undecodable" for n in (len(stream.skipped),) if n]
         raise NnlmError(f"{'standard input' if source == '-' else source} has no line to score"
                         + (f" ({', '.join(counts)} skipped)" if counts else ""))
-    for number, reason in scored.skipped:
-        note(f"skipped line {number}: {reason}")
-    for number in text.bad_utf8:
-        note(f"skipped line {number}: not valid UTF-8")
-    skipped = len(scored.skipped) + len(text.bad_utf8)
-    blank = scored.blank - len(text.bad_utf8)  # undecodable lines reach the scorer as blank ones
-    total = {"log10_prob": scored.log10_prob, "tokens": scored.tokens, "oov": scored.oov,
-             "perplexity": scored.perplexity,
-             "skipped": sorted([n for n, _ in scored.skipped] + text.bad_utf8), "blank": blank}
-    lines = []
-    for s in scored.lines:
-        if args.per_word:
-            words = text.lines[s.line_number - 1].split() + ["<p>"]
-            lines.append("\t".join(f"{w}={p:.4f}" for w, p in zip(words, s.word_log10, strict=True)))
-        lines.append(f"line {s.line_number}\tlog10 {s.log10_prob:.4f}\ttokens {s.tokens}\tOOV {s.oov}"
-                     f"\tppl {s.perplexity:.2f}")
-    lines.append(f"Total\tlog10 {scored.log10_prob:.4f}\ttokens {scored.tokens}\tOOV {scored.oov}"
-                 f"\tppl {scored.perplexity:.2f}" + (f"\tskipped {skipped}" if skipped else "")
-                 + (f"\tblank {blank}" if blank else ""))
-    per_line = [{"line": s.line_number, "log10_prob": s.log10_prob, "tokens": s.tokens, "oov": s.oov,
-                 "perplexity": s.perplexity, **({"word_log10": s.word_log10.tolist()} if args.per_word else {})}
-                for s in scored.lines]
-    emit(args, {"lines": per_line, "total": total}, lines)
+    report.finish(stream)
     return 0
+
+
+class _TextReport:
+    """`line N  log10 ...` per line as it is scored (after its words with --per-word), then the Total."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.words_open = out, False
+
+    def event(self, event) -> None:
+        from nnlm.use import BadLine, LineScore
+
+        if isinstance(event, LineScore):
+            self._close_words()
+            self.out.write(f"line {event.line_number}\tlog10 {event.log10_prob:.4f}\ttokens {event.tokens}"
+                           f"\tOOV {event.oov}\tppl {event.perplexity:.2f}\n")
+        elif isinstance(event, BadLine):
+            self._close_words()
+            self.out.flush()
+            note(f"skipped line {event.line_number}: {event.reason}")
+        else:
+            self.out.write(("\t" if self.words_open else "")
+                           + "\t".join(f"{w}={p:.4f}" for w, p in zip(event.tokens, event.word_log10, strict=True)))
+            self.words_open = True
+
+    def _close_words(self) -> None:
+        if self.words_open:
+            self.out.write("\n")
+            self.words_open = False
+
+    def finish(self, stream) -> None:
+        skipped = len(stream.skipped)
+        self.out.write(f"Total\tlog10 {stream.log10_prob:.4f}\ttokens {stream.tokens}\tOOV {stream.oov}"
+                       f"\tppl {stream.perplexity:.2f}" + (f"\tskipped {skipped}" if skipped else "")
+                       + (f"\tblank {stream.blank}" if stream.blank else "") + "\n")
+
+
+class _JsonReport:
+    """One JSON object, {"lines": [...], "total": {...}}, written as the lines are scored: a line's
+    object is written when it is complete; with --per-word its "word_log10" list is written as its
+    words are scored (so it comes right after "line"), and a line found undecodable after some of
+    its words were written is closed with "skipped" instead of its totals."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.started, self.words_open = out, False, False
+
+    def event(self, event) -> None:
+        from nnlm.use import BadLine, LineScore
+
+        if isinstance(event, LineScore):
+            fields = {"log10_prob": event.log10_prob, "tokens": event.tokens, "oov": event.oov,
+                      "perplexity": event.perplexity}
+            if self.words_open:
+                self.out.write("], " + json.dumps(fields)[1:])
+                self.words_open = False
+            else:
+                self._open_line(event.line_number)
+                self.out.write(json.dumps(fields)[1:])
+        elif isinstance(event, BadLine):
+            note(f"skipped line {event.line_number}: {event.reason}")
+            if self.words_open:
+                self.out.write(f"], \"skipped\": {json.dumps(event.reason)}}}")
+                self.words_open = False
+        else:
+            if not self.words_open:
+                self._open_line(event.line_number)
+                self.out.write('"word_log10": [')
+                self.words_open = True
+            else:
+                self.out.write(", ")
+            self.out.write(json.dumps(event.word_log10.tolist())[1:-1])
+
+    def _open_line(self, number: int) -> None:
+        self.out.write(("{\"lines\": [" if not self.started else ", ") + f'{{"line": {number}, ')
+        self.started = True
+
+    def finish(self, stream) -> None:
+        total = {"log10_prob": stream.log10_prob, "tokens": stream.tokens, "oov": stream.oov,
+                 "perplexity": stream.perplexity, "skipped": [n for n, _ in stream.skipped], "blank": stream.blank}
+        self.out.write(f"], \"total\": {json.dumps(total)}}}\n")
 
 
 def _score_split(args: argparse.Namespace, model) -> int:

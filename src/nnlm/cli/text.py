@@ -32,10 +32,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     from nnlm.loading import load
-    from nnlm.use import render_stream, sample
+    from nnlm.use import prompt_tokens, render_stream, sample
 
     model = load(args.model)
-    prompt = args.prompt.split()
+    prompt = prompt_tokens(args.prompt)  # nnlm.data.tokenize's rule, as every face
     if prompt and all(w not in model.vocab for w in prompt):
         raise NnlmError("every word of the prompt is outside the model's vocabulary")
     tokens = sample(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
@@ -52,7 +52,7 @@ def run_next(args: argparse.Namespace) -> int:
     from nnlm.loading import load
 
     model = load(args.model)
-    ranked = use.next_words(model, args.context.split(), args.k)
+    ranked = use.next_words(model, args.context, args.k)  # a string: cut by nnlm.data.tokenize's rule
     emit(args, {"context": args.context, "next": [{"word": w, "p": p} for w, p in ranked]},
          [f"{p:.5f}  {w}" for w, p in ranked])
     return 0
