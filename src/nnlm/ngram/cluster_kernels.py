@@ -84,26 +84,43 @@ def _clear(r, lc, dr, nr, dl, nl):
 
 
 @numba.njit(inline="always")
-def _error_bound(nr, nl, log_largest, left_b, right_b, diag_b, r_b, lc_b, s, lw, rw):
-    """A bound on the rounding error of class b's gain in either path. Each path sums at most
-    3 (nr + nl) + 8 values f(x) (with signs), every x at most the corpus's bigram count T, so |f(x)| <= x log T,
-    and their arguments x add up to at most 4 (N(b, .) + N(., b) + N(w, .) + N(., w) + N(b, b) + w's counts
-    with b). A sum of n values rounds by at most (n - 1) eps times the sum of their sizes, whatever the
-    order, and each f(x) is off by at most 2 eps of its size (log within an ulp): so the error is below
-    (3 (nr + nl) + 10) eps log T times that sum of arguments; bounded here with a margin of over 2x."""
-    size = log_largest * 4.0 * (left_b + right_b + lw + rw + diag_b + r_b + lc_b + s + 1.0)
+def _error_bound(nr, nl, log_largest, left_b, right_b, r_b, lc_b, s, lw, rw):
+    """A bound on the rounding errors of class b's gain in the two paths together. Each path sums at
+    most 4 (nr + nl) + 8 values f(x) with signs (this one: f(cell + r) - f(cell) - f(r) per non-zero cell
+    and f(r) once; the NumPy path: fewer), every x at most the corpus's bigram count T, so |f(x)| <= x log T,
+    and in either path their arguments add up to at most 4 (N(b, .) + N(., b) + N(w, .) + N(., w) + N(b, b)
+    + w's counts with b) =: 4 S. A sum of n values rounds by at most (n - 1) eps times the sum of their
+    sizes, whatever the order, and each f(x) is off by at most 2 eps of its size (log within an ulp):
+    so each path is off by less than (4 (nr + nl) + 9) 4 S eps log T, both by less than what this returns."""
+    size = log_largest * 4.0 * (2.0 * left_b + right_b + lw + rw + r_b + lc_b + s + 1.0)  # N(b, b) <= N(b, .)
     return 8.0 * EPS * (nr + nl + 16.0) * size
+
+
+@numba.njit(inline="always")
+def _add_cells(gain, cells, n, fn, xl, whole):
+    """gain[b] += f(cells[b] + n) - f(cells[b]) - f(n) for every b: exactly 0 where cells[b] = 0. With
+    the whole table (whole: every count of the corpus in it), without a branch, so LLVM vectorizes it."""
+    if whole:
+        for b in range(len(cells)):
+            x = cells[b]
+            gain[b] += xl[x + n] - xl[x] - fn
+    else:
+        for b in range(len(cells)):
+            x = cells[b]
+            if x != 0:
+                gain[b] += _f(xl, x + n) - _f(xl, x) - fn
 
 
 @numba.njit(**KERNEL)
 def exchange_words(order, start, stop, classes, size, m, mt, left, right,
                    succ_ptr, succ_word, succ_count, pred_ptr, pred_word, pred_count,
-                   self_count, left_total, right_total, xl, log_largest,
+                   self_count, left_total, right_total, xl, largest, log_largest,
                    r, lc, dr, dl, gain, bound, state):
     """Visit order[start:stop]; move each word to its best class. Returns the position of the first word
     whose decision rounding could change (left out of its class, its counts in r, lc, dr[:state[1]],
     dl[:state[2]], for the caller to decide), or stop. state[0] counts the words moved."""
     k = len(size)
+    whole = len(xl) > largest
     for i in range(start, stop):
         w = order[i]
         a = classes[w]
@@ -123,21 +140,13 @@ def exchange_words(order, start, stop, classes, size, m, mt, left, right,
             rd = r[d]
             xr = _f(xl, rd)
             base += xr
-            column = mt[d]  # m[:, d]
-            for b in range(k):
-                x = column[b]
-                if x != 0:
-                    gain[b] += _f(xl, x + rd) - _f(xl, x) - xr
+            _add_cells(gain, mt[d], rd, xr, xl, whole)  # m[:, d]
         for j in range(nl):
             d = dl[j]
             ld = lc[d]
             xr = _f(xl, ld)
             base += xr
-            row = m[d]  # m[d, :]
-            for b in range(k):
-                x = row[b]
-                if x != 0:
-                    gain[b] += _f(xl, x + ld) - _f(xl, x) - xr
+            _add_cells(gain, m[d], ld, xr, xl, whole)  # m[d, :]
         # the (b, b) cell takes r[b] + lc[b] + s at once, not in two parts: only where b is touched
         # from both sides, or everywhere if w follows itself
         if s > 0:
@@ -155,7 +164,7 @@ def exchange_words(order, start, stop, classes, size, m, mt, left, right,
             lb, rb = left[b], right[b]
             g = base + gain[b] - (_f(xl, lb + lw) - _f(xl, lb) + _f(xl, rb + rw) - _f(xl, rb))
             gain[b] = g
-            e = _error_bound(nr, nl, log_largest, lb, rb, m[b, b], r[b], lc[b], s, lw, rw)
+            e = _error_bound(nr, nl, log_largest, lb, rb, r[b], lc[b], s, lw, rw)  # no m[b, b]: a cache miss each
             bound[b] = e
             if g > best_gain:
                 best, best_gain = b, g

@@ -9,11 +9,16 @@ With N(.) counts over the T-1 bigrams of train, that log-likelihood is
 
 and only the first three terms depend on the classes. The algorithm visits the words, most
 frequent first; each word leaves its class and joins the one that gains the most (possibly
-the same). The gain of every candidate class is computed at once from the class-bigram count
-matrix and the word's counts with each class, so a pass is one Python step per word, each a
-few NumPy operations over (classes x classes the word touches). Every move raises the
-likelihood, so it never decreases from pass to pass. No randomness: the result is a function
-of the corpus and c.
+the same; the first of equals; another class only if it gains more than 1e-9). The gain of every
+candidate class comes from the class-bigram count matrix and the word's counts with each class.
+Every move raises the likelihood, so it never decreases from pass to pass. No randomness: the
+result is a function of the corpus and c.
+
+Two paths compute the moves. `exchange_clusters_reference` is one Python step per word, a few
+NumPy operations over (classes x classes the word touches); `exchange_clusters` does the same
+in compiled loops (cluster_kernels.py; Brown into 150 .. 2000 classes 16x .. faster, docs/performance.md)
+and gives the same classes: the counts are integers in both, and a word whose decision float
+rounding could change (a near tie, bounded rigorously) is decided by the reference's formula.
 
 Words of the vocabulary never seen in train have no counts to place them by. A priori such a
 word is like any vocabulary word, so they are dealt out to the classes in proportion to the
@@ -241,9 +246,11 @@ class _CompiledExchange:
         self.succ_count, self.pred_count = as_int(counts.succ_count), as_int(counts.pred_count)
         self.self_count = as_int(counts.self_count)
         self.left_total, self.right_total = as_int(counts.left_total), as_int(counts.right_total)
-        self.m = as_int(counts.class_matrix(classes, k))
+        # the kernels scan rows of m and mt: in 4-byte cells when every count fits (half the memory traffic)
+        cell = np.int32 if counts.bigrams < 2**31 else np.int64
+        self.m = as_int(counts.class_matrix(classes, k)).astype(cell)
         self.mt = np.ascontiguousarray(self.m.T)
-        self.left, self.right = self.m.sum(axis=1), self.m.sum(axis=0)
+        self.left, self.right = self.m.sum(axis=1, dtype=np.int64), self.m.sum(axis=0, dtype=np.int64)
         self.size = np.bincount(classes[seen], minlength=k)
         self.xl = kernels.xlogx_table(counts.bigrams)
         self.log_largest = max(float(np.log(max(counts.bigrams, 2))), 1.0)
@@ -260,7 +267,7 @@ class _CompiledExchange:
             start = kernels.exchange_words(
                 order, start, stop, self.classes, self.size, self.m, self.mt, self.left, self.right,
                 c.succ_ptr, c.succ_word, self.succ_count, c.pred_ptr, c.pred_word, self.pred_count,
-                self.self_count, self.left_total, self.right_total, self.xl, self.log_largest,
+                self.self_count, self.left_total, self.right_total, self.xl, c.bigrams, self.log_largest,
                 self.r, self.lc, self.dr, self.dl, self.gain, self.bound, self.state)
             if start < stop:
                 w = int(order[start])
