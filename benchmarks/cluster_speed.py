@@ -1,12 +1,17 @@
-"""Speed of exchange word clustering: nnlm's vectorized pass vs a plain dict implementation.
+"""Speed of exchange word clustering: nnlm's compiled moves vs the NumPy path and a plain dict implementation.
 
-Run from the repository root (about a minute on one core):
+Run from the repository root (about 6 minutes on one core, nearly all of it the NumPy path):
     PYTHONPATH=src NLTK_DATA=../shared/nltk_data python benchmarks/cluster_speed.py [--tokens N] [--classes C]
+        [--full 150 500 1000 2000] [--no-plain]
 
-Both run one exchange pass over the first N tokens of Brown train, from the same starting
-classes and visiting the words in the same order; the reference computes the gain of every
-candidate class with dicts, the obvious way. They must end with the same classes. Then nnlm
-clusters all of Brown train into 500 classes (the paper's best c), as `nnlm ngram --kind class` does.
+First, one exchange pass over the first N tokens of Brown train, from the same starting classes and
+visiting the words in the same order; the plain reference computes the gain of every candidate class
+with dicts, the obvious way. They must end with the same classes. Then all of Brown train clustered
+into each of the --full class counts (Table 1's class rows), as `nnlm reproduce` does, by the NumPy
+path one word at a time (`exchange_clusters_reference`, the path before the compiled one) and by
+`exchange_clusters`, in this run, one after the other: CPU seconds of this process (the machine may
+be shared), wall seconds, the ratio, and whether the classes and the log-likelihoods are the same.
+numba's compilation (or loading its cache) is done first and reported apart.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from nnlm.data.corpus import load_corpus
-from nnlm.ngram.clusters import _initial_classes, exchange_clusters
+from nnlm.ngram.clusters import _initial_classes, exchange_clusters, exchange_clusters_reference
 
 
 def xlogx(x: float) -> float:
@@ -88,36 +93,65 @@ def plain_exchange_pass(train: list[int], classes: dict[int, int], k: int, order
     return classes
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=100_000, help="Brown train tokens for the comparison")
-    parser.add_argument("--classes", type=int, default=100, help="classes for the comparison")
-    args = parser.parse_args()
-    corpus = load_corpus("brown")
+def timed(run, *args, **kwargs):
+    """run(*args, **kwargs), its CPU seconds (this process) and wall seconds."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = run(*args, **kwargs)
+    return out, time.process_time() - c0, time.perf_counter() - t0
+
+
+def compare_plain(corpus, tokens: int, classes: int) -> None:
     v = len(corpus.vocab)
-    train = corpus.train[: args.tokens].astype(np.int64)
+    train = corpus.train[:tokens].astype(np.int64)
     freq = np.bincount(train, minlength=v)
     seen = np.flatnonzero(freq)
-    k = min(args.classes, len(seen))
+    k = min(classes, len(seen))
     start = _initial_classes(freq, seen, k)
     order = seen[np.argsort(-freq[seen], kind="stable")].tolist()
-
-    t0 = time.perf_counter()
-    ours = exchange_clusters(train, v, k, max_passes=1, progress=False)
-    t1 = time.perf_counter()
-    plain = plain_exchange_pass(train.tolist(), {w: int(start[w]) for w in seen.tolist()}, k, order)
-    t2 = time.perf_counter()
+    ours, ours_cpu, _ = timed(exchange_clusters, train, v, k, max_passes=1, progress=False)
+    plain, plain_cpu, _ = timed(plain_exchange_pass, train.tolist(), {w: int(start[w]) for w in seen.tolist()}, k,
+                                order)
     same = np.mean([ours.classes[w] == c for w, c in plain.items()])
-    print(f"one exchange pass, {len(train):,} tokens, {len(seen):,} words, {k} classes:")
-    print(f"  nnlm {t1 - t0:.2f} s   plain dicts {t2 - t1:.2f} s   speed-up {(t2 - t1) / (t1 - t0):.0f}x   "
+    print(f"one exchange pass, {len(train):,} tokens, {len(seen):,} words, {k} classes (CPU s):")
+    print(f"  nnlm {ours_cpu:.2f} s   plain dicts {plain_cpu:.2f} s   speed-up {plain_cpu / ours_cpu:.0f}x   "
           f"same class for {same:.2%} of the words")
 
-    t0 = time.perf_counter()
-    full = exchange_clusters(corpus.train, v, 500, progress=False)
-    t1 = time.perf_counter()
-    print(f"nnlm, all of Brown train ({len(corpus.train):,} tokens), 500 classes: {t1 - t0:.1f} s, "
-          f"{len(full.moved)} passes, class-bigram train perplexity {math.exp(-full.log_likelihood[0]):.1f} "
-          f"-> {math.exp(-full.log_likelihood[-1]):.1f}")
+
+def compare_full(corpus, class_counts: list[int]) -> None:
+    v = len(corpus.vocab)
+    _, compile_cpu, compile_wall = timed(exchange_clusters, corpus.train[:1000], v, 10, progress=False)
+    print(f"numba compilation or cache load: {compile_cpu:.1f} CPU s ({compile_wall:.1f} s wall)")
+    print(f"all of Brown train ({len(corpus.train):,} tokens, |V| = {v:,}); CPU s (wall s):")
+    print("      c  passes    NumPy path        compiled     ratio  same classes  max rel. diff of log-likelihoods")
+    totals = np.zeros(4)
+    for c in class_counts:
+        old, old_cpu, old_wall = timed(exchange_clusters_reference, corpus.train, v, c)
+        new, new_cpu, new_wall = timed(exchange_clusters, corpus.train, v, c, progress=False)
+        totals += (old_cpu, old_wall, new_cpu, new_wall)
+        same = np.array_equal(old.classes, new.classes) and old.moved == new.moved
+        diff = max(abs(a - b) / abs(a) for a, b in zip(old.log_likelihood, new.log_likelihood, strict=True))
+        print(f"  {c:5d}  {new.passes:6d}  {old_cpu:6.1f} ({old_wall:6.1f})  {new_cpu:5.1f} ({new_wall:5.1f})  "
+              f"{old_cpu / new_cpu:6.1f}x  {str(same):>12s}  {diff:.1e}")
+    print(f"  total          {totals[0]:6.1f} ({totals[1]:6.1f})  {totals[2]:5.1f} ({totals[3]:5.1f})  "
+          f"{totals[0] / totals[2]:6.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=100_000, help="Brown train tokens for the plain comparison")
+    parser.add_argument("--classes", type=int, default=100, help="classes for the plain comparison")
+    parser.add_argument("--full", type=int, nargs="*", default=[150, 500, 1000, 2000],
+                        help="class counts to cluster all of Brown train into, by both nnlm paths")
+    parser.add_argument("--no-plain", action="store_true", help="skip the comparison with plain dicts")
+    args = parser.parse_args()
+    corpus = load_corpus("brown")
+    with open("/proc/loadavg") as fh:
+        print(f"load average at the start: {fh.read().split()[:3]}")
+    compare_full(corpus, args.full)
+    if not args.no_plain:
+        compare_plain(corpus, args.tokens, args.classes)
+    with open("/proc/loadavg") as fh:
+        print(f"load average at the end: {fh.read().split()[:3]}")
 
 
 if __name__ == "__main__":

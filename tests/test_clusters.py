@@ -119,3 +119,61 @@ def test_a_deadline_cuts_the_passes_and_resuming_finishes_them(random_corpus, tm
     assert all(b >= a - 1e-12 for a, b in zip(resumed.log_likelihood, resumed.log_likelihood[1:], strict=False))
     assert resumed.log_likelihood[-1] == pytest.approx(class_bigram_log_likelihood(train, resumed.classes), rel=1e-9)
     assert clusters.load_word_classes(tmp_path / "missing.npz") is None
+
+
+def zipf_bigram_corpus(rng: np.random.Generator, tokens: int, words: int) -> np.ndarray:
+    """Words drawn from a Zipf-like unigram, half the time repeating a word's favourite successor: many
+    rare words with one or two neighbours, so exact and near ties between classes are common."""
+    p = 1.0 / np.arange(1, words + 1)
+    draws = rng.choice(words, size=tokens, p=p / p.sum())
+    favourite = rng.permutation(words)
+    follow = rng.random(tokens) < 0.5
+    draws[1:][follow[1:]] = favourite[draws[:-1][follow[1:]]]
+    return draws.astype(np.int64)
+
+
+def same_as_reference(train: np.ndarray, v: int, c: int, **kwargs) -> None:
+    from nnlm.ngram.clusters import exchange_clusters_reference
+
+    ref = exchange_clusters_reference(train, v, c)
+    new = exchange_clusters(train, v, c, progress=False, **kwargs)
+    assert np.array_equal(new.classes, ref.classes)
+    assert new.moved == ref.moved and new.complete
+    assert new.log_likelihood == pytest.approx(ref.log_likelihood, rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("c", [1, 2, 5, 8, 30])
+def test_compiled_moves_give_the_numpy_paths_classes(random_corpus, c):
+    same_as_reference(random_corpus.train.astype(np.int64), len(random_corpus.vocab), c)
+
+
+@pytest.mark.parametrize("seed, c", [(0, 4), (1, 20), (2, 60)])
+def test_compiled_moves_give_the_numpy_paths_classes_on_zipf_bigrams(seed, c):
+    train = zipf_bigram_corpus(np.random.default_rng(seed), 3000, 400)
+    same_as_reference(train, 410, c)  # 10 words of V never in train, and some of the 400 never drawn
+
+
+def test_words_rounding_could_decide_are_decided_by_the_reference_formula(random_corpus, monkeypatch):
+    """With the rounding bound made huge, every word's decision is handed back to the NumPy formula
+    (the path taken for near ties): still the reference's classes, and every visited word was handed back."""
+    from nnlm.ngram import clusters
+
+    made = []
+
+    class EveryWordReferred(clusters._CompiledExchange):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.log_largest = 1e300
+            made.append(self)
+
+    monkeypatch.setattr(clusters, "_CompiledExchange", EveryWordReferred)
+    train, v = random_corpus.train.astype(np.int64), len(random_corpus.vocab)
+    same_as_reference(train, v, 8)
+    passes = exchange_clusters(train, v, 8, progress=False).passes
+    words = len(np.unique(train))  # each pass decides every word but those alone in their class (at most 8)
+    assert made[0].referred >= passes * (words - 8)
+
+
+@pytest.mark.brown
+def test_compiled_moves_give_the_numpy_paths_classes_on_brown(brown):
+    same_as_reference(brown.train[:12_000].astype(np.int64), len(brown.vocab), 40)

@@ -9,11 +9,16 @@ With N(.) counts over the T-1 bigrams of train, that log-likelihood is
 
 and only the first three terms depend on the classes. The algorithm visits the words, most
 frequent first; each word leaves its class and joins the one that gains the most (possibly
-the same). The gain of every candidate class is computed at once from the class-bigram count
-matrix and the word's counts with each class, so a pass is one Python step per word, each a
-few NumPy operations over (classes x classes the word touches). Every move raises the
-likelihood, so it never decreases from pass to pass. No randomness: the result is a function
-of the corpus and c.
+the same; the first of equals; another class only if it gains more than 1e-9). The gain of every
+candidate class comes from the class-bigram count matrix and the word's counts with each class.
+Every move raises the likelihood, so it never decreases from pass to pass. No randomness: the
+result is a function of the corpus and c.
+
+Two paths compute the moves. `exchange_clusters_reference` is one Python step per word, a few
+NumPy operations over (classes x classes the word touches); `exchange_clusters` does the same
+in compiled loops (cluster_kernels.py; Brown into 150 .. 2000 classes in 40 s, not 7 min: docs/performance.md)
+and gives the same classes: the counts are integers in both, and a word whose decision float
+rounding could change (a near tie, bounded rigorously) is decided by the reference's formula.
 
 Words of the vocabulary never seen in train have no counts to place them by. A priori such a
 word is like any vocabulary word, so they are dealt out to the classes in proportion to the
@@ -34,10 +39,12 @@ import numpy as np
 from tqdm import tqdm
 
 from nnlm.errors import NnlmError
+from nnlm.ngram import cluster_kernels as kernels
 
 MAX_PASSES = 15
 STOP_MOVED_FRACTION = 0.005  # stop once a pass moves fewer than this share of the words
 CLOCK_EVERY = 64  # words between two looks at the deadline
+THRESHOLD = kernels.THRESHOLD  # a word moves only if its best class gains more than this over staying
 
 
 def _xlogx(x: np.ndarray) -> np.ndarray:
@@ -115,11 +122,20 @@ def deal_out(words: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(weight)), n)
 
 
-def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_passes: int = MAX_PASSES,
-                      progress: bool = True, deadline: float | None = None,
-                      resume_from: WordClasses | None = None) -> WordClasses:
-    """Cluster the words of train into `n_classes` classes (fewer if train has fewer distinct words);
-    `resume_from`: an incomplete result for the same train and c, whose passes are continued."""
+@dataclass
+class _Start:
+    """What both paths start from: the counts, the classes, the history so far and the visiting order."""
+
+    counts: _ClassBigramCounts
+    classes: np.ndarray  # -1 for words never seen in train
+    k: int
+    seen: np.ndarray
+    order: np.ndarray  # the train words, most frequent first
+    history: list[float]
+    moved: list[int]
+
+
+def _start(train: np.ndarray, vocab_size: int, n_classes: int, resume_from: WordClasses | None) -> _Start:
     if not 1 <= n_classes <= vocab_size:
         raise NnlmError(f"the number of classes must be between 1 and |V| = {vocab_size:,}, got {n_classes:,}")
     train = np.asarray(train, dtype=np.int64)
@@ -140,53 +156,66 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
         classes = np.full(vocab_size, -1, dtype=np.int64)
         classes[seen] = resume_from.classes[seen]
         history, moved_per_pass = list(resume_from.log_likelihood[:-1]), list(resume_from.moved)
+    order = seen[np.argsort(-freq[seen], kind="stable")]
+    return _Start(counts, classes, k, seen, order, history, moved_per_pass)
+
+
+def _mean_log_likelihood(m: np.ndarray, left: np.ndarray, right: np.ndarray, counts: _ClassBigramCounts) -> float:
+    """The mean log-likelihood per train bigram (module docstring), from the class counts as floats."""
+    constant = _xlogx(counts.right_total).sum()
+    return float((_xlogx(m).sum() - _xlogx(left).sum() - _xlogx(right).sum() + constant) / counts.bigrams)
+
+
+def _reference_gain(m: np.ndarray, left: np.ndarray, right: np.ndarray, r: np.ndarray, lc: np.ndarray,
+                    s: float, lw: float, rw: float) -> np.ndarray:
+    """The gain of putting a word (out of its class in m, left, right) into each class, all at once
+    with NumPy: the reference formula, whose decisions the compiled path takes (cluster_kernels.py).
+    r, lc: the word's counts followed by / following each class (floats); s, lw, rw: its count after
+    itself and its totals. m, left, right may hold the counts as integers: they are read as floats."""
+    dr, dl = np.flatnonzero(r), np.flatnonzero(lc)
+    cols = m[:, dr].astype(np.float64, copy=False)
+    gain = (_xlogx(cols + r[dr]) - _xlogx(cols)).sum(axis=1)
+    rows = m[dl, :].astype(np.float64, copy=False)
+    gain += (_xlogx(rows + lc[dl, None]) - _xlogx(rows)).sum(axis=0)
+    diag = np.diagonal(m).astype(np.float64)  # the (b, b) cell gets r[b] + lc[b] + s, not the two parts separately
+    gain += _xlogx(diag + r + lc + s) - _xlogx(diag + r) - _xlogx(diag + lc) + _xlogx(diag)
+    left, right = left.astype(np.float64, copy=False), right.astype(np.float64, copy=False)
+    gain -= _xlogx(left + lw) - _xlogx(left) + _xlogx(right + rw) - _xlogx(right)
+    return gain
+
+
+def _reference_choice(gain: np.ndarray, a: int) -> int:
+    """The best class, the first of equals; the word's own class a unless another gains more than 1e-9 over it."""
+    b = int(np.argmax(gain))
+    return a if gain[b] <= gain[a] + THRESHOLD else b
+
+
+def exchange_clusters_reference(train: np.ndarray, vocab_size: int, n_classes: int,
+                                max_passes: int = MAX_PASSES) -> WordClasses:
+    """The exchange algorithm one word at a time in NumPy (the path before the compiled one, kept as
+    the reference it must match: tests, benchmarks/cluster_speed.py). No deadline, no progress."""
+    st = _start(train, vocab_size, n_classes, None)
+    counts, classes, k, seen, order = st.counts, st.classes, st.k, st.seen, st.order
     m = counts.class_matrix(classes, k)
     left = m.sum(axis=1)  # N(g, .)
     right = m.sum(axis=0)  # N(., h)
     size = np.bincount(classes[seen], minlength=k)
-    constant = _xlogx(counts.right_total).sum()
-
-    def mean_log_likelihood() -> float:
-        return float((_xlogx(m).sum() - _xlogx(left).sum() - _xlogx(right).sum() + constant) / counts.bigrams)
-
-    history.append(mean_log_likelihood())
-    order = seen[np.argsort(-freq[seen], kind="stable")]
-    passes_left = max_passes - len(moved_per_pass)
-    bar = tqdm(total=passes_left * len(order), desc=f"clustering into {k} classes", unit="word",
-               disable=not progress, leave=False)
-    complete = True
-    for _ in range(passes_left):
+    history, moved_per_pass = [_mean_log_likelihood(m, left, right, counts)], []
+    for _ in range(max_passes):
         moved = 0
-        for i, w in enumerate(order):
-            if deadline is not None and i % CLOCK_EVERY == 0 and time.monotonic() >= deadline:
-                complete = False
-                break
+        for w in order:
             a = classes[w]
-            bar.update(1)
-            if size[a] == 1:  # keep every class non-empty
+            if size[a] == 1:
                 continue
             r, lc = counts.neighbours(w, classes, k)
             s = counts.self_count[w]
             lw, rw = counts.left_total[w], counts.right_total[w]
-            # take w out of its class
             m[a, :] -= r
             m[:, a] -= lc
             m[a, a] -= s
             left[a] -= lw
             right[a] -= rw
-            # gain of putting w into each class b, all b at once
-            dr, dl = np.flatnonzero(r), np.flatnonzero(lc)
-            cols = m[:, dr]
-            gain = (_xlogx(cols + r[dr]) - _xlogx(cols)).sum(axis=1)
-            rows = m[dl, :]
-            gain += (_xlogx(rows + lc[dl, None]) - _xlogx(rows)).sum(axis=0)
-            diag = np.diagonal(m)  # the (b, b) cell gets r[b] + lc[b] + s, not the two parts separately
-            gain += _xlogx(diag + r + lc + s) - _xlogx(diag + r) - _xlogx(diag + lc) + _xlogx(diag)
-            gain -= _xlogx(left + lw) - _xlogx(left) + _xlogx(right + rw) - _xlogx(right)
-            b = int(np.argmax(gain))
-            if gain[b] <= gain[a] + 1e-9:
-                b = a
-            # and into its new class
+            b = _reference_choice(_reference_gain(m, left, right, r, lc, s, lw, rw), a)
             m[b, :] += r
             m[:, b] += lc
             m[b, b] += s
@@ -197,8 +226,94 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
                 size[a] -= 1
                 size[b] += 1
                 moved += 1
+        history.append(_mean_log_likelihood(m, left, right, counts))
+        moved_per_pass.append(moved)
+        if moved < STOP_MOVED_FRACTION * len(order):
+            break
+    unseen = np.flatnonzero(classes < 0)
+    classes[unseen] = deal_out(unseen, size.astype(np.float64))
+    return WordClasses(classes, k, history, moved_per_pass, True)
+
+
+class _CompiledExchange:
+    """The state the kernels of cluster_kernels.py work on: integer counts (the class-bigram matrix and
+    its transpose, class totals and sizes), the word bigrams as CSR arrays, the f table and scratch."""
+
+    def __init__(self, counts: _ClassBigramCounts, classes: np.ndarray, k: int, seen: np.ndarray) -> None:
+        self.counts = counts
+        self.classes = classes
+        as_int = lambda x: np.rint(x).astype(np.int64)  # noqa: E731  (counts held as floats by _ClassBigramCounts)
+        self.succ_count, self.pred_count = as_int(counts.succ_count), as_int(counts.pred_count)
+        self.self_count = as_int(counts.self_count)
+        self.left_total, self.right_total = as_int(counts.left_total), as_int(counts.right_total)
+        # the kernels scan rows of m and mt: in 4-byte cells when every count fits (half the memory traffic)
+        cell = np.int32 if counts.bigrams < 2**31 else np.int64
+        self.m = as_int(counts.class_matrix(classes, k)).astype(cell)
+        self.mt = np.ascontiguousarray(self.m.T)
+        self.left, self.right = self.m.sum(axis=1, dtype=np.int64), self.m.sum(axis=0, dtype=np.int64)
+        self.size = np.bincount(classes[seen], minlength=k)
+        self.xl = kernels.xlogx_table(counts.bigrams)
+        self.log_largest = max(float(np.log(max(counts.bigrams, 2))), 1.0)
+        self.r, self.lc = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+        self.dr, self.dl = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+        self.gain, self.bound = np.zeros(k), np.zeros(k)
+        self.state = np.zeros(3, dtype=np.int64)  # words moved, then the touched classes of a word handed back
+        self.referred = 0  # words whose decision rounding could change, decided by _reference_gain
+
+    def visit(self, order: np.ndarray, start: int, stop: int) -> None:
+        """Visit order[start:stop], the words rounding could decide taken by the reference formula."""
+        c = self.counts
+        while start < stop:
+            start = kernels.exchange_words(
+                order, start, stop, self.classes, self.size, self.m, self.mt, self.left, self.right,
+                c.succ_ptr, c.succ_word, self.succ_count, c.pred_ptr, c.pred_word, self.pred_count,
+                self.self_count, self.left_total, self.right_total, self.xl, c.bigrams, self.log_largest,
+                self.r, self.lc, self.dr, self.dl, self.gain, self.bound, self.state)
+            if start < stop:
+                w = int(order[start])
+                gain = _reference_gain(self.m, self.left, self.right, self.r.astype(np.float64),
+                                       self.lc.astype(np.float64), c.self_count[w], c.left_total[w],
+                                       c.right_total[w])
+                b = _reference_choice(gain, int(self.classes[w]))
+                kernels.place_word(w, b, self.classes, self.size, self.m, self.mt, self.left, self.right,
+                                   self.self_count, self.left_total, self.right_total, self.r, self.lc,
+                                   self.dr, self.dl, self.state)
+                self.referred += 1
+                start += 1
+
+    def mean_log_likelihood(self) -> float:
+        return _mean_log_likelihood(self.m.astype(np.float64), self.left.astype(np.float64),
+                                    self.right.astype(np.float64), self.counts)
+
+
+def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_passes: int = MAX_PASSES,
+                      progress: bool = True, deadline: float | None = None,
+                      resume_from: WordClasses | None = None) -> WordClasses:
+    """Cluster the words of train into `n_classes` classes (fewer if train has fewer distinct words);
+    `resume_from`: an incomplete result for the same train and c, whose passes are continued.
+    The moves run compiled (cluster_kernels.py) and give the classes of `exchange_clusters_reference`."""
+    st = _start(train, vocab_size, n_classes, resume_from)
+    classes, k, order, history, moved_per_pass = st.classes, st.k, st.order, st.history, st.moved
+    ex = _CompiledExchange(st.counts, classes, k, st.seen)
+    history.append(ex.mean_log_likelihood())
+    passes_left = max_passes - len(moved_per_pass)
+    bar = tqdm(total=passes_left * len(order), desc=f"clustering into {k} classes", unit="word",
+               disable=not progress, leave=False)
+    complete = True
+    for _ in range(passes_left):
+        ex.state[0] = 0
+        i = 0
+        while i < len(order):
+            if deadline is not None and time.monotonic() >= deadline:
+                complete = False
+                break
+            stop = min(i + CLOCK_EVERY, len(order))
+            ex.visit(order, i, stop)
+            bar.update(stop - i)
+            i = stop
+        moved = int(ex.state[0])
         if complete or i > 0:  # a pass the deadline cut counts as one if it visited any word
-            history.append(mean_log_likelihood())
+            history.append(ex.mean_log_likelihood())
             moved_per_pass.append(moved)
         bar.set_postfix(moved=moved, log_likelihood=f"{history[-1]:.4f}")
         if not complete or moved < STOP_MOVED_FRACTION * len(order):
@@ -206,7 +321,7 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
     bar.close()
 
     unseen = np.flatnonzero(classes < 0)
-    classes[unseen] = deal_out(unseen, size.astype(np.float64))
+    classes[unseen] = deal_out(unseen, ex.size.astype(np.float64))
     return WordClasses(classes, k, history, moved_per_pass, complete)
 
 
