@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -71,8 +72,8 @@ class Vocabulary:
 
     def encode(self, tokens: Iterable[str]) -> np.ndarray:
         """Token strings -> int32 ids (unknown tokens -> the `<unk>` id)."""
-        get, unk = self._index.get, self.unk_id
-        return np.fromiter((get(t, unk) for t in tokens), dtype=np.int32)
+        # map over dict.get runs in C: a generator expression took a third of `nnlm score`'s time
+        return np.fromiter(map(self._index.get, tokens, repeat(self.unk_id)), dtype=np.int32)
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         return [self.tokens[int(i)] for i in ids]
