@@ -134,3 +134,18 @@ def test_a_net_that_cannot_fit_trains_without_direct_connections(random_corpus, 
     text = (out / "README.md").read_text()
     assert "| MLP (AP News net) (no direct connections) | 6 | 60 | 100 | no |" in text
     assert "capped at the 40 most frequent words (`--max-vocab 40`)" in text
+
+
+def test_a_later_call_plans_building_the_kn5_partner_again():
+    """The KN5 EM row needs the KN5 model; a call that did not build it (an earlier call did) reserves the
+    seconds its row took for building it again, before the net's training."""
+    from types import SimpleNamespace
+
+    from nnlm.reproduce.net_rows import partner_needs
+    from nnlm.reproduce.planner import Need
+
+    job = SimpleNamespace(nets=["apnews"], table=get_table("apnews"), ngrams={},
+                          results=SimpleNamespace(rows={"kn5": {"status": "done", "seconds": 100.0}}))
+    assert partner_needs(job, 0) == [Need("kn5-again", 1.15 * 100.0, (0.0,), unit="building")]
+    job.ngrams["kn5"] = object()  # built in this call: nothing to reserve
+    assert partner_needs(job, 0) == []

@@ -66,7 +66,17 @@ def plan_net(job: Job, i: int, measure: bool = True) -> planner.Grant | None:
                                     len(c.test),
                                     epochs_done(job, net), job.table.net_floor_epochs)
             needs.append(need)
-    return next(g for g in planner.plan(left, needs + late_needs(job)) if g.id == job.nets[i])
+    return next(g for g in planner.plan(left, partner_needs(job, i) + needs + late_needs(job)) if g.id == job.nets[i])
+
+
+def partner_needs(job: Job, i: int) -> list[planner.Need]:
+    """Building again, for the mixes of the i-th net and those after it, an n-gram partner (KN5) that an
+    earlier call built (a call keeps its rows' perplexities, not their models): the seconds its row took
+    then (built and scored on every split: an upper bound), all fixed."""
+    ids = {row.partner for net in job.nets[i:] for row in job.table.net_rows(net)[1:]} - {"", "interpolated"}
+    return [planner.Need(f"{p}-again", planner.SAFETY * job.results.rows[p].get("seconds", 0.0), (0.0,),
+                         unit="building") for p in sorted(ids)
+            if p not in job.ngrams and job.results.rows.get(p, {}).get("status") == "done"]
 
 
 def choose_shape(job: Job, i: int) -> planner.Grant | None:
