@@ -4,6 +4,7 @@ Each net of a call trains in runs/<net>-<tag>, the tag naming its options key (l
 recipe values), so a call with other options trains its own net instead of relabelling another's."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,22 +87,25 @@ def choose_shape(job: Job, i: int) -> planner.Grant | None:
     net = job.nets[i]
     recorded = job.results.rows.get(net, {}).get("shape")
     shapes = [recorded] if recorded is not None else list(job.table.net_shapes)
-    first = None
+    tried: list[tuple[dict, planner.Grant, planner.Rates]] = []
     for shape in shapes:
         if job.shapes.get(net) != shape:
             job.rates.pop(net, None)
         job.shapes[net] = shape
         grant = plan_net(job, i)
         if grant is None or grant.status != "skipped":
-            if first is not None:
+            if tried:
                 job.shape_notes[net] = (f"trained {describe_shape(shape)}: the preset's net was "
-                                        + first.reason.removeprefix("skipped for lack of budget: "))
-                job.log(f"    the preset's net does not fit ({first.reason}); trained {describe_shape(shape)}")
+                                        + tried[0][1].reason.removeprefix("skipped for lack of budget: "))
+                job.log(f"    the preset's net does not fit ({tried[0][1].reason}); trained {describe_shape(shape)}")
             return grant
-        first = first or grant
-    job.shapes[net] = shapes[0]
-    job.rates.pop(net, None)
-    return first if len(shapes) == 1 else plan_net(job, i)
+        job.log(f"    {describe_shape(shape)}: {grant.reason}")
+        tried.append((shape, grant, job.rates[net]))
+    shape, first, measured = tried[0]  # none fits: the preset's reason, and what the lighter shapes needed
+    job.shapes[net], job.rates[net] = shape, measured
+    lighter = "; ".join(f"{describe_shape(s)} {g.reason.removeprefix('skipped for lack of budget: ')}"
+                        for s, g, _ in tried[1:])
+    return dataclasses.replace(first, reason=first.reason + (f" (and {lighter})" if lighter else ""))
 
 
 def describe_shape(shape: dict) -> str:
