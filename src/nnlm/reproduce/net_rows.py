@@ -85,7 +85,8 @@ def choose_shape(job: Job, i: int) -> planner.Grant | None:
     lighter shapes (`PaperTable.net_shapes`, e.g. Table 2's net without direct connections, whose exact
     scoring costs |V| h instead of |V| (h + (n-1) m)) that does; a shape an earlier call trained is kept."""
     net = job.nets[i]
-    recorded = job.results.rows.get(net, {}).get("shape")
+    entry = job.results.rows.get(net, {})
+    recorded = entry.get("shape") if entry.get("status") != "skipped" else None  # a run to continue
     shapes = [recorded] if recorded is not None else list(job.table.net_shapes)
     tried: list[tuple[dict, planner.Grant, planner.Rates]] = []
     for shape in shapes:
@@ -133,8 +134,8 @@ def neural_rows(job: Job, trigram: LanguageModel) -> None:
     for i, net in enumerate(job.nets):
         alone, *mixes = job.table.net_rows(net)
         model = None
-        if net in job.results.rows and job.results.rows[net].get("shape") is not None:
-            job.shapes[net] = job.results.rows[net]["shape"]
+        if job.results.rows.get(net, {}).get("status") not in (None, "skipped"):  # trained in this shape
+            job.shapes[net] = job.results.rows[net].get("shape") or {}
         if job.results.pending(net, job.net_options(net)):
             grant = choose_shape(job, i)
             job.announce(alone, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
