@@ -152,7 +152,8 @@ def neural_rows(job: Job, trigram: LanguageModel) -> None:
                 continue
             if model is None and job.results.rows[net]["perplexity"]:  # trained by an earlier call
                 model = trained(job, net)
-            mix_row(job, row, "fixed" if row.mix == "0.5" else "em-buckets", net, model, partner(job, row, trigram))
+            other = trigram if model is None else partner(job, row, trigram)  # no net: nothing to build
+            mix_row(job, row, "fixed" if row.mix == "0.5" else "em-buckets", net, model, other)
 
 
 def trained(job: Job, net: str) -> LanguageModel:
