@@ -149,3 +149,22 @@ def test_a_later_call_plans_building_the_kn5_partner_again():
     assert partner_needs(job, 0) == [Need("kn5-again", 1.15 * 100.0, (0.0,), unit="building")]
     job.ngrams["kn5"] = object()  # built in this call: nothing to reserve
     assert partner_needs(job, 0) == []
+
+
+def test_a_net_no_shape_of_which_fits_is_skipped_saying_what_each_needed(random_corpus, tmp_path, monkeypatch,
+                                                                         capsys):
+    """Rates injected: neither the preset nor the net without direct connections fits; the row is skipped
+    with both needs in its reason, its mixes are skipped, and no KN5 is built again for them."""
+    from nnlm.reproduce import net_rows, rates
+    from nnlm.reproduce.planner import Rates
+
+    monkeypatch.setattr(rates, "measure", lambda *a, **k: Rates(train=50_000.0, score=1e-3, path="plain"))
+    monkeypatch.setattr(net_rows, "partner", lambda *a: pytest.fail("a partner built for a skipped net"))
+    out = tmp_path / "ap"
+    args = ["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
+            "--budget-minutes", "0.3", "--threads", "1", "--no-progress"]
+    assert main(args) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert rows["apnews"]["status"] == "skipped" and rows["apnews"]["shape"] == {}
+    assert "(and with no direct connections it needs at least" in rows["apnews"]["note"]
+    assert all(rows[r]["status"] == "skipped" for r in ("apnews-mix", "apnews-em", "apnews-kn5-em"))
