@@ -8,7 +8,7 @@ from nnlm.cli import main
 from nnlm.errors import NnlmError
 from nnlm.reproduce.tables import get_table
 
-TABLE2_ROWS = {"interpolated", "kn3", "kn4", "kn5", "apnews", "apnews-mix", "apnews-em"}
+TABLE2_ROWS = {"interpolated", "kn3", "kn4", "kn5", "apnews", "apnews-mix", "apnews-em", "apnews-kn5-em"}
 
 
 def test_table2_rows_carry_the_papers_figures():
@@ -58,12 +58,18 @@ def test_apnews_table_end_to_end_then_resume(random_corpus, tmp_path, capsys):
     for row_id in TABLE2_ROWS:
         assert all(p > 1 for p in rows[row_id]["perplexity"].values() if p is not None), row_id
     assert rows["apnews-em"]["perplexity"]["valid"] <= rows["apnews-mix"]["perplexity"]["valid"] + 1e-9
+    # EM per bucket with KN5 (fitted on valid): no worse on valid than either of its two components alone
+    kn5_em = rows["apnews-kn5-em"]["perplexity"]["valid"]
+    assert kn5_em <= min(rows["apnews"]["perplexity"]["valid"], rows["kn5"]["perplexity"]["valid"]) * (1 + 1e-3)
+    assert data["call"]["vocabulary"] == {"size": data["corpus_info"]["vocab"], "min_count": 2, "max_vocab": None}
     assert json.loads((out / rows["apnews"]["run"] / "run.json").read_text())["loss"] == "sampled"
     text = (out / "README.md").read_text()
     assert text.startswith("# Table 2 of Bengio et al. (2003) (AP News), reproduced on rand")
     assert "paper: Kneser-Ney back-off n = 5, 117;" in text and "13,994,528" in text
     assert "| MLP + trigram, 0.5 | 6 | 60 | 100 | yes | 0.5 |  | 104 | 109 |" in text
     assert "class-based" not in text  # Table 2 has no class rows
+    assert "| MLP + KN5, EM weights by context frequency | 6 | 60 | 100 | yes | EM |" in text
+    assert f"Vocabulary (every row): |V| = {data['corpus_info']['vocab']:,} tokens" in text and "not capped" in text
     kn5_line = next(line for line in text.splitlines() if line.startswith("| Kneser-Ney back-off | 5 |"))
     assert "| 112 | 117 |" in kn5_line and "| 1.000 |" in kn5_line  # the paper's ratio: KN5 is its own best
     assert (out / "curves.png").stat().st_size > 0 and (out / "perplexities.png").stat().st_size > 0
@@ -71,7 +77,7 @@ def test_apnews_table_end_to_end_then_resume(random_corpus, tmp_path, capsys):
     # a second call reuses every finished row: no n-gram row but the mixing partner is built again
     assert main(args) == 0
     log = capsys.readouterr().out
-    assert "[4/7] Kneser-Ney back-off (n=5)" in log and not built_ngram_rows(log)
+    assert "[4/8] Kneser-Ney back-off (n=5)" in log and not built_ngram_rows(log)
     again = json.loads((out / "results.json").read_text())["rows"]
     assert all(again[i] == rows[i] for i in ("kn3", "kn4", "kn5", "interpolated"))
     if rows["apnews"]["status"] == "done":  # a net that finished is not trained again
@@ -102,3 +108,63 @@ def test_a_net_planned_with_low_rates_is_continued_with_its_own(random_corpus, t
     if row["status"] == "shortened":  # the plan did not cut it: it had the epochs a net is planned for
         assert "**Trained the ~10 epochs planned, not early-stopped**: MLP (AP News net)" in text
         assert "Shortened for lack of budget" not in text
+
+
+def test_a_net_that_cannot_fit_trains_without_direct_connections(random_corpus, tmp_path, monkeypatch, capsys):
+    """Rates injected (no timing): the preset's exact scoring is far too slow for the budget, the same net
+    without direct connections fits, so that is the net the table trains, and the report says so."""
+    from nnlm.reproduce import rates
+    from nnlm.reproduce.planner import Rates
+
+    def fake(net, corpus, device, threads, loss, samples, shape=None):
+        return Rates(train=50_000.0, score=1e-3 if not shape else 1e6, path="plain")
+
+    monkeypatch.setattr(rates, "measure", fake)
+    out = tmp_path / "ap"
+    args = ["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
+            "--budget-minutes", "0.3", "--threads", "1", "--no-progress", "--max-vocab", "40"]
+    assert main(args) == 0
+    data = json.loads((out / "results.json").read_text())
+    net = data["rows"]["apnews"]
+    assert net["shape"] == {"direct": False} and net["options"]["shape"] == {"direct": False}
+    assert json.loads((out / net["run"] / "run.json").read_text())["model"]["direct"] is False
+    assert "trained with no direct connections: the preset's net was" in net["note"]
+    assert data["call"]["vocabulary"] == {"size": 40, "min_count": 2, "max_vocab": 40}
+    assert data["corpus_info"]["vocab"] == 40 and net["parameters"] == 40 * (100 + 1 + 60) + 60 * 501
+    text = (out / "README.md").read_text()
+    assert "| MLP (AP News net) (no direct connections) | 6 | 60 | 100 | no |" in text
+    assert "capped at the 40 most frequent words (`--max-vocab 40`)" in text
+
+
+def test_a_later_call_plans_building_the_kn5_partner_again():
+    """The KN5 EM row needs the KN5 model; a call that did not build it (an earlier call did) reserves the
+    seconds its row took for building it again, before the net's training."""
+    from types import SimpleNamespace
+
+    from nnlm.reproduce.net_rows import partner_needs
+    from nnlm.reproduce.planner import Need
+
+    job = SimpleNamespace(nets=["apnews"], table=get_table("apnews"), ngrams={},
+                          results=SimpleNamespace(rows={"kn5": {"status": "done", "seconds": 100.0}}))
+    assert partner_needs(job, 0) == [Need("kn5-again", 1.15 * 100.0, (0.0,), unit="building")]
+    job.ngrams["kn5"] = object()  # built in this call: nothing to reserve
+    assert partner_needs(job, 0) == []
+
+
+def test_a_net_no_shape_of_which_fits_is_skipped_saying_what_each_needed(random_corpus, tmp_path, monkeypatch,
+                                                                         capsys):
+    """Rates injected: neither the preset nor the net without direct connections fits; the row is skipped
+    with both needs in its reason, its mixes are skipped, and no KN5 is built again for them."""
+    from nnlm.reproduce import net_rows, rates
+    from nnlm.reproduce.planner import Rates
+
+    monkeypatch.setattr(rates, "measure", lambda *a, **k: Rates(train=50_000.0, score=1e-3, path="plain"))
+    monkeypatch.setattr(net_rows, "partner", lambda *a: pytest.fail("a partner built for a skipped net"))
+    out = tmp_path / "ap"
+    args = ["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
+            "--budget-minutes", "0.3", "--threads", "1", "--no-progress"]
+    assert main(args) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert rows["apnews"]["status"] == "skipped" and rows["apnews"]["shape"] == {}
+    assert "(and with no direct connections it needs at least" in rows["apnews"]["note"]
+    assert all(rows[r]["status"] == "skipped" for r in ("apnews-mix", "apnews-em", "apnews-kn5-em"))

@@ -101,7 +101,7 @@ def test_a_grant_of_whole_epochs_ends_the_run_at_an_epoch_not_mid_epoch(tmp_path
     from nnlm.reproduce.net_rows import session_limits
     from nnlm.reproduce.planner import Grant
 
-    job = SimpleNamespace(out=tmp_path, options={}, rates={"mlp1": Rates(1000, 100)},
+    job = SimpleNamespace(out=tmp_path, options={}, rates={"mlp1": Rates(1000, 100)}, net_options=lambda net: {},
                           corpus=SimpleNamespace(train=[0] * 1000, valid=[0] * 100))  # epoch: 1.15 s + 1.15 s
     assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 7.0, 0.0, "")) == {"epochs": 3, "time_budget": 0.15}
     assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 1.5, 0.0, "")) == {"time_budget": 0.02}
@@ -134,11 +134,12 @@ def test_a_runs_own_epochs_give_its_rates():
     history = [{"examples": 1000, "elapsed_seconds": 12.0, "valid_seconds": 2.0},
                {"examples": 2000, "elapsed_seconds": 24.0, "valid_seconds": 2.0},
                {"examples": 3000, "elapsed_seconds": 40.0, "valid_seconds": 6.0}]
-    assert from_history(history[:1], 500) == Rates(train=100.0, score=250.0)
-    assert from_history(history, 500, last=2) == Rates(train=2000 / 20.0, score=1000 / 8.0)
+    assert from_history(history[:1], 500) == Rates(train=100.0, score=250.0, path="run")
+    assert from_history(history, 500, last=2) == Rates(train=2000 / 20.0, score=1000 / 8.0, path="run")
     assert from_history([{"examples": 0, "elapsed_seconds": 0.0, "valid_seconds": 0.0}], 500) is None
     quick = from_history([{"examples": 1000, "elapsed_seconds": 0.0, "valid_seconds": 0.0}], 500)
-    assert quick == Rates(train=1000 / 0.05, score=500 / 0.05)  # quicker than the records' tenths: as fast as they say
+    # quicker than the records' tenths: as fast as they say
+    assert quick == Rates(train=1000 / 0.05, score=500 / 0.05, path="run")
 
 
 def test_the_train_split_is_planned_at_the_speed_the_runs_validation_scored(tmp_path):
@@ -151,6 +152,7 @@ def test_the_train_split_is_planned_at_the_speed_the_runs_validation_scored(tmp_
     from nnlm.reproduce.net_rows import run_dir, train_scoring_rate
 
     job = SimpleNamespace(out=tmp_path, options={}, rates={"apnews": Rates(train=1000, score=100)},
+                          net_options=lambda net: {},
                           corpus=SimpleNamespace(valid=[0] * 500))
     assert train_scoring_rate(job, "apnews") == 100  # no run yet: the slice's rate
     run = run_dir(job, "apnews")
@@ -160,3 +162,72 @@ def test_the_train_split_is_planned_at_the_speed_the_runs_validation_scored(tmp_
     assert train_scoring_rate(job, "apnews") == 250  # 500 validation tokens in 2 s
     job.rates["apnews"] = Rates(train=1000, score=400)
     assert train_scoring_rate(job, "apnews") == 400  # never slower than measured now
+
+
+# --- the scoring rate of the path that will run (issue 32): decided as the long pass decides it ---
+# (rates injected: time_plain / time_tables stand for the timings, the memory is set by hand)
+
+PLAIN_RATE, TABLES_RATE = 1_000.0, 8_000.0
+
+
+@pytest.fixture
+def timed_paths(monkeypatch):
+    from nnlm.reproduce import rates
+
+    monkeypatch.setattr(rates, "time_plain", lambda lm, ctx, targets: PLAIN_RATE)
+    monkeypatch.setattr(rates, "time_tables", lambda lm, ctx, targets, tokens: TABLES_RATE)
+    return rates
+
+
+def set_memory(monkeypatch, available: int | None) -> None:
+    from nnlm.neural import direct_tables
+
+    monkeypatch.setattr(direct_tables, "available_bytes", lambda: available)
+
+
+def long_valid_corpus(tmp_path, vocab: int):
+    """A corpus whose validation split is long enough for the tables (>= 16 |V| tokens) at `max_vocab`."""
+    from nnlm.data import load_corpus
+    from tests.conftest import random_corpus_texts, write_text_corpus
+
+    train, valid, test = random_corpus_texts()
+    root = write_text_corpus(tmp_path / "long", train, valid * 4, test)
+    corpus = load_corpus(str(root), max_vocab=vocab, use_cache=False)
+    assert len(corpus.valid) >= 16 * len(corpus.vocab)
+    return corpus
+
+
+def test_scoring_is_planned_on_the_tables_when_they_will_be_built(timed_paths, monkeypatch, tmp_path):
+    set_memory(monkeypatch, 1 << 34)
+    corpus = long_valid_corpus(tmp_path, 40)
+    assert timed_paths.scoring_rate("apnews", corpus, "cpu") == (TABLES_RATE, "tables")
+
+
+def test_scoring_is_planned_on_the_plain_path_when_the_tables_do_not_fit(timed_paths, monkeypatch, tmp_path):
+    from nnlm.neural.direct_tables import table_bytes
+
+    corpus = long_valid_corpus(tmp_path, 40)
+    need = table_bytes(5, len(corpus.vocab), len(corpus.vocab))  # the AP net: n - 1 = 5 positions
+    set_memory(monkeypatch, 3 * need - 1)  # a third of it is less than the tables need
+    assert timed_paths.scoring_rate("apnews", corpus, "cpu") == (PLAIN_RATE, "plain")
+    set_memory(monkeypatch, 3 * need)
+    assert timed_paths.scoring_rate("apnews", corpus, "cpu") == (TABLES_RATE, "tables")
+
+
+def test_scoring_is_planned_on_the_plain_path_without_direct_connections_or_for_a_short_split(
+        timed_paths, monkeypatch, tmp_path, random_corpus):
+    set_memory(monkeypatch, 1 << 34)
+    corpus = long_valid_corpus(tmp_path, 40)
+    assert timed_paths.scoring_rate("apnews", corpus, "cpu", {"direct": False}) == (PLAIN_RATE, "plain")
+    assert len(random_corpus.valid) < 16 * len(random_corpus.vocab)  # a pass too short to pay for the tables
+    assert timed_paths.scoring_rate("apnews", random_corpus, "cpu") == (PLAIN_RATE, "plain")
+
+
+def test_a_net_is_planned_with_the_scoring_rate_of_its_path():
+    """The same net, split sizes and budget: skipped on the plain path's rate, granted on the tables'."""
+    sizes = (14_000_000, 963_000, 963_000)
+    plain, tables = Rates(20_000, 1_500, "plain"), Rates(20_000, 12_000, "tables")
+    needs = {r.path: net_need("apnews", r, *sizes, floor_epochs=0.1) for r in (plain, tables)}
+    assert needs["plain"].fixed == pytest.approx(8 * needs["tables"].fixed)
+    assert by_id(plan(30 * 60, [needs["plain"]]))["apnews"].status == "skipped"
+    assert by_id(plan(30 * 60, [needs["tables"]]))["apnews"].status != "skipped"

@@ -6,12 +6,16 @@ import shlex
 import sys
 
 from nnlm import cli_types as T
-from nnlm.cli.common import THREADS_HELP, emit
+from nnlm.cli.common import TEXT_DIR_MIN_COUNT_HELP, THREADS_HELP, emit
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="Table 1 of the paper on Brown: n-gram rows, MLPs, mixtures, report")
     p.add_argument("--corpus", default="brown", help="'brown' (default) or a text directory")
+    p.add_argument("--min-count", type=T.positive_int, default=None, help=TEXT_DIR_MIN_COUNT_HELP)
+    p.add_argument("--max-vocab", type=T.count, default=None,
+                   help="text directories: keep at most this many tokens, for every row (default: no limit; the "
+                        "paper's AP News vocabulary was 17,964 words)")
     p.add_argument("--table", default="brown", choices=("brown", "apnews"),
                    help="the paper's table: brown (Table 1, default) or apnews (Table 2: deleted interpolation, "
                         "Kneser-Ney 3/4/5, the n = 6, h = 60, m = 100 net alone and mixed; give --corpus a text "
@@ -62,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
                            progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
                            samples=args.samples, hogwild=args.hogwild, table=args.table, beyond=args.beyond,
-                           beyond_minutes=args.beyond_minutes)
+                           beyond_minutes=args.beyond_minutes, min_count=args.min_count, max_vocab=args.max_vocab)
     except StoppedBySignal as exc:  # the net's run saved a checkpoint; finished rows are in results.json
         raise StoppedBySignal(exc.signum, f"stopped by {exc.name}: finished rows and the training run's checkpoint "
                                           f"are saved in {args.out}; the same command continues: {command}") from None

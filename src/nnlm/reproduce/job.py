@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from nnlm.data.corpus import load_corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
 from nnlm.ngram.clusters import WordClasses
@@ -28,7 +27,9 @@ class Job:
     def __init__(self, corpus_source: str, out: Path, budget_minutes: float | None, nets: list[str],
                  command: str, log: Callable[[str], None] = print, progress: bool = True,
                  threads: int | None = None, device: str = "auto", loss: str = "sampled",
-                 samples: int | None = None, hogwild: int | None = None, table: str = DEFAULT_TABLE) -> None:
+                 samples: int | None = None, hogwild: int | None = None, table: str = DEFAULT_TABLE,
+                 min_count: int | None = None, max_vocab: int | None = None) -> None:
+        from nnlm.data.provenance import corpus_options, load_recorded_corpus
         from nnlm.neural.sampled import check_loss
 
         if hogwild is not None and hogwild < 1:
@@ -37,7 +38,10 @@ class Job:
         self.hogwild, self.loss, self.samples = hogwild, loss, samples
         self.table = get_table(table)
         self.corpus_source, self.command = corpus_source, command
-        self.corpus = load_corpus(corpus_source)
+        # the vocabulary options of `nnlm train` / `nnlm ngram` (a text directory's default min-count 2),
+        # the same for every row: the n-grams load this corpus, the nets' runs record the options
+        self.corpus_options = corpus_options(corpus_source, min_count, max_vocab)
+        self.corpus = load_recorded_corpus(self.corpus_options)
         self.out, self.nets, self.log = out, nets, log
         self.budget = None if budget_minutes is None else 60.0 * budget_minutes
         self.progress, self.threads, self.device = progress, threads, device
@@ -45,13 +49,28 @@ class Job:
         call = {"command": command, "budget_minutes": budget_minutes, "nets": nets}
         if self.table.name != DEFAULT_TABLE:  # Table 1's results.json stays as it was
             call["table"] = self.table.name
+        if corpus_source != "brown":  # which vocabulary the table used (the report says so)
+            call["vocabulary"] = {"size": len(self.corpus.vocab), "min_count": self.corpus_options["min_count"],
+                                  "max_vocab": max_vocab}
         self.results = Results(out, self.corpus, call)
         self.start = time.monotonic()
-        self.total_rows = len(self.table.ngram_rows) + 3 * len(nets)
+        self.total_rows = len(self.table.rows(nets))
         self.done_rows = 0
         self.rates: dict[str, Rates] = {}  # net -> measured this call
         self._scored: dict[tuple[str, str], np.ndarray] = {}
         self.classes: dict[int, WordClasses] = {}  # c -> found (or cut) in this call
+        self.ngrams: dict[str, LanguageModel] = {}  # n-gram rows built in this call (mixing partners)
+        self.shapes: dict[str, dict] = {}  # net -> the ModelConfig fields it trains with apart from its preset
+        self.shape_notes: dict[str, str] = {}  # net -> why it trains in another shape than its preset's
+
+    def net_options(self, net: str) -> dict:
+        """The results key of a net's rows: the call's options, and its shape when not the preset's."""
+        shape = self.shapes.get(net) or {}
+        return self.options | ({"shape": shape} if shape else {})
+
+    def vocabulary_options(self) -> dict:
+        """min_count / max_vocab for a net's run (its corpus is the one the n-grams load)."""
+        return {k: self.corpus_options[k] for k in ("min_count", "max_vocab") if self.corpus_options[k] is not None}
 
     def left(self) -> float | None:
         """Seconds left in the budget (None: no budget)."""

@@ -4,6 +4,7 @@ Each net of a call trains in runs/<net>-<tag>, the tag naming its options key (l
 recipe values), so a call with other options trains its own net instead of relabelling another's."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,14 +25,14 @@ GUARD = 1.3  # a run given whole epochs stops at this x its grant if the rates w
 
 
 def run_dir(job: Job, net: str) -> Path:
-    return job.out / "runs" / f"{net}-{options_tag(job.options)}"
+    return job.out / "runs" / f"{net}-{options_tag(job.net_options(net))}"
 
 
 def net_parameters(job: Job, net: str) -> int:
     """Known from the architecture, trained or not."""
-    from nnlm.neural.presets import preset
+    from nnlm.neural.train import model_config
 
-    return preset(net, len(job.corpus.vocab)).parameter_count()
+    return model_config({"preset": net} | job.shapes.get(net, {}), len(job.corpus.vocab)).parameter_count()
 
 
 def epochs_in(run: Path, train_tokens: int) -> float:
@@ -45,9 +46,10 @@ def epochs_done(job: Job, net: str) -> float:
 
 
 def rates_of(job: Job, net: str, fresh: bool = False) -> planner.Rates:
-    """The net's measured rates; `fresh` re-measures (the load may have changed since)."""
+    """The net's measured rates in the shape it trains with; `fresh` re-measures (the load may have changed)."""
     if fresh or net not in job.rates:
-        job.rates[net] = rates.measure(net, job.corpus, job.device_name(), job.threads, job.loss, job.samples)
+        job.rates[net] = rates.measure(net, job.corpus, job.device_name(), job.threads, job.loss, job.samples,
+                                       job.shapes.get(net))
     return job.rates[net]
 
 
@@ -60,35 +62,98 @@ def plan_net(job: Job, i: int, measure: bool = True) -> planner.Grant | None:
     c = job.corpus
     needs = []
     for k, net in enumerate(job.nets[i:]):
-        if k == 0 or job.results.pending(net, job.options):
+        if k == 0 or job.results.pending(net, job.net_options(net)):
             need = planner.net_need(net, rates_of(job, net, fresh=k == 0 and measure), len(c.train), len(c.valid),
                                     len(c.test),
                                     epochs_done(job, net), job.table.net_floor_epochs)
             needs.append(need)
-    return next(g for g in planner.plan(left, needs + late_needs(job)) if g.id == job.nets[i])
+    return next(g for g in planner.plan(left, partner_needs(job, i) + needs + late_needs(job)) if g.id == job.nets[i])
+
+
+def partner_needs(job: Job, i: int) -> list[planner.Need]:
+    """Building again, for the mixes of the i-th net and those after it, an n-gram partner (KN5) that an
+    earlier call built (a call keeps its rows' perplexities, not their models): the seconds its row took
+    then (built and scored on every split: an upper bound), all fixed."""
+    ids = {row.partner for net in job.nets[i:] for row in job.table.net_rows(net)[1:]} - {"", "interpolated"}
+    return [planner.Need(f"{p}-again", planner.SAFETY * job.results.rows[p].get("seconds", 0.0), (0.0,),
+                         unit="building") for p in sorted(ids)
+            if p not in job.ngrams and job.results.rows.get(p, {}).get("status") == "done"]
+
+
+def choose_shape(job: Job, i: int) -> planner.Grant | None:
+    """The net's shape and its grant: the preset's when it fits the budget, else the first of the table's
+    lighter shapes (`PaperTable.net_shapes`, e.g. Table 2's net without direct connections, whose exact
+    scoring costs |V| h instead of |V| (h + (n-1) m)) that does; a shape an earlier call trained is kept."""
+    net = job.nets[i]
+    entry = job.results.rows.get(net, {})
+    recorded = entry.get("shape") if entry.get("status") != "skipped" else None  # a run to continue
+    shapes = [recorded] if recorded is not None else list(job.table.net_shapes)
+    tried: list[tuple[dict, planner.Grant, planner.Rates]] = []
+    for shape in shapes:
+        if job.shapes.get(net) != shape:
+            job.rates.pop(net, None)
+        job.shapes[net] = shape
+        grant = plan_net(job, i)
+        if grant is None or grant.status != "skipped":
+            if tried:
+                job.shape_notes[net] = (f"trained {describe_shape(shape)}: the preset's net was "
+                                        + tried[0][1].reason.removeprefix("skipped for lack of budget: "))
+                job.log(f"    the preset's net does not fit ({tried[0][1].reason}); trained {describe_shape(shape)}")
+            return grant
+        job.log(f"    {describe_shape(shape)}: {grant.reason}")
+        tried.append((shape, grant, job.rates[net]))
+    shape, first, measured = tried[0]  # none fits: the preset's reason, and what the lighter shapes needed
+    job.shapes[net], job.rates[net] = shape, measured
+    lighter = "; ".join(f"{describe_shape(s)} {g.reason.removeprefix('skipped for lack of budget: ')}"
+                        for s, g, _ in tried[1:])
+    return dataclasses.replace(first, reason=first.reason + (f" (and {lighter})" if lighter else ""))
+
+
+def describe_shape(shape: dict) -> str:
+    """A shape override in words, for the notes."""
+    if not shape:
+        return "as its preset"
+    return "with " + ", ".join("no direct connections" if k == "direct" and v is False else f"{k} = {v}"
+                               for k, v in shape.items())
+
+
+def partner(job: Job, row: Row, trigram: LanguageModel) -> LanguageModel:
+    """The n-gram a mix row mixes the net with: the trigram, or another n-gram row (KN5), built in this call
+    or again (an earlier call's rows keep their perplexities, not their models)."""
+    if row.partner in ("", "interpolated"):
+        return trigram
+    if row.partner not in job.ngrams:
+        from nnlm.ngram.build import build_ngram
+
+        spec = next(r for r in job.table.ngram_rows if r.id == row.partner)
+        job.ngrams[row.partner] = build_ngram(spec.kind, job.corpus, spec.n, progress=job.progress)
+    return job.ngrams[row.partner]
 
 
 def neural_rows(job: Job, trigram: LanguageModel) -> None:
     for i, net in enumerate(job.nets):
-        alone, mixed, em = job.table.net_rows(net)
+        alone, *mixes = job.table.net_rows(net)
         model = None
-        if job.results.pending(net, job.options):
-            grant = plan_net(job, i)
+        if job.results.rows.get(net, {}).get("status") not in (None, "skipped"):  # trained in this shape
+            job.shapes[net] = job.results.rows[net].get("shape") or {}
+        if job.results.pending(net, job.net_options(net)):
+            grant = choose_shape(job, i)
             job.announce(alone, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
             if grant is not None:
                 job.log(f"    plan: {grant.reason}")
             model = train_net(job, net, grant, i)
-            job.results.rows.pop(mixed.id, None)
-            job.results.rows.pop(em.id, None)
+            for row in mixes:
+                job.results.rows.pop(row.id, None)
         else:
             job.announce(alone, "done already")
-        for row, mode in ((mixed, "fixed"), (em, "em-buckets")):
+        for row in mixes:
             job.announce(row)
-            if not job.results.pending(row.id, job.options):
+            if not job.results.pending(row.id, job.net_options(net)):
                 continue
             if model is None and job.results.rows[net]["perplexity"]:  # trained by an earlier call
                 model = trained(job, net)
-            mix_row(job, row, mode, net, model, trigram)
+            other = trigram if model is None else partner(job, row, trigram)  # no net: nothing to build
+            mix_row(job, row, "fixed" if row.mix == "0.5" else "em-buckets", net, model, other)
 
 
 def trained(job: Job, net: str) -> LanguageModel:
@@ -110,11 +175,13 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
         if (where / ck.WEIGHTS).exists() and net in job.results.rows:
             job.log("    no budget left to continue it: keeping what it had")
             return trained(job, net)
-        job.results.put(net, RowResult({}, net_parameters(job, net), 0.0, "skipped", grant.reason, job.options, plan))
+        job.results.put(net, RowResult({}, net_parameters(job, net), 0.0, "skipped", grant.reason,
+                                       job.net_options(net), plan, {"shape": job.shapes.get(net, {})}))
         job.log(f"    {grant.reason}")
         return None
     requested: dict[str, Any] = {"corpus": job.corpus_source, "preset": net, "device": job.device,
-                                 "epochs": MAX_EPOCHS, "threads": job.threads, "loss": job.loss}
+                                 "epochs": MAX_EPOCHS, "threads": job.threads, "loss": job.loss,
+                                 **job.vocabulary_options(), **job.shapes.get(net, {})}
     if job.samples is not None:
         requested["samples"] = job.samples
     if grant is not None:
@@ -143,16 +210,23 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
     model = trained(job, net)
     govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
     later = job.budget is not None  # the train split is scored at the end, if the budget allows
-    ppl = {"train": None} | job.evaluate(net, model, ("valid", "test") if later else ("train", "valid", "test"))
+    ppl, scoring = {"train": None}, {}
+    for split in ("valid", "test") if later else ("train", "valid", "test"):  # timed: the plan's estimate vs actual
+        t0 = time.perf_counter()
+        ppl |= job.evaluate(net, model, (split,))
+        scoring[split] = round(time.perf_counter() - t0, 1)
     note = "" if state["finished"] else f"shortened: {state['stop_reason']}" + (
         "" if grant is None else f" ({planner.AS_PLANNED})" if grant.status == "full"
         else f" ({grant.reason.removeprefix('shortened for lack of budget: ')})")
-    options = job.options  # the run directory is named by these options, so its run holds them
+    options = job.net_options(net)  # the run directory is named by these options, so its run holds them
+    if job.shape_notes.get(net):
+        note = "; ".join(t for t in (job.shape_notes[net], note) if t)
     job.results.put(net, RowResult(ppl, model.parameter_count(), state["elapsed"], "done" if state["finished"]
                                    else "shortened", note, options, plan,
                                    {"finished": state["finished"], "train_pending": later, "best": state["best"],
                                     "epochs": round(state["examples"] / len(job.corpus.train), 2),
-                                    "run": str(where.relative_to(job.out))}))
+                                    "run": str(where.relative_to(job.out)), "shape": job.shapes.get(net, {}),
+                                    "scoring_seconds": scoring}))
     job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
     return model
 
@@ -161,7 +235,11 @@ def plan_record(job: Job, net: str, grant: planner.Grant | None) -> dict[str, An
     """The grant as the results keep it, with the budget left and the rates it was planned with."""
     return None if grant is None else grant.to_dict() | {
         "left_minutes": round((job.left() or 0) / 60, 2),
-        "rates": {"train_tokens_per_s": round(job.rates[net].train), "score_tokens_per_s": round(job.rates[net].score)}}
+        "rates": {"train_tokens_per_s": round(job.rates[net].train), "score_tokens_per_s": round(job.rates[net].score),
+                  "score_path": job.rates[net].path},
+        "estimates": {"train_seconds": round(planner.SAFETY * len(job.corpus.train) / job.rates[net].train, 1),
+                      "valid_seconds": round(planner.SAFETY * len(job.corpus.valid) / job.rates[net].score, 1),
+                      "test_seconds": round(planner.SAFETY * len(job.corpus.test) / job.rates[net].score, 1)}}
 
 
 def session_limits(job: Job, net: str, grant: planner.Grant) -> dict[str, Any]:
@@ -216,7 +294,7 @@ def train_split_rows(job: Job) -> None:
     validation's size): scored while the budget allows, else left blank, and the report says so."""
     for net in job.nets:
         entry = job.results.rows.get(net, {})
-        if not entry.get("train_pending") or entry.get("options") != job.options:
+        if not entry.get("train_pending") or entry.get("options") != job.net_options(net):
             continue
         need = planner.SAFETY * len(job.corpus.train) / train_scoring_rate(job, net)
         left = job.left()

@@ -99,6 +99,8 @@ def early_rows(job: Job) -> LanguageModel:
         result, model = build_row(job, row, deadline, why)
         if row.id == "interpolated":
             trigram = model
+        if any(r.partner == row.id for net in job.nets for r in job.table.net_rows(net)):
+            job.ngrams[row.id] = model  # a mix row's partner: kept rather than built again
         job.results.put(row.id, result)
     assert trigram is not None
     return trigram

@@ -118,6 +118,7 @@ class Rates:
 
     train: float  # training examples (tokens) per second
     score: float  # exact-softmax scoring, tokens per second
+    path: str = "plain"  # the scoring path timed: "plain", "tables" (per-position tables) or "run" (its epochs)
 
 
 def epoch_parts(rates: Rates, train_tokens: int, valid_tokens: int) -> tuple[float, float]:

@@ -3,7 +3,14 @@
 Both are measured with the thread count the work itself will use (`ThreadGovernor`): on a busy
 2-core machine torch's 2 threads score 3x slower than one thread, and a rate measured at the wrong
 count made the first budget reserve every minute for scoring. Untrained nets of the net's shape
-are timed (the cost does not depend on the weights); torch's random state is left as it was."""
+are timed (the cost does not depend on the weights); torch's random state is left as it was.
+
+Scoring is timed on the path the long passes will take (issue 32): a split scored in one pass builds
+the direct connections' per-position tables when they pay and fit in memory (nnlm.neural.direct_tables:
+(n-1) |V|^2 floats, 6.5 GB for the AP net at |V| = 18k, 270 GB at 117k), else it takes the plain exact
+product. A plain rate planned for a pass the tables score made the plan 2x too slow; a tables rate
+where they cannot be built would be 8x too fast. So the path is decided as the pass itself decides it,
+and on the tables path their build (once per pass) is timed too and spread over the split's tokens."""
 from __future__ import annotations
 
 import itertools
@@ -22,25 +29,57 @@ TRAIN_BATCHES = 12  # training batches timed (after 2 warm-up batches)
 RECORDED_TO = 0.1  # seconds: the resolution of the times in a run's per-epoch records
 
 
-def scoring_rate(net: str, corpus: Corpus, device: str) -> float:
-    """Tokens per second of exact scoring, on a slice of the validation split."""
+def scoring_path(lm, tokens: int) -> str:
+    """"tables" when a pass over `tokens` tokens builds the per-position tables (the test the pass
+    itself makes, memory included), else "plain"."""
+    from nnlm.neural import direct_tables
+
+    net = lm.net
+    return "tables" if direct_tables.tables_pay(net, len(net.C), tokens, lm.device) else "plain"
+
+
+def time_plain(lm, ctx: np.ndarray, targets: np.ndarray) -> float:
+    """Tokens per second of the plain exact product (a warm-up block first)."""
+    lm.log_prob(ctx[:64], targets[:64])
+    t0 = time.perf_counter()
+    lm.log_prob(ctx, targets)
+    return finite(len(targets) / (time.perf_counter() - t0))
+
+
+def time_tables(lm, ctx: np.ndarray, targets: np.ndarray, tokens: int) -> float:
+    """Tokens per second of a pass of `tokens` tokens on the tables path: their build (timed once, as the
+    pass pays it once) plus the slice's scoring rate, over the pass's tokens."""
+    t0 = time.perf_counter()
+    with lm.long_pass(tokens):
+        build = time.perf_counter() - t0
+        lm.log_prob(ctx[:64], targets[:64])
+        t1 = time.perf_counter()
+        lm.log_prob(ctx, targets)
+        per_token = (time.perf_counter() - t1) / len(targets)
+    return finite(tokens / (build + tokens * per_token))
+
+
+def scoring_rate(net: str, corpus: Corpus, device: str, shape: dict | None = None) -> tuple[float, str]:
+    """(tokens per second, path) of exact scoring of a pass over the validation split, on the path that
+    pass will take, timed on a slice of it."""
     from nnlm.neural.model import NPLM, NeuralLM
     from nnlm.neural.train import model_config
 
-    config = model_config({"preset": net}, len(corpus.vocab))
+    config = model_config({"preset": net} | (shape or {}), len(corpus.vocab))
     with torch.random.fork_rng(devices=[]):
         lm = NeuralLM(NPLM(config), corpus.vocab, corpus.pad_token, device=device)
     valid = corpus.split("valid")
     n = min(len(valid), SCORE_TOKENS)
     start = corpus.split_offset("valid")
     ctx = contexts(corpus.stream(), np.arange(start, start + n), config.order - 1, corpus.pad_id)
-    lm.log_prob(ctx[:64], valid[:64].astype(np.int64))  # warm-up
-    t0 = time.perf_counter()
-    lm.log_prob(ctx, valid[:n].astype(np.int64))
-    return finite(n / (time.perf_counter() - t0))
+    targets = valid[:n].astype(np.int64)
+    path = scoring_path(lm, len(valid))
+    rate = time_tables(lm, ctx, targets, len(valid)) if path == "tables" else time_plain(lm, ctx, targets)
+    return rate, path
 
 
-def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int | None) -> float:
+def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int | None,
+                  shape: dict | None = None) -> float:
     """Training examples per second: a few batches of the trainer's own step (its loss, optimizer, batch size)."""
     from nnlm.neural import train as tr
     from nnlm.neural.model import NPLM
@@ -48,7 +87,7 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
 
     dev = torch.device(device)
     run = dict(tr.RUN_DEFAULTS) | {"preset": net, "loss": loss, "recipe": tr.default_recipe(loss, net),
-                                    "samples": samples or min(DEFAULT_SAMPLES, len(corpus.vocab))}
+                                    "samples": samples or min(DEFAULT_SAMPLES, len(corpus.vocab))} | (shape or {})
     recipe = tr.RECIPES[run["recipe"]]
     bf16 = recipe.bf16 and tr.bf16_is_fast(dev)
     with torch.random.fork_rng(devices=[]):
@@ -67,10 +106,14 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
         return finite(seen / (time.perf_counter() - t0)) if t0 else 1e-9
 
 
-def measure(net: str, corpus: Corpus, device: str, threads: int | None, loss: str, samples: int | None) -> Rates:
-    """Both rates at the thread count the governor picks now (or the user's --threads)."""
+def measure(net: str, corpus: Corpus, device: str, threads: int | None, loss: str, samples: int | None,
+            shape: dict | None = None) -> Rates:
+    """Both rates at the thread count the governor picks now (or the user's --threads), for the net's
+    preset with `shape`'s ModelConfig fields over it (the configuration that will train and score)."""
     govern(requested=threads, device=device)
-    return Rates(train=training_rate(net, corpus, device, loss, samples), score=scoring_rate(net, corpus, device))
+    train = training_rate(net, corpus, device, loss, samples, shape)
+    score, path = scoring_rate(net, corpus, device, shape)
+    return Rates(train=train, score=score, path=path)
 
 
 def from_history(history: list[dict], valid_tokens: int, last: int = 3) -> Rates | None:
@@ -89,4 +132,4 @@ def from_history(history: list[dict], valid_tokens: int, last: int = 3) -> Rates
     tick = RECORDED_TO / 2 * len(pairs)  # the records keep tenths of a second: a quicker epoch reads as 0
     training = max(sum(b["elapsed_seconds"] - a["elapsed_seconds"] - b["valid_seconds"] for a, b in pairs), tick)
     validating = max(sum(b["valid_seconds"] for _, b in pairs), tick)
-    return Rates(train=finite(examples / training), score=finite(len(pairs) * valid_tokens / validating))
+    return Rates(train=finite(examples / training), score=finite(len(pairs) * valid_tokens / validating), path="run")

@@ -133,6 +133,31 @@ def table_line(row: Row, res: dict[str, Any] | None, best: float | None, paper_b
             f"| {time_cell} | {note.replace('|', chr(92) + '|')} |")
 
 
+def shaped(row: Row, rows: Rows) -> Row:
+    """A net's row (or its mix's) as the net was trained: its architecture columns follow the shape its
+    run recorded when that is not its preset's (Table 2's net without direct connections)."""
+    import dataclasses
+
+    shape = (rows.get(row.net) or {}).get("shape") if row.net else None
+    if not shape:
+        return row
+    fields = {"direct": shape.get("direct", row.direct), "h": shape.get("hidden", row.h),
+              "m": shape.get("features", row.m), "n": shape.get("order", row.n)}
+    label = row.label + (" (no direct connections)" if shape.get("direct") is False and row.id == row.net else "")
+    return dataclasses.replace(row, label=label, **fields)
+
+
+def vocabulary_lines(call: dict[str, Any]) -> list[str]:
+    """Which vocabulary every row of the table used (a text directory's --min-count / --max-vocab)."""
+    vocab = call.get("vocabulary")
+    if not vocab:
+        return []
+    cap = (f"capped at the {vocab['max_vocab']:,} most frequent words (`--max-vocab {vocab['max_vocab']}`)"
+           if vocab.get("max_vocab") else "not capped (its natural vocabulary; `--max-vocab` caps it)")
+    return [f"Vocabulary (every row): |V| = {vocab['size']:,} tokens, words seen fewer than {vocab['min_count']} "
+            f"times in train are `<unk>` (`--min-count {vocab['min_count']}`), {cap}.", ""]
+
+
 def duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
@@ -147,7 +172,7 @@ def write_report(out: Path) -> Path:
     call, info = data.get("call", {}), data.get("corpus_info") or {"name": data["corpus"]["corpus"]}
     paper = get_table(call.get("table"))
     nets = call.get("nets") or [n for n in ("mlp1", "mlp3", "mlp5", "mlp7", "mlp9") if n in rows]
-    ordered = paper.rows(nets)
+    ordered = [shaped(row, rows) for row in paper.rows(nets)]
     best_id, best = best_ngram(rows, paper)
     name = info["name"]
     protocol = ", `bengio2003` protocol (docs/protocol.md)" if name == "brown" else ""
@@ -159,6 +184,7 @@ def write_report(out: Path) -> Path:
         commit_line(rows, ordered, call.get("commit", "unknown")),
         f"Corpus: {name}{protocol}: {sizes}"
         f"({paper.paper_corpus}).", "",
+        *vocabulary_lines(call),
         "Perplexity = exp(-mean ln P) over every token of a split (markers and `<unk>` included). "
         "Mixes are with the deleted-interpolation trigram: 0.5/0.5 as the paper, or weights fitted by EM on "
         "validation, one pair per context-frequency bucket of the trigram (the paper's third way to mix). "

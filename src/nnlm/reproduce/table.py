@@ -25,6 +25,7 @@ class Row:
     direct: bool | None = None
     mix: str = ""  # "", "0.5" (the paper's mix) or "EM"
     net: str = ""  # the net a neural or mix row is built from
+    partner: str = ""  # the n-gram row a mix row mixes the net with ("": the interpolated trigram)
 
 
 @dataclass(frozen=True)

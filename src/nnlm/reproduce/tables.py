@@ -29,9 +29,12 @@ class PaperTable:
     best_ngram: str  # the paper's best n-gram, as the ratio sentence names it
     best_ngram_test: float  # its test perplexity: the paper's ratios divide by it
     paper_corpus: str  # the paper's corpus and what to compare, for the report's corpus line
-    net_rows: Callable[[str], tuple[Row, Row, Row]]  # a net -> (alone, mixed 0.5, mixed EM)
+    net_rows: Callable[[str], tuple[Row, ...]]  # a net -> (alone, mixed 0.5, mixed EM, other mixes ...)
     parse_nets: Callable[[str | None, bool], list[str]]  # --models, --full -> the nets to train
     net_floor_epochs: float = NET_TIERS[0]  # the least training (in epochs) the planner grants a net a row for
+    # the net's shapes in order of preference: {} is its preset; a later one (ModelConfig fields over it)
+    # trains when the ones before it do not fit the budget (the report says so)
+    net_shapes: tuple[dict, ...] = ({},)
 
     def rows(self, nets: list[str]) -> list[Row]:
         """The report's rows in order: each net with its two mixes, then the n-gram rows."""
@@ -55,7 +58,7 @@ def apnews() -> PaperTable:
                       tuple(r.id for r in ap.NGRAM_ROWS), (), "Kneser-Ney back-off n = 5", ap.PAPER_BEST_NGRAM_TEST,
                       "the paper's AP News: 13,994,528 / 963,138 / 963,071, |V| = 17,964; licensed and not here, "
                       "so compare ratios to the n-grams of the same corpus",
-                      ap.net_rows, ap.parse_nets, ap.NET_FLOOR_EPOCHS)
+                      ap.net_rows, ap.parse_nets, ap.NET_FLOOR_EPOCHS, ap.NET_SHAPES)
 
 
 TABLES: dict[str, Callable[[], PaperTable]] = {"brown": brown, "apnews": apnews}
