@@ -192,7 +192,9 @@ def test_bad_input_is_one_line_and_exit_2(rand_dir, tmp_path, capsys):
     run_train(out, rand_dir, epochs=1)
     code, err = cli(base + ["--out", str(out)], capsys)
     assert code == 2 and "already holds a trained model" in err
-    code, err = cli(["train", "--out", str(out), "--resume", "--corpus", str(tmp_path), "--no-progress"], capsys)
+    other = tmp_path / "other-corpus"  # not the run's parent: that is refused first, as an input holding the output
+    other.mkdir()
+    code, err = cli(["train", "--out", str(out), "--resume", "--corpus", str(other), "--no-progress"], capsys)
     assert code == 2 and "was started with corpus" in err
 
     other = tmp_path / "other"  # same corpus name, another vocabulary

@@ -65,7 +65,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
         optimizer.lr = lr
         if moments is not None:
             optimizer.t = adam_steps[index]
-        torch.manual_seed(int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, np.uint64)[0] >> 1))
+        torch.manual_seed(int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, np.uint64)[0]) >> 1)
         net.train()
         loss_sum, count, failure = 0.0, 0, None
         while True:

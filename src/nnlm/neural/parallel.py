@@ -123,7 +123,7 @@ def run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, prog
 
 def _step_seed(seed: int, step: int, rank: int) -> int:
     """ddp: each rank's dropout RNG for one step, from numbers the run state holds (exact resume)."""
-    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, np.uint64)[0] >> 1)
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, np.uint64)[0]) >> 1
 
 
 def _sliced_view(tensors: dict[str, torch.Tensor], lo: int, hi: int) -> dict[str, torch.Tensor]:
