@@ -187,8 +187,9 @@ def set_memory(monkeypatch, available: int | None) -> None:
 
 def long_valid_corpus(tmp_path, vocab: int):
     """A corpus whose validation split is long enough for the tables (>= 16 |V| tokens) at `max_vocab`."""
-    from nnlm.data import load_corpus
     from conftest import random_corpus_texts, write_text_corpus
+
+    from nnlm.data import load_corpus
 
     train, valid, test = random_corpus_texts()
     root = write_text_corpus(tmp_path / "long", train, valid * 4, test)
