@@ -60,6 +60,7 @@ def test_apnews_table_end_to_end_then_resume(random_corpus, tmp_path, capsys):
     assert rows["apnews-em"]["perplexity"]["valid"] <= rows["apnews-mix"]["perplexity"]["valid"] + 1e-9
     # EM per bucket with KN5 (fitted on valid): no worse on valid than either of its two components alone
     kn5_em = rows["apnews-kn5-em"]["perplexity"]["valid"]
+    assert kn5_em != rows["apnews-em"]["perplexity"]["valid"]  # mixed with KN5's scores, not the trigram's
     assert kn5_em <= min(rows["apnews"]["perplexity"]["valid"], rows["kn5"]["perplexity"]["valid"]) * (1 + 1e-3)
     assert data["call"]["vocabulary"] == {"size": data["corpus_info"]["vocab"], "min_count": 2, "max_vocab": None}
     assert json.loads((out / rows["apnews"]["run"] / "run.json").read_text())["loss"] == "sampled"

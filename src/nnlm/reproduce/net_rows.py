@@ -270,7 +270,8 @@ def mix_row(job: Job, row: Row, mode: str, net: str, model: LanguageModel | None
         job.log(f"    skipped: {net.upper()} was skipped")
         return
     splits = ("valid", "test")
-    scored = {s: [job.scored(net, model, s), job.scored("interpolated", trigram, s)] for s in splits}
+    key = row.partner or "interpolated"  # the n-gram row whose scores these are (the trigram or KN5)
+    scored = {s: [job.scored(net, model, s), job.scored(key, trigram, s)] for s in splits}
     t0 = time.perf_counter()
     fitted = mix_scored([model, trigram], job.corpus, scored, mode, [0.5, 0.5] if mode == "fixed" else None)
     ppl = {s: perplexity_from_log_probs(lp) for s, lp in fitted.split_log_probs.items()}
