@@ -155,6 +155,18 @@ def atomic_write_text(path: Path | str, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def _sibling_temp_directory(path: Path) -> Path:
+    """An empty hidden directory beside `path` (same file system: it can become `path` by rename), with an
+    ordinary directory's mode (mkdtemp makes 0700)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
+
+
 @contextmanager
 def atomic_dir(path: Path | str, replace: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside `path`; on success it becomes `path` in one rename.
@@ -163,12 +175,7 @@ def atomic_dir(path: Path | str, replace: bool = False) -> Iterator[Path]:
     with replace=True the old directory is swapped out and removed (a user saving again: the caller
     checks first that it is nnlm's own, see `nnlm.ngram.store`)."""
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the result is an ordinary directory
+    tmp = _sibling_temp_directory(path)
     try:
         try:
             yield tmp
@@ -273,12 +280,7 @@ def staged_directory(path: Path | str) -> Iterator[Path]:
     the block succeeds they move into `path` (a new directory: one rename; an existing one: each file
     replaced by rename, other files there kept). A failure leaves `path` as it was and no temporary."""
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    os.chmod(tmp, 0o777 & ~_umask())
+    tmp = _sibling_temp_directory(path)
     try:
         try:
             yield tmp
