@@ -14,8 +14,10 @@ persistent HTTP/1.1 connections. Phases, each stopped at --duration seconds:
 Only 127.0.0.1 is ever contacted; every phase is bounded in time and connections.
 
     git -C /work/main archive 8c96660 src | tar -x -C /tmp/nnlm-8c96660
+    git -C /work/main archive 120efe7 src | tar -x -C /tmp/nnlm-120efe7     # uvicorn with h11
     NLTK_DATA=../shared/nltk_data PYTHONPATH=src python benchmarks/serve_load.py \
-        --baseline-src /tmp/nnlm-8c96660/src [--model PATH] [--duration 8]
+        --baseline-src before=/tmp/nnlm-8c96660/src [--baseline-src h11=/tmp/nnlm-120efe7/src] [--model PATH] \
+        [--duration 8]
 
 Without --model a Kneser-Ney trigram is built on Brown train into a temporary directory.
 """
@@ -221,13 +223,36 @@ async def measure(server: Server, texts: list[str], duration: float, slow: int) 
     return rows
 
 
+async def interleaved(servers: list[Server], texts: list[str], duration: float, rounds: int) -> dict:
+    """Requests/s of every server at 1, 8 and 64 clients, the servers taking turns phase by phase for
+    `rounds` rounds (the order reversed every other round), so that a load changing during the run falls on
+    all of them alike: {(label, count): [req/s of each round]}."""
+    rates: dict[tuple[str, int], list[float]] = {}
+    for server in servers:
+        await clients(server.port, [score_request(server.port, t) for t in texts[:50]], 1, duration / 2)  # warm-up
+    for r in range(rounds):
+        for count in (1, 8, 64):
+            for server in (servers if r % 2 == 0 else servers[::-1]):
+                tally, wall = await clients(server.port, [score_request(server.port, t) for t in texts], count,
+                                            duration)
+                rates.setdefault((server.label, count), []).append(len(tally.latencies) / wall)
+        print(f"round {r + 1} of {rounds} done, load average {os.getloadavg()[0]:.2f}", flush=True)
+    for count in (1, 8, 64):
+        print(f"{count:2d} clients, median req/s of {rounds} rounds: " + ", ".join(
+            f"{s.label} {np.median(rates[s.label, count]):.0f}" for s in servers), flush=True)
+    return {key: float(np.median(values)) for key, values in rates.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="a saved model (default: a KN trigram built on Brown train)")
-    ap.add_argument("--baseline-src", help="a src/ directory of the server to compare with (measured first)")
+    ap.add_argument("--baseline-src", action="append", default=[], metavar="[LABEL=]SRC",
+                    help="a src/ directory of a server to compare with, measured first (repeatable; label: 'before')")
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of each phase (default 8)")
     ap.add_argument("--requests", type=int, default=20000, help="requests per phase at most (default 20000)")
     ap.add_argument("--slow", type=int, default=300, help="slow clients (default 300)")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="first compare requests/s at 1, 8, 64 clients with the servers taking turns, this many rounds")
     ap.add_argument("--serve-args", default="", help="more options for the measured nnlm serve (e.g. '--workers 2')")
     args = ap.parse_args()
     corpus = load_corpus("brown")
@@ -242,21 +267,29 @@ def main() -> int:
 
             model = str(Path(tmp) / "kn3")
             build_ngram("kn", corpus, 3).save(Path(model))
-        servers = ([("before", args.baseline_src, [])] if args.baseline_src else []) + \
+        baselines = [b.split("=", 1) if "=" in b else ("before", b) for b in args.baseline_src]
+        servers = [(label, src, []) for label, src in baselines] + \
             [("uvicorn", here, args.serve_args.split())]
         rows: list[dict] = []
-        for label, src, extra in servers:
-            server = Server(label, model, src, extra)
-            try:
+        started = [Server(label, model, src, extra) for label, src, extra in servers]
+        try:
+            if args.rounds:
+                medians = asyncio.run(interleaved(started, texts, args.duration, args.rounds))
+                for label, _ in baselines:
+                    print(f"median requests/s, uvicorn at 64 clients / {label} at 8 clients: "
+                          f"{medians['uvicorn', 64] / medians[label, 8]:.2f}; at 64 / at 64: "
+                          f"{medians['uvicorn', 64] / medians[label, 64]:.2f}", flush=True)
+            for server in started:
                 rows += asyncio.run(measure(server, texts, args.duration, args.slow))
-            finally:
+        finally:
+            for server in started:
                 server.stop()
     rate = {(r["server"], r["phase"]): r["rps"] for r in rows if "rps" in r}
-    if args.baseline_src:
+    for label, _ in baselines:
         for phase in ("1 clients", "8 clients", "64 clients"):
-            print(f"requests/s ratio uvicorn / before, {phase}: {rate['uvicorn', phase] / rate['before', phase]:.2f}")
-        print(f"requests/s ratio uvicorn at 64 clients / before at 8 clients: "
-              f"{rate['uvicorn', '64 clients'] / rate['before', '8 clients']:.2f}")
+            print(f"requests/s ratio uvicorn / {label}, {phase}: {rate['uvicorn', phase] / rate[label, phase]:.2f}")
+        print(f"requests/s ratio uvicorn at 64 clients / {label} at 8 clients: "
+              f"{rate['uvicorn', '64 clients'] / rate[label, '8 clients']:.2f}")
     print(f"load average {os.getloadavg()[0]:.2f} at end", flush=True)
     return 0
 

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
+        import httptools  # noqa: F401
     except ImportError:
         raise NnlmError(INSTALL_HINT) from None
     from nnlm.serve.api import served_models

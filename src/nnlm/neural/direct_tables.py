@@ -63,7 +63,11 @@ def tables_pay(net, table_rows: int, tokens: int, device: torch.device) -> bool:
 
 
 def weights_version(net) -> tuple[int, ...]:
-    """Changes whenever a parameter is updated in place (what the tables were computed from)."""
+    """Changes whenever a parameter is updated in place (what the tables were computed from). Read at
+    every stateful step, so a net whose parameters are all its own (no submodules) skips
+    `parameters()`'s generator chain: the same parameters, in the same order."""
+    if not net._modules:
+        return tuple(p._version for p in net._parameters.values() if p is not None)
     return tuple(p._version for p in net.parameters())
 
 

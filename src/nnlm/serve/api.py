@@ -79,7 +79,9 @@ def run_batched(answer: Batched, cancel: Cancel) -> dict[str, Any]:
         call = next(answer)
         while True:
             future = call.served.batcher.submit(call.contexts, call.targets, cancel)
-            call = answer.send(call.served.batcher.wait(future, call.served.timeout))
+            result = call.served.batcher.wait(future, call.served.timeout)
+            cancel.check()  # the client left while the model worked: its answer is not built
+            call = answer.send(result)
     except StopIteration as done:
         return done.value
 
@@ -144,6 +146,14 @@ def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]
     return [[[model.vocab.tokens[i], float(row[i])] for i in ids] for row, ids in zip(dist, top, strict=True)]
 
 
+def known(model: LanguageModel, tokens: list[str], ids: np.ndarray) -> list[bool]:
+    """Whether each token is in the vocabulary: every id but `<unk>`'s, and `<unk>` itself where it was typed."""
+    found = ids != model.vocab.unk_id
+    for i in np.flatnonzero(~found):  # the unknown words only (few)
+        found[i] = tokens[i] in model.vocab
+    return found.tolist()
+
+
 def score(models: dict[str, Served], request: dict[str, Any]) -> Batched:
     """`text` scored as one stream: the total, and each token's log10 probability (and, with `top` > 0, the
     `top` most probable words at each position)."""
@@ -156,7 +166,8 @@ def score(models: dict[str, Served], request: dict[str, Any]) -> Batched:
     ids = np.asarray(model.vocab.encode(tokens), dtype=np.int64)
     ctx = _stream_contexts(model, ids)
     log10 = (yield ModelCall(served, ctx, ids)) * LOG10_E
-    words = [{"word": t, "log10": p, "known": t in model.vocab} for t, p in zip(tokens, log10.tolist(), strict=True)]
+    words = [{"word": t, "log10": p, "known": k} for t, p, k in zip(tokens, log10.tolist(), known(model, tokens, ids),
+                                                                    strict=True)]
     if k:
         for word, alternatives in zip(words, _top((yield ModelCall(served, ctx)), model, k), strict=True):
             word["top"] = alternatives

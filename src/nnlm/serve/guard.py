@@ -80,7 +80,9 @@ class Guard:
 
     def check_headers(self, scope: dict[str, Any]) -> None:
         hosts = header_values(scope, b"host")
-        if len(hosts) != 1 or not self.hosts.host_allowed(hosts[0]):
+        if len(hosts) > 1 or (not hosts and scope.get("http_version") == "1.1"):  # RFC 9112 3.2: 400
+            raise Refused(400, f"an HTTP/1.1 request must have one Host header, this one has {len(hosts)}")
+        if not hosts or not self.hosts.host_allowed(hosts[0]):
             shown = hosts[0] if hosts else "none"
             raise Refused(421, f"this server does not answer for Host {shown!r} (it answers "
                                f"{', '.join(sorted(self.hosts.allowed))}; nnlm serve --allow-host NAME adds one)")
@@ -96,7 +98,7 @@ class Guard:
             if len(kinds) != 1 or not is_json(kinds[0]):
                 shown = kinds[0] if kinds else "none"
                 raise Refused(415, f"a POST must be Content-Type: application/json, not {shown!r}")
-        if lengths and int(lengths[0]) > self.limits.max_body:  # h11 has checked it is digits, and one value
+        if lengths and int(lengths[0]) > self.limits.max_body:  # the parser has checked it is digits, and one value
             raise Refused(413, f"the request body has {int(lengths[0])} bytes, more than the {self.limits.max_body} "
                                "allowed")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_BODY = 1 << 20
-MAX_HEADER_BYTES = 16 * 1024      # request line + headers (h11 refuses more: 431)
+MAX_HEADER_BYTES = 16 * 1024      # request line + headers (more: 431, nnlm.serve.protocol)
 BACKLOG = 2048                    # connections the kernel queues before accept (capped by net.core.somaxconn)
 MAX_CONNECTIONS = 4096            # open connections; beyond, a new one gets 503 and is closed
 

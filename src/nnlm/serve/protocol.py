@@ -1,13 +1,15 @@
-"""uvicorn's h11 protocol with the bounds it lacks. h11 parses HTTP/1.1 strictly (one Content-Length,
-digits only; chunked framing checked; a body is never taken for a request), but uvicorn's protocol around
-it has no deadline for a request's headers (its keep-alive timer stops at the first byte, and every byte
-would restart it), answers a malformed request in plain text, and waits forever on a client that stops
-reading. This subclass adds:
+"""uvicorn's httptools protocol with the bounds it lacks. httptools wraps llhttp, Node's HTTP/1.1 parser, in
+C: it is strict (one Content-Length, digits only; Transfer-Encoding with Content-Length refused; chunk
+sizes, header names and values, CRLFs checked; a body is never taken for a request) and several times
+cheaper per request than a parser in Python (docs/serving.md). uvicorn's protocol around it has no
+deadline for a request's headers and no bound on their size, answers a malformed request in plain text,
+and waits forever on a client that stops reading. This subclass adds:
 
 - a header deadline: the request line and headers must be complete within `header_timeout` of the
   connection opening or of the previous answer, however the bytes trickle in (408 JSON, then closed);
-- a JSON 400 (or h11's own status, such as 431 for headers over 16 KB) for a request h11 refuses, with
-  h11's reason, and nothing logged: a client's malformed request is not the server's error;
+- a header size bound: request line and headers over MAX_HEADER_BYTES are refused (431);
+- a JSON 400 for a request llhttp refuses, with its reason, and nothing logged: a client's malformed
+  request is not the server's error; an Upgrade (websocket, h2c) or CONNECT request is refused the same way;
 - a write deadline: a client that stops reading its answer is dropped after `body_timeout`;
 - a connection cap: beyond `max_connections` open connections a new one gets 503 JSON and is closed;
 - a lingering close: a connection closed while the client may still be sending (a refused body) is
@@ -20,8 +22,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from nnlm.serve.limits import MAX_HEADER_BYTES, Limits
 from nnlm.serve.responses import raw_error
@@ -58,26 +60,14 @@ class LingeringTransport:
         self._loop.call_later(self._linger, self.raw.close)
 
 
-class _RecordingConnection(h11.Connection):
-    """h11's connection, remembering why it refused the last request (uvicorn's handler drops the reason)."""
-
-    refusal: h11.RemoteProtocolError | None = None
-
-    def next_event(self) -> Any:
-        try:
-            return super().next_event()
-        except h11.RemoteProtocolError as exc:
-            self.refusal = exc
-            raise
-
-
-class GuardedH11Protocol(H11Protocol):
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, limits: Limits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
-        self.conn = _RecordingConnection(h11.SERVER, MAX_HEADER_BYTES)
         self._header_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._head_bytes = 0        # bytes read since the last request ended, while its successor's head is due
+        self._in_head = True        # the next bytes are a request's line and headers (not a body)
 
     # -- the connection cap and the header deadline
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -96,7 +86,7 @@ class GuardedH11Protocol(H11Protocol):
         self._header_timer = None
         if self.transport.is_closing():
             return
-        if self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]:  # a request was under way
+        if self._in_head and self._head_bytes:  # a request was under way
             self._refuse(408, f"the request's headers did not arrive within {self.limits.header_timeout:g} s")
         else:  # an idle connection: closing it is all there is to do
             self.transport.close()
@@ -104,14 +94,31 @@ class GuardedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():  # lingering: what the client still sends is read and dropped (its
             return                       # end of input closes the connection: asyncio does on eof_received)
-        super().data_received(data)
+        self._unset_keepalive_if_required()
+        if self._in_head:  # llhttp holds no bound of its own: a header value may grow without end
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse_request(400, "the request is not served here: this server does not switch protocols "
+                                      "(Upgrade) or open tunnels (CONNECT)")
+            return
+        except httptools.HttpParserError as exc:
+            self._refuse_request(400, f"the request is not valid HTTP/1.1: {exc}")
+            return
+        if self._in_head and self._head_bytes > MAX_HEADER_BYTES:
+            self._refuse_request(431, f"the request line and headers are over {MAX_HEADER_BYTES} bytes")
 
-    def handle_events(self) -> None:
-        cycle = self.cycle
-        super().handle_events()
-        if self.cycle is not cycle:  # a new request's headers were parsed
-            self._cancel(self._header_timer)
-            self._header_timer = None
+    # -- the parser's callbacks: the head's deadline and size apply until its headers are complete
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._head_bytes = True, 0  # what comes next on this connection is a new request's head
+
+    def on_headers_complete(self) -> None:
+        self._in_head, self._head_bytes = False, 0
+        self._cancel(self._header_timer)
+        self._header_timer = None
+        super().on_headers_complete()
 
     def on_response_complete(self) -> None:
         self._arm_header_deadline()  # the next request's headers are due from now (a pipelined one cancels it)
@@ -119,17 +126,19 @@ class GuardedH11Protocol(H11Protocol):
 
     # -- protocol errors: JSON, no log line
     def send_400_response(self, msg: str) -> None:
-        refusal = self.conn.refusal
-        status = refusal.error_status_hint if refusal is not None else 400
-        reason = str(refusal) if refusal is not None else msg
+        self._refuse_request(400, msg)
+
+    def _refuse_request(self, status: int, message: str) -> None:
+        """Answer a request the parser refused, unless an answer to an earlier one is half written (then all
+        that is left is to close); the app's answer to this connection, if it is still working, goes nowhere."""
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
-            cycle.disconnected = True  # the app's answer, if it is still working, goes nowhere
+            cycle.disconnected = True
             cycle.message_event.set()
-            if cycle.response_started:  # an answer is half written: all that is left is to close
+            if cycle.response_started:
                 self.transport.close()
                 return
-        self._refuse(status, f"the request is not valid HTTP/1.1: {reason}")
+        self._refuse(status, message)
 
     def _refuse(self, status: int, message: str) -> None:
         if self.transport.is_closing():

@@ -1,4 +1,4 @@
-"""`nnlm serve`'s HTTP server: uvicorn (its h11 protocol, bounded by `nnlm.serve.protocol`) running the
+"""`nnlm serve`'s HTTP server: uvicorn (its httptools protocol, bounded by `nnlm.serve.protocol`) running the
 app of `nnlm.serve.app` on a socket this module binds itself, so that a taken port or an address that
 cannot be bound is one clear NnlmError before anything starts, and the listen queue is ours (2048).
 
@@ -20,9 +20,10 @@ from nnlm.serve.api import Served
 from nnlm.serve.app import WORKER_THREADS, build_app
 from nnlm.serve.hosts import HostRules
 from nnlm.serve.limits import Limits
-from nnlm.serve.protocol import GuardedH11Protocol
+from nnlm.serve.protocol import GuardedHttpToolsProtocol
 
 GRACEFUL_STOP = 5  # seconds requests under way get to finish when the server stops
+EVENT_LOOP = "auto"  # uvloop (the event loop in C) where installed (the serve extra, not on Windows), else asyncio
 
 
 class OneLine(logging.Formatter):
@@ -96,7 +97,8 @@ class ModelServer:
         quiet_logging()
         self.executor = ThreadPoolExecutor(WORKER_THREADS, thread_name_prefix="nnlm-serve")
         config = uvicorn.Config(build_app(models, self.limits, self.hosts, self.executor),
-                                http=partial(GuardedH11Protocol, limits=self.limits), ws="none", lifespan="off",
+                                http=partial(GuardedHttpToolsProtocol, limits=self.limits), loop=EVENT_LOOP,
+                                ws="none", lifespan="off",
                                 interface="asgi3", log_config=None, access_log=False, proxy_headers=False,
                                 server_header=False, backlog=self.limits.backlog,
                                 timeout_keep_alive=self.limits.keep_alive, timeout_graceful_shutdown=GRACEFUL_STOP)
