@@ -38,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     from nnlm.errors import NnlmError
 
     try:
+        import httptools  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
-        import httptools  # noqa: F401
     except ImportError:
         raise NnlmError(INSTALL_HINT) from None
     from nnlm.serve.api import served_models
