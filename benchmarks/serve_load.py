@@ -66,6 +66,11 @@ class Server:
         for raw in self.proc.stderr:
             self.stderr_lines.append(raw.decode(errors="replace").rstrip())
 
+    def cpu_seconds(self) -> float:
+        """The server process's CPU time so far (user + system, all its threads), from /proc."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -228,18 +233,24 @@ async def interleaved(servers: list[Server], texts: list[str], duration: float, 
     `rounds` rounds (the order reversed every other round), so that a load changing during the run falls on
     all of them alike: {(label, count): [req/s of each round]}."""
     rates: dict[tuple[str, int], list[float]] = {}
+    per_cpu: dict[tuple[str, int], list[float]] = {}
     for server in servers:
         await clients(server.port, [score_request(server.port, t) for t in texts[:50]], 1, duration / 2)  # warm-up
     for r in range(rounds):
         for count in (1, 8, 64):
             for server in (servers if r % 2 == 0 else servers[::-1]):
-                tally, wall = await clients(server.port, [score_request(server.port, t) for t in texts], count,
-                                            duration)
+                payloads = [score_request(server.port, t) for t in texts]
+                cpu = server.cpu_seconds()
+                tally, wall = await clients(server.port, payloads, count, duration)
+                cpu = server.cpu_seconds() - cpu
                 rates.setdefault((server.label, count), []).append(len(tally.latencies) / wall)
+                per_cpu.setdefault((server.label, count), []).append(len(tally.latencies) / max(cpu, 1e-9))
         print(f"round {r + 1} of {rounds} done, load average {os.getloadavg()[0]:.2f}", flush=True)
     for count in (1, 8, 64):
         print(f"{count:2d} clients, median req/s of {rounds} rounds: " + ", ".join(
-            f"{s.label} {np.median(rates[s.label, count]):.0f}" for s in servers), flush=True)
+            f"{s.label} {np.median(rates[s.label, count]):.0f}" for s in servers) +
+              "; per second of the server's CPU: " + ", ".join(
+            f"{s.label} {np.median(per_cpu[s.label, count]):.0f}" for s in servers), flush=True)
     return {key: float(np.median(values)) for key, values in rates.items()}
 
 
@@ -253,6 +264,7 @@ def main() -> int:
     ap.add_argument("--slow", type=int, default=300, help="slow clients (default 300)")
     ap.add_argument("--rounds", type=int, default=0,
                     help="first compare requests/s at 1, 8, 64 clients with the servers taking turns, this many rounds")
+    ap.add_argument("--rounds-only", action="store_true", help="stop after the rounds (no other phase)")
     ap.add_argument("--serve-args", default="", help="more options for the measured nnlm serve (e.g. '--workers 2')")
     args = ap.parse_args()
     corpus = load_corpus("brown")
@@ -279,13 +291,13 @@ def main() -> int:
                     print(f"median requests/s, uvicorn at 64 clients / {label} at 8 clients: "
                           f"{medians['uvicorn', 64] / medians[label, 8]:.2f}; at 64 / at 64: "
                           f"{medians['uvicorn', 64] / medians[label, 64]:.2f}", flush=True)
-            for server in started:
+            for server in ([] if args.rounds_only else started):
                 rows += asyncio.run(measure(server, texts, args.duration, args.slow))
         finally:
             for server in started:
                 server.stop()
     rate = {(r["server"], r["phase"]): r["rps"] for r in rows if "rps" in r}
-    for label, _ in baselines:
+    for label, _ in ([] if args.rounds_only else baselines):
         for phase in ("1 clients", "8 clients", "64 clients"):
             print(f"requests/s ratio uvicorn / {label}, {phase}: {rate['uvicorn', phase] / rate[label, phase]:.2f}")
         print(f"requests/s ratio uvicorn at 64 clients / {label} at 8 clients: "

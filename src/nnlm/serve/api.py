@@ -130,12 +130,15 @@ def _history(text: str, key: str) -> list[str]:
 
 def _stream_contexts(model: LanguageModel, ids: np.ndarray) -> np.ndarray:
     """Context rows [len(ids), order-1] of `ids` read as one stream from the start of a text (start tokens
-    before it): row i is ids[i-k .. i-1]. A view of one padded array (the batcher copies it)."""
+    before it): row i is ids[i-k .. i-1]. (Index arithmetic: numpy's sliding_window_view costs more than
+    the whole model call for a sentence.)"""
     k = model.context_size
     if k == 0:
         return np.zeros((len(ids), 0), dtype=np.int64)
-    padded = np.concatenate((np.full(k, model.vocab.id(start_token(model.vocab)), dtype=np.int64), ids))
-    return np.lib.stride_tricks.sliding_window_view(padded, k)[:len(ids)]
+    padded = np.empty(len(ids) + k, dtype=np.int64)
+    padded[:k] = model.vocab.id(start_token(model.vocab))
+    padded[k:] = ids
+    return padded[np.arange(len(ids))[:, None] + np.arange(k)]
 
 
 def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]]:
