@@ -43,20 +43,28 @@ class Served:
                 "vocabulary": len(self.model.vocab), "features": isinstance(self.model, HasWordFeatures)}
 
 
-def served_models(paths: list[str], timeout: float) -> dict[str, Served]:
+def load_models(paths: list[str]) -> dict[str, LanguageModel]:
     """Load each model; its name is the path's last part (made unique with -2, -3, ...)."""
     from nnlm.loading import load
 
-    out: dict[str, Served] = {}
+    out: dict[str, LanguageModel] = {}
     for path in paths:
         base = Path(path).name or path
         name, n = base, 1
         while name in out:
             n += 1
             name = f"{base}-{n}"
-        model = load(path)
-        out[name] = Served(name, model, Batcher(model), timeout)
+        out[name] = load(path)
     return out
+
+
+def serve_loaded(models: dict[str, LanguageModel], timeout: float) -> dict[str, Served]:
+    """The loaded models, each with its batcher (a thread: made in the process that serves)."""
+    return {name: Served(name, model, Batcher(model), timeout) for name, model in models.items()}
+
+
+def served_models(paths: list[str], timeout: float) -> dict[str, Served]:
+    return serve_loaded(load_models(paths), timeout)
 
 
 @dataclass

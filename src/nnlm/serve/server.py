@@ -107,8 +107,12 @@ class ModelServer:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        return self.url_of(self.host, self.port)
+
+    @staticmethod
+    def url_of(host: str, port: int) -> str:
+        shown = "127.0.0.1" if host in ("", "0.0.0.0") else f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}/"
 
     def serve_forever(self) -> None:
         """Answer until SIGINT / SIGTERM (uvicorn stops gracefully on either); then release everything."""
