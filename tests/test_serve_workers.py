@@ -36,9 +36,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def started(kn3, tmp_path: Path, workers: int = 2):
+def started(model: Path, tmp_path: Path, workers: int = 2):
     log = tmp_path / "stderr.txt"
-    proc = start([str(kn3), "--port", "0", "--threads", "1", "--workers", str(workers)], log)
+    proc = start([str(model), "--port", "0", "--threads", "1", "--workers", str(workers)], log)
     deadline = time.monotonic() + 60
     while "http://127.0.0.1:" not in log.read_text() or len(children_of(proc.pid)) < workers:
         if proc.poll() is not None or time.monotonic() > deadline:
