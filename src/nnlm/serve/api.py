@@ -20,7 +20,7 @@ from nnlm.data.tokenize import text_tokens
 from nnlm.data.vocab import start_token
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
-from nnlm.serve.batcher import Batcher, Cancel
+from nnlm.serve.batcher import Batcher, Cancel, InlineBatcher, batcher_for
 from nnlm.use import LOG10_E, sample
 
 MAX_TOKENS = 20_000          # tokens of any text field (scored text, history, prompt) per request
@@ -35,7 +35,7 @@ class Served:
 
     name: str
     model: LanguageModel
-    batcher: Batcher
+    batcher: Batcher | InlineBatcher
     timeout: float
 
     def describe(self) -> dict[str, Any]:
@@ -60,7 +60,7 @@ def load_models(paths: list[str]) -> dict[str, LanguageModel]:
 
 def serve_loaded(models: dict[str, LanguageModel], timeout: float) -> dict[str, Served]:
     """The loaded models, each with its batcher (a thread: made in the process that serves)."""
-    return {name: Served(name, model, Batcher(model), timeout) for name, model in models.items()}
+    return {name: Served(name, model, batcher_for(model), timeout) for name, model in models.items()}
 
 
 def served_models(paths: list[str], timeout: float) -> dict[str, Served]:

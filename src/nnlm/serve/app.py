@@ -67,9 +67,9 @@ async def run_on_loop(answer: Batched, cancel: Cancel) -> dict[str, Any]:
     try:
         call = next(answer)
         while True:
-            future = call.served.batcher.submit(call.contexts, call.targets, cancel)
             # a timeout or a cancellation of this task cancels the batcher's job too
-            call = answer.send(await asyncio.wait_for(asyncio.wrap_future(future), call.served.timeout))
+            call = answer.send(await call.served.batcher.answer(call.contexts, call.targets, cancel,
+                                                                call.served.timeout))
     except StopIteration as done:
         return done.value
 

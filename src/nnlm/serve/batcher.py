@@ -6,11 +6,18 @@ clients share it instead of queueing for the model one by one.
 A client that leaves takes its work with it: each request's jobs are registered with its `Cancel`, the
 server cancels that when the client disconnects, and the worker skips a cancelled job instead of
 computing an answer no one will read (100 abandoned 20k-token requests would otherwise hold up every
-request queued behind them)."""
+request queued behind them).
+
+A fast model (an n-gram model answers a sentence in microseconds) is served by an InlineBatcher instead:
+the jobs of one turn of the server's event loop are merged and computed on the loop itself. Handing a job
+to a thread and its answer back (a queue, a condition, a wake-up of the loop, the GIL passed twice) costs
+such a model more CPU than its answer (docs/serving.md)."""
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
+import time
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 
@@ -20,6 +27,8 @@ from nnlm.lm import LanguageModel
 
 MAX_BATCH_ROWS = 1 << 14
 DISTRIBUTION_ROW_COST = 64  # a distribution row is |V| floats: a batch holds MAX_BATCH_ROWS / 64 of them
+FAST_CALL = 1e-3  # seconds: a model scoring PROBE_ROWS rows within this is served on the event loop
+PROBE_ROWS = 64
 
 
 class Cancel:
@@ -83,6 +92,12 @@ class Batcher:
             cancel.watch(job.result)
         self.jobs.put(job)
         return job.result
+
+    async def answer(self, contexts: np.ndarray, targets: np.ndarray | None, cancel: Cancel | None,
+                     timeout: float) -> np.ndarray:
+        """The job's answer, awaited on an event loop (a timeout or a cancellation of the awaiting task
+        cancels the job too)."""
+        return await asyncio.wait_for(asyncio.wrap_future(self.submit(contexts, targets, cancel)), timeout)
 
     @staticmethod
     def wait(future: Future, timeout: float) -> np.ndarray:
@@ -149,3 +164,96 @@ class Batcher:
         for job in group:
             job.result.set_result(out[at:at + len(job.contexts)])
             at += len(job.contexts)
+
+
+class InlineBatcher:
+    """A fast model's jobs, merged per turn of the event loop and computed on it (the interface of
+    Batcher). Jobs from other threads (the server's large requests) are passed to the loop, so the
+    model is still called from one thread at a time; without a running server they are computed at once."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        self.model = model
+        self.batches = 0
+        self.dropped = 0
+        self._pending: list[tuple[Job, asyncio.Future]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    async def answer(self, contexts: np.ndarray, targets: np.ndarray | None, cancel: Cancel | None,
+                     timeout: float | None = None) -> np.ndarray:
+        loop = self._loop = asyncio.get_running_loop()
+        job = Job(contexts, targets)
+        if cancel is not None:
+            cancel.watch(job.result)
+        waiter = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)  # after the requests this turn of the loop has read
+        self._pending.append((job, waiter))
+        return await waiter  # a cancelled request cancels `waiter`: the flush skips it
+
+    def submit(self, contexts: np.ndarray, targets: np.ndarray | None, cancel: Cancel | None = None) -> Future:
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            return asyncio.run_coroutine_threadsafe(self.answer(contexts, targets, cancel), loop)
+        done: Future = Future()
+        if cancel is not None:
+            cancel.watch(done)
+        with self._lock:
+            done.set_result(self._compute(contexts, targets))
+        return done
+
+    wait = staticmethod(Batcher.wait)
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray, timeout: float,
+                 cancel: Cancel | None = None) -> np.ndarray:
+        return self.wait(self.submit(contexts, targets, cancel), timeout)
+
+    def distribution(self, contexts: np.ndarray, timeout: float, cancel: Cancel | None = None) -> np.ndarray:
+        return self.wait(self.submit(contexts, None, cancel), timeout)
+
+    def close(self) -> None:
+        pass
+
+    def _compute(self, contexts: np.ndarray, targets: np.ndarray | None) -> np.ndarray:
+        self.batches += 1
+        return self.model.log_prob(contexts, targets) if targets is not None else self.model.distribution(contexts)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        live = [(job, waiter) for job, waiter in pending
+                if not waiter.done() and job.result.set_running_or_notify_cancel()]
+        self.dropped += len(pending) - len(live)
+        for wants_targets in (True, False):
+            group = [(job, waiter) for job, waiter in live if (job.targets is not None) == wants_targets]
+            if not group:
+                continue
+            try:
+                ctx = np.concatenate([job.contexts for job, _ in group])
+                out = self._compute(ctx, np.concatenate([job.targets for job, _ in group]) if wants_targets else None)
+            except Exception as exc:  # every waiting client hears of it
+                for job, waiter in group:
+                    job.result.set_exception(exc)
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+                continue
+            at = 0
+            for job, waiter in group:
+                part = out[at:at + len(job.contexts)]
+                at += len(job.contexts)
+                job.result.set_result(part)
+                if not waiter.done():
+                    waiter.set_result(part)
+
+
+def batcher_for(model: LanguageModel) -> Batcher | InlineBatcher:
+    """An InlineBatcher for a model that scores PROBE_ROWS rows within FAST_CALL (the best of three calls
+    after a first, which also compiles what the model compiles on first use), else a Batcher's thread."""
+    contexts = np.zeros((PROBE_ROWS, model.context_size), dtype=np.int64)
+    targets = np.arange(PROBE_ROWS, dtype=np.int64) % len(model.vocab)
+    model.log_prob(contexts, targets)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        model.log_prob(contexts, targets)
+        best = min(best, time.perf_counter() - started)
+    return InlineBatcher(model) if best <= FAST_CALL else Batcher(model)
