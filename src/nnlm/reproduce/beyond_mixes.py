@@ -24,13 +24,6 @@ SPLITS = ("valid", "test")
 NGRAM_KINDS = {"kn5": ("kn", 5, None), "class500-3": ("class", 3, 500), "interpolated": ("interpolated", 3, None)}
 
 
-def ngram_command(part: str) -> str:
-    """The `nnlm ngram` that saves a Table 1 n-gram part where the mix commands read it."""
-    kind, n, classes = NGRAM_KINDS[part]
-    return (f"nnlm ngram --kind {kind} --order {n}" + (f" --classes {classes}" if classes else "")
-            + f" --save ngrams/{part}")
-
-
 def part_path(part: str) -> str:
     return f"ngrams/{part}" if part in NGRAM_PARTS else f"runs/{part}"
 

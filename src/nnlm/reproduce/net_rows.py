@@ -30,7 +30,7 @@ def run_dir(job: Job, net: str) -> Path:
 
 def net_parameters(job: Job, net: str) -> int:
     """Known from the architecture, trained or not."""
-    from nnlm.neural.train import model_config
+    from nnlm.neural.run_config import model_config
 
     return model_config({"preset": net} | job.shapes.get(net, {}), len(job.corpus.vocab)).parameter_count()
 
