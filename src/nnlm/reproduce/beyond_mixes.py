@@ -18,7 +18,7 @@ from nnlm.reproduce.beyond_rows import NGRAM_PARTS, MixRow, row_key
 from nnlm.reproduce.results import RowResult
 
 if TYPE_CHECKING:
-    from nnlm.reproduce.beyond import Section
+    from nnlm.reproduce.section import Section
 
 SPLITS = ("valid", "test")
 NGRAM_KINDS = {"kn5": ("kn", 5, None), "class500-3": ("class", 3, 500), "interpolated": ("interpolated", 3, None)}
