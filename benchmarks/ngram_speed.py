@@ -16,7 +16,8 @@ from collections import Counter, defaultdict
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import perplexity
-from nnlm.ngram.kneser_ney import FALLBACK_DISCOUNTS, KneserNeyModel
+from nnlm.ngram.kn_discounts import FALLBACK_DISCOUNTS
+from nnlm.ngram.kneser_ney import KneserNeyModel
 
 
 def plain_kn_test_perplexity(train: list[int], stream: list[int], start: int, stop: int,

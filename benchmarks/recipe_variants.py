@@ -15,13 +15,14 @@ from pathlib import Path
 
 from nnlm.errors import NnlmError
 from nnlm.neural import train as tr
+from nnlm.neural.recipes import RECIPES, Recipe
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("fields", nargs="*", help="recipe fields, e.g. lr=0.002 weight_decay=0.2 dropout_x=0.05")
-    ap.add_argument("--base", default="modern", choices=sorted(tr.RECIPES))
+    ap.add_argument("--base", default="modern", choices=sorted(RECIPES))
     ap.add_argument("--preset", default="mlp1")
     ap.add_argument("--loss", default="sampled")
     ap.add_argument("--corpus", default="brown")
@@ -30,7 +31,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_intermixed_args()
-    types = {f.name: f.type for f in dataclasses.fields(tr.Recipe)}
+    types = {f.name: f.type for f in dataclasses.fields(Recipe)}
     changes = {}
     for item in args.fields:
         key, _, value = item.partition("=")
@@ -39,7 +40,7 @@ def main() -> None:
         changes[key] = value if types[key] in ("str", str) else (value == "1" if types[key] in ("bool", bool)
                                                                 else float(value))
     name = f"variant-{args.out.name}"
-    tr.RECIPES[name] = dataclasses.replace(tr.RECIPES[args.base], name=name, **changes)
+    RECIPES[name] = dataclasses.replace(RECIPES[args.base], name=name, **changes)
     requested = {"corpus": args.corpus, "preset": args.preset, "loss": args.loss, "recipe": name, "seed": args.seed,
                  "patience": args.patience, "epochs": args.epochs, "threads": args.threads}
     resume = (args.out / "run.json").exists()

@@ -26,7 +26,12 @@ import torch
 
 from nnlm.data.corpus import load_corpus
 from nnlm.neural import train as tr
+from nnlm.neural.batches import batch_loss
+from nnlm.neural.config import RUN_DEFAULTS
 from nnlm.neural.model import NPLM
+from nnlm.neural.pipeline import build_optimizer
+from nnlm.neural.recipes import RECIPES
+from nnlm.neural.run_config import bf16_is_fast, model_config
 from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
 
 
@@ -35,11 +40,11 @@ class Stepper:
 
     def __init__(self, corpus, run: dict) -> None:
         torch.manual_seed(0)
-        config = tr.model_config(run, len(corpus.vocab))
-        recipe = tr.RECIPES[run["recipe"]]
+        config = model_config(run, len(corpus.vocab))
+        recipe = RECIPES[run["recipe"]]
         self.net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
         if run["loss"] == "full":
-            self.loss, self.optimizer = tr.batch_loss, tr.build_optimizer(self.net, recipe, recipe.lr)
+            self.loss, self.optimizer = batch_loss, build_optimizer(self.net, recipe, recipe.lr)
         else:
             self.loss = SampledLoss(run["loss"], proposal(corpus.train, len(corpus.vocab)), run["samples"])
             self.optimizer = RowAdam(self.net, self.loss, recipe.lr, recipe.weight_decay)
@@ -103,9 +108,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     corpus = load_corpus(args.corpus)
     losses = [s for s in args.losses.split(",") if s]
-    base = tr.RUN_DEFAULTS | {"corpus": args.corpus, "preset": args.preset, "batch_size": args.batch_size,
+    base = RUN_DEFAULTS | {"corpus": args.corpus, "preset": args.preset, "batch_size": args.batch_size,
                               "recipe": "modern"}  # the same recipe for every loss: a step-time comparison
-    base["bf16"] = tr.RECIPES[base["recipe"]].bf16 and tr.bf16_is_fast(torch.device("cpu"))
+    base["bf16"] = RECIPES[base["recipe"]].bf16 and bf16_is_fast(torch.device("cpu"))
     n_batches = math.ceil(len(corpus.train) / args.batch_size)
     print(f"{args.preset} on {corpus.name} (|V| = {len(corpus.vocab):,}), batch {args.batch_size}, "
           f"K = {args.samples}, {args.threads} thread(s), bf16 (full softmax) {base['bf16']}")

@@ -27,11 +27,12 @@ import torch
 
 from nnlm import threads
 from nnlm.data.corpus import load_corpus
-from nnlm.data.vocab import PARAGRAPH
+from nnlm.data.tokenize import tokens_to_score
+from nnlm.data.vocab import PARAGRAPH, start_token
 from nnlm.lm import contexts
 from nnlm.neural.model import NPLM, NeuralLM
 from nnlm.neural.presets import preset
-from nnlm.use import line_tokens, score_lines, start_token
+from nnlm.use import score_lines
 
 
 def brown_lines(tokens: int) -> tuple[list[str], NeuralLM]:
@@ -59,7 +60,7 @@ def reference_score(model: NeuralLM, lines: list[str], max_tokens: int) -> tuple
     history = [vocab.id(start_token(vocab))] * k
     done, total = 0, 0.0
     for line in lines:
-        for w in line_tokens(line):
+        for w in tokens_to_score(line):
             target = vocab.id(w)
             y = net(torch.tensor([history[-k:]]))[0]
             total += float(torch.log_softmax(y, dim=0)[target])

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from helpers import tiny_nplm
 
 from nnlm.lm import contexts as lm_contexts
-from nnlm.neural import train as tr
+from nnlm.neural.batches import epoch_batches, padded_stream
 from nnlm.neural.optim import Adam
 from nnlm.neural.softmax_loss import softmax_cross_entropy
 
@@ -144,13 +144,13 @@ def test_adam_uses_moment_tensors_handed_to_it():
 def test_epoch_batches_visit_every_position_once_with_its_context():
     ids = np.arange(3, 40, dtype=np.int32)
     k, pad = 2, 1
-    padded = tr.padded_stream(ids, k, pad, torch.device("cpu"))
-    batches = list(tr.epoch_batches(padded, k, batch=8, seed=0, epoch=3))
+    padded = padded_stream(ids, k, pad, torch.device("cpu"))
+    batches = list(epoch_batches(padded, k, batch=8, seed=0, epoch=3))
     assert [len(t) for _, t in batches] == [8, 8, 8, 8, 5]
     ctx = torch.cat([c for c, _ in batches]).numpy()
     targets = torch.cat([t for _, t in batches]).numpy()
     assert sorted(targets) == list(ids)
     positions = targets - 3  # ids are their position + 3
     np.testing.assert_array_equal(ctx, lm_contexts(ids.astype(np.int64), positions, k, pad))
-    later = list(tr.epoch_batches(padded, k, batch=8, seed=0, epoch=3, first=3))
+    later = list(epoch_batches(padded, k, batch=8, seed=0, epoch=3, first=3))
     assert all(torch.equal(a[1], b[1]) for a, b in zip(batches[3:], later, strict=True))

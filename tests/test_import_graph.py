@@ -34,11 +34,12 @@ def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return out
 
 
-def nnlm_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The nnlm modules `name` imports anywhere in its body (`from pkg import sub` counts as pkg.sub)."""
+def nnlm_imports(name: str, path: Path, modules: dict[str, Path], nodes=runtime_nodes) -> set[str]:
+    """The nnlm modules `name` imports anywhere in its body (`from pkg import sub` counts as pkg.sub); `nodes`
+    picks the nodes that count (`ast.walk`: type-only imports too)."""
     is_package = path.name == "__init__.py"
     found = set()
-    for node in runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from nnlm.errors import NnlmError
 from nnlm.lm import contexts, perplexity
 from nnlm.ngram.build import build_ngram, load_ngram, save_ngram
-from nnlm.ngram.kneser_ney import FALLBACK_DISCOUNTS, KneserNeyModel, discounts_from, fit_kneser_ney
+from nnlm.ngram.kn_discounts import FALLBACK_DISCOUNTS, discounts_from
+from nnlm.ngram.kneser_ney import KneserNeyModel, fit_kneser_ney
 
 VOCAB = 12  # ids 10 and 11 never occur in the synthetic stream
 

@@ -29,7 +29,7 @@ def corpus(random_corpus) -> Corpus:
 
 @pytest.mark.parametrize("kind,order", [("kn", 3), ("kn", 5), ("interpolated", 3), ("addone", 2), ("class", 3)])
 def test_word_by_word_equals_batch(corpus, kind, order):
-    from nnlm.use import stream_log_probs
+    from nnlm.lm import stream_log_probs
 
     model = build_ngram(kind, corpus, order, **({"classes": 8} if kind == "class" else {}))
     ids = corpus.split("test")[:200].astype(np.int64)
@@ -82,7 +82,7 @@ def _arpa_model(corpus, tmp_path, order):
 
 @pytest.mark.parametrize("order", [2, 5])
 def test_arpa_model_word_by_word_equals_batch(corpus, tmp_path, order):
-    from nnlm.use import stream_log_probs
+    from nnlm.lm import stream_log_probs
 
     model = _arpa_model(corpus, tmp_path, order)
     assert model.tables.query_engine() is not None
@@ -94,7 +94,7 @@ def test_arpa_model_word_by_word_equals_batch(corpus, tmp_path, order):
 def test_beam_rows_taken_and_joined_keep_their_state(corpus, kind, order):
     """Two texts in a beam, rows swapped, copied and joined midway (take / concat carry `extra`), and a
     state begun after a history: each row still scores as its own text does in one batch."""
-    from nnlm.use import stream_log_probs
+    from nnlm.lm import stream_log_probs
 
     model = build_ngram(kind, corpus, order, **({"classes": 8} if kind == "class" else {}))
     a = corpus.split("test")[:60].astype(np.int64)

@@ -19,9 +19,12 @@ from nnlm.cli import main
 from nnlm.errors import NnlmError
 from nnlm.neural import pipeline  # (where a run gets its default batch loss)
 from nnlm.neural import train as tr
+from nnlm.neural.batches import batch_loss
 from nnlm.neural.checkpoint import load_neural
 from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.optim import PaperSGD
+from nnlm.neural.recipes import RECIPES
+from nnlm.neural.trainer import Clock, TrainingDiverged
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
@@ -45,7 +48,7 @@ def test_paper_minibatch_step_is_b_online_updates_at_the_batch_start():
     before = {k: v.clone() for k, v in net.state_dict().items()}
     ctx = torch.randint(0, 9, (4, 2))
     tgt = torch.randint(0, 9, (4,))
-    recipe = tr.RECIPES["paper"]
+    recipe = RECIPES["paper"]
     lr, seen = 0.05, 10_000_000  # eps_t = lr / (1 + r t) = lr / 1.1
     eps = lr / (1 + recipe.lr_decay * seen)
 
@@ -137,7 +140,7 @@ def test_a_run_directory_holds_model_metrics_and_curve(rand_dir, tmp_path, capsy
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_best_model(random_corpus, rand_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
     batches = math.ceil(len(random_corpus.train) / TINY["batch_size"])
-    real, calls = tr.batch_loss, {"n": 0}
+    real, calls = batch_loss, {"n": 0}
 
     def nan_after_two_epochs(net, contexts, targets, bf16):
         calls["n"] += 1
@@ -145,12 +148,12 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_best_model(random_cor
         return loss * float("nan") if calls["n"] > 2 * batches + 5 else loss
 
     monkeypatch.setattr(pipeline, "batch_loss", nan_after_two_epochs)
-    with pytest.raises(tr.TrainingDiverged, match=r"loss became NaN.*best model \(epoch 2.*intact"):
+    with pytest.raises(TrainingDiverged, match=r"loss became NaN.*best model \(epoch 2.*intact"):
         run_train(out, rand_dir, epochs=5)
     saved = load_file(str(out / "model.safetensors"))
     assert all(torch.isfinite(t).all() for t in saved.values())
     assert json.loads((out / "state.json").read_text())["best"]["epoch"] == 2
-    assert isinstance(tr.TrainingDiverged("x"), NnlmError)  # the CLI prints it on one line, exit 2
+    assert isinstance(TrainingDiverged("x"), NnlmError)  # the CLI prints it on one line, exit 2
 
 
 def test_early_stopping_keeps_the_best_epoch(rand_dir, tmp_path, monkeypatch):
@@ -263,12 +266,12 @@ def test_a_budget_used_up_while_scoring_an_epoch_ends_the_run_there(rand_dir, tm
         return real(lm, corpus, split)
 
     monkeypatch.setattr(tr, "perplexity", scoring_uses_the_budget)
-    monkeypatch.setattr(tr.Clock, "out_of_time", lambda clock: used["up"])
+    monkeypatch.setattr(Clock, "out_of_time", lambda clock: used["up"])
     state = run_train(out, rand_dir, epochs=3, time_budget=60)
     assert (state["epoch"], state["batch"]) == (1, 0) and "time budget" in state["stop_reason"]
     assert [h["epoch"] for h in state["history"]] == [1] and not state["finished"]
     used["up"] = False
-    monkeypatch.setattr(tr.Clock, "out_of_time", lambda clock: False)
+    monkeypatch.setattr(Clock, "out_of_time", lambda clock: False)
     again = run_train(out, rand_dir, resume=True, epochs=3, time_budget=60)
     assert [h["epoch"] for h in again["history"]] == [1, 2, 3]
 

@@ -9,10 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
+from nnlm.lm import LOG10_E
 from nnlm.loading import load
 from nnlm.serve.api import served_models
 from nnlm.serve.server import ModelServer
-from nnlm.use import LOG10_E, next_words, score_words
+from nnlm.use import next_words, score_words
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 CHROMEDRIVER = shutil.which("chromedriver")

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from nnlm.errors import NnlmError
 from nnlm.neural import distributed as dd
 from nnlm.neural import train as tr
+from nnlm.neural.batches import batch_loss
 from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.parallel import ShardLoss, train_parallel
 from nnlm.neural.softmax_loss import softmax_cross_entropy
@@ -198,7 +199,7 @@ def test_a_ddp_shard_without_rows_contributes_zero_to_every_gradient():
     """More ranks than rows in a batch's last shard: the empty shard still gives DDP a gradient for
     every parameter (zeros), so its all-reduce matches the other ranks'."""
     net = NPLM(ModelConfig(vocab_size=11, order=3, hidden=4, features=2))
-    loss = ShardLoss(net, tr.batch_loss)(torch.zeros((0, 2), dtype=torch.long), torch.zeros(0, dtype=torch.long),
+    loss = ShardLoss(net, batch_loss)(torch.zeros((0, 2), dtype=torch.long), torch.zeros(0, dtype=torch.long),
                                           True)
     loss.backward()
     assert float(loss.detach()) == 0.0

@@ -16,6 +16,7 @@ from nnlm.cli import main
 from nnlm.data import load_corpus
 from nnlm.data.synthetic import ClassSource, known_class_perplexity, read_source, write_corpus
 from nnlm.neural import train as tr
+from nnlm.neural.recipes import RECIPES, REFERENCE_PARAMETERS_PER_TOKEN, run_recipe
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
 
@@ -34,10 +35,10 @@ def train(out: Path, corpus: Path | None, resume: bool = False, **options) -> di
 def test_run_json_stores_every_recipe_field_scaled_to_the_net(gen_dir, tmp_path):
     train(tmp_path / "run", gen_dir, epochs=1)
     run = json.loads((tmp_path / "run" / "run.json").read_text())
-    recipe = tr.RECIPES["adaptive"]
+    recipe = RECIPES["adaptive"]
     assert run["recipe"] == "adaptive"
     corpus = load_corpus(str(gen_dir), use_cache=False)
-    ratio = run_params(run) / len(corpus.train) / tr.REFERENCE_PARAMETERS_PER_TOKEN
+    ratio = run_params(run) / len(corpus.train) / REFERENCE_PARAMETERS_PER_TOKEN
     assert 0 < ratio < 1  # a tiny net: less regularisation than Brown MLP1's
     assert run["weight_decay"] == round(recipe.weight_decay * ratio, 6)
     assert run["dropout"] == round(recipe.dropout_x * ratio, 6)
@@ -48,7 +49,7 @@ def test_run_json_stores_every_recipe_field_scaled_to_the_net(gen_dir, tmp_path)
     train(tmp_path / "given", gen_dir, epochs=1, weight_decay=0.3, dropout=0.1, lr_schedule="epoch", lr_factor=0.9)
     given = json.loads((tmp_path / "given" / "run.json").read_text())
     assert [given[k] for k in ("weight_decay", "dropout", "lr_schedule", "lr_factor")] == [0.3, 0.1, "epoch", 0.9]
-    assert tr.run_recipe(given).dropout_h == 0.1
+    assert run_recipe(given).dropout_h == 0.1
 
 
 def run_params(run: dict) -> int:
@@ -60,7 +61,7 @@ def run_params(run: dict) -> int:
 def test_resume_trains_with_the_stored_values_not_todays_defaults(gen_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
     train(out, gen_dir, epochs=1, lr_schedule="constant")
-    monkeypatch.setitem(tr.RECIPES, "adaptive", dataclasses.replace(tr.RECIPES["adaptive"], lr=0.5))
+    monkeypatch.setitem(RECIPES, "adaptive", dataclasses.replace(RECIPES["adaptive"], lr=0.5))
     state = train(out, None, resume=True, epochs=2)
     assert [h["lr"] for h in state["history"]] == [0.002, 0.002]
 
@@ -228,7 +229,7 @@ def test_the_large_presets_train_with_their_own_recipe(random_corpus, tmp_path):
     assert default_recipe("sampled", "deep-context") == default_recipe("nce", "Wide-Context") == "sampled-large"
     assert default_recipe("sampled", "mlp1") == default_recipe("sampled") == "sampled"
     assert default_recipe("full", "deep-context") == "adaptive"
-    large, sampled = tr.RECIPES["sampled-large"], tr.RECIPES["sampled"]
+    large, sampled = RECIPES["sampled-large"], RECIPES["sampled"]
     assert large.lr_factor < sampled.lr_factor and dataclasses.replace(large, name="sampled", lr_factor=0.7) == sampled
     out = tmp_path / "deep"
     tr.train(out, {"corpus": str(tmp_path / "rand"), "preset": "deep-context", "loss": "sampled", "samples": 20,

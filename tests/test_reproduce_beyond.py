@@ -26,6 +26,7 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
     from nnlm.lm import contexts
     from nnlm.reproduce.beyond_mixes import load_mixture
     from nnlm.reproduce.job import Job
+    from nnlm.reproduce.section import Section
 
     monkeypatch.setattr(beyond, "BEYOND_ROWS", ROWS)
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
@@ -55,8 +56,8 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
     assert "`nnlm mix runs/mlp7-seed0 runs/mlp7-seed1 ngrams/kn5 ngrams/interpolated --weights em-buckets`" in text
 
     # the ensemble and the bucketed mix, rebuilt from results.json, are distributions over the vocabulary
-    section = beyond.Section(Job(corpus_dir, out, None, ["mlp7"], "x", log=lambda s: None, progress=False,
-                                 threads=1), None, ROWS)
+    section = Section(Job(corpus_dir, out, None, ["mlp7"], "x", log=lambda s: None, progress=False,
+                          threads=1), None, ROWS)
     for mix in (ROWS[2], ROWS[4]):
         model = load_mixture(section, mix)
         ctx = contexts(random_corpus.stream(), np.arange(8, 16), model.context_size, random_corpus.pad_id)

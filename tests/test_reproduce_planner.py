@@ -98,13 +98,14 @@ def test_a_grant_of_whole_epochs_ends_the_run_at_an_epoch_not_mid_epoch(tmp_path
     """A run cut mid-epoch validates the part epoch too; whole epochs avoid paying that validation."""
     from types import SimpleNamespace
 
-    from nnlm.reproduce.net_rows import session_limits
+    from nnlm.reproduce.net_run import NetRun, limits
     from nnlm.reproduce.planner import Grant
 
-    job = SimpleNamespace(out=tmp_path, options={}, rates={"mlp1": Rates(1000, 100)}, net_options=lambda net: {},
+    job = SimpleNamespace(out=tmp_path, rates={"mlp1": Rates(1000, 100)},
                           corpus=SimpleNamespace(train=[0] * 1000, valid=[0] * 100))  # epoch: 1.15 s + 1.15 s
-    assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 7.0, 0.0, "")) == {"epochs": 3, "time_budget": 0.15}
-    assert session_limits(job, "mlp1", Grant("mlp1", "shortened", 1.5, 0.0, "")) == {"time_budget": 0.02}
+    run = NetRun("mlp1", "mlp1", "sampled", {}, rates_key="mlp1")
+    assert limits(job, run, Grant("mlp1", "shortened", 7.0, 0.0, "")) == {"epochs": 3, "time_budget": 0.15}
+    assert limits(job, run, Grant("mlp1", "shortened", 1.5, 0.0, "")) == {"time_budget": 0.02}
 
 
 def test_a_clustering_may_overrun_its_estimate_with_what_the_later_rows_can_spare():
@@ -152,7 +153,7 @@ def test_the_train_split_is_planned_at_the_speed_the_runs_validation_scored(tmp_
     from nnlm.reproduce.net_rows import run_dir, train_scoring_rate
 
     job = SimpleNamespace(out=tmp_path, options={}, rates={"apnews": Rates(train=1000, score=100)},
-                          net_options=lambda net: {},
+                          net_options=lambda net: {}, shapes={}, loss="sampled", vocabulary_options=lambda: {},
                           corpus=SimpleNamespace(valid=[0] * 500))
     assert train_scoring_rate(job, "apnews") == 100  # no run yet: the slice's rate
     run = run_dir(job, "apnews")

@@ -24,12 +24,14 @@ from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural import train as tr
 from nnlm.neural.checkpoint import load_neural
+from nnlm.neural.config import RUN_DEFAULTS
 from nnlm.neural.model import NPLM, NeuralLM
 from nnlm.neural.optim import Adam
 from nnlm.neural.sampled import (
     RowAdam,
     SampledLoss,
     inclusion_probabilities,
+    initial_bias,
     log_partition_stats,
 )
 
@@ -177,7 +179,7 @@ def test_row_adam_is_adam_on_the_rows_it_touches_and_leaves_the_others():
 def test_the_default_recipe_follows_the_loss(loss, asked, recipe, random_corpus, rand_dir, tmp_path):
     options = {"loss": loss} | ({"samples": None} if loss == "full" else {}) | ({"recipe": asked} if asked else {})
     requested = {"corpus": str(rand_dir)} | TINY | options
-    tr.prepare_run(tmp_path / "run", {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}, resume=False)
+    tr.prepare_run(tmp_path / "run", {k: v for k, v in requested.items() if k in RUN_DEFAULTS}, resume=False)
     assert json.loads((tmp_path / "run" / "run.json").read_text())["recipe"] == recipe
     # a resume without --recipe keeps the run's recipe
     run, _ = tr.prepare_run(tmp_path / "run", {}, resume=True)
@@ -193,7 +195,7 @@ def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, ra
     assert json.loads((out / "run.json").read_text())["loss"] == kind
     start = NPLM(lm.config)  # b starts at the log unigram probabilities: the first evaluation is the unigram model's
     with torch.no_grad():
-        start.b.copy_(tr.initial_bias(random_corpus.train, len(random_corpus.vocab)))
+        start.b.copy_(initial_bias(random_corpus.train, len(random_corpus.vocab)))
     unigram = perplexity(NeuralLM(start, lm.vocab, lm.pad_token), random_corpus, "valid")
     valid = [h["valid_ppl"] for h in state["history"]]
     assert valid[-1] < 0.9 * unigram and valid[-1] < valid[0]

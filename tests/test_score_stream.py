@@ -12,13 +12,13 @@ import nnlm.score_stream as score_stream
 import nnlm.textfile as textfile
 from nnlm.cli import main
 from nnlm.data.text_stream import token_blocks
-from nnlm.data.tokenize import text_tokens
+from nnlm.data.tokenize import prompt_tokens, text_tokens
 from nnlm.errors import NnlmError
-from nnlm.lm import EVAL_CHUNK
+from nnlm.lm import EVAL_CHUNK, LOG10_E, stream_log_probs
 from nnlm.ngram.build import build_ngram
-from nnlm.score_stream import LOG10_E, ScoreStream, WordScores
+from nnlm.score_stream import ScoreStream, WordScores
 from nnlm.textfile import line_pieces, read_pieces
-from nnlm.use import generate, next_words, prompt_tokens, score_file, score_text, score_words, stream_log_probs
+from nnlm.use import generate, next_words, score_file, score_text, score_words
 
 WORDS = ["w1", "w2", "w3", "w7", "zebra", "é", "日本語", "<unk>", "<p>"]
 SEPS = [" ", " ", " ", "\t", "\r", "\r\n", "\n", "\n", "\n\n", "\x85", "\u2028", "\u2029", "\f", "\x0b", "\x1c",

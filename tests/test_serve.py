@@ -10,11 +10,12 @@ import urllib.request
 import numpy as np
 import pytest
 
+from nnlm.lm import LOG10_E
 from nnlm.loading import load
 from nnlm.serve.api import served_models
 from nnlm.serve.limits import Limits
 from nnlm.serve.server import ModelServer
-from nnlm.use import LOG10_E, next_words, score_words
+from nnlm.use import next_words, score_words
 
 
 @pytest.fixture(scope="module")

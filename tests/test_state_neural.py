@@ -9,10 +9,9 @@ import torch
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.lm import LMState
+from nnlm.lm import LMState, stream_log_probs
 from nnlm.mixture import Mixture
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
-from nnlm.use import stream_log_probs
 
 
 @pytest.fixture(autouse=True)

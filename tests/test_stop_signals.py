@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from nnlm.neural import train as tr
-from nnlm.neural.stop_signals import StopRequest
+from nnlm.neural.stop_signals import StoppedBySignal, StopRequest
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "mlp7", "--hidden", "8", "--features", "4", "--batch-size", "16", "--threads", "1",
@@ -116,7 +116,7 @@ def test_a_signal_during_validation_stops_it_and_resume_validates_first(random_c
 
     monkeypatch.setattr(tr, "perplexity", slow_validation)
     stopped, started = tmp_path / "stopped", time.monotonic()
-    with pytest.raises(tr.StoppedBySignal, match="stopped by SIGTERM at epoch 2"):
+    with pytest.raises(StoppedBySignal, match="stopped by SIGTERM at epoch 2"):
         tr.train(stopped, options, progress=False, log=lambda s: None)
     assert time.monotonic() - started < 30  # not the minute of validation
     state = json.loads((stopped / "state.json").read_text())

@@ -121,11 +121,8 @@ class LanguageModel(ABC):
         after `history`, a sequence of token ids."""
         if not isinstance(batch, int | np.integer) or batch < 1:
             raise NnlmError(f"a state batch needs at least one row, got {batch!r}")
-        k = self.context_size
-        start = self.vocab.id(start_token(self.vocab))
         past = self._check_words(np.asarray([] if history is None else history), "history", allow_empty=True)
-        past = past[len(past) - k:] if k else past[:0]
-        row = np.concatenate([np.full(k - len(past), start, dtype=np.int64), past])
+        row = text_stream(past[:0], self.context_size, start_id(self), past)  # the context after `history`
         return LMState(np.tile(row, (int(batch), 1)), self.state_owner())
 
     def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
@@ -181,6 +178,55 @@ def contexts(stream: np.ndarray, positions: np.ndarray, context_size: int, pad_i
     return padded.astype(np.int64, copy=False)
 
 
+def start_id(model: LanguageModel) -> int:
+    """The id that fills the context before a text's first token (`data.vocab.start_token`)."""
+    return model.vocab.id(start_token(model.vocab))
+
+
+def text_stream(ids: np.ndarray, context_size: int, pad_id: int, history: np.ndarray | None = None) -> np.ndarray:
+    """A text's ids behind the `context_size` ids before it: the last of `history`, `pad_id` filling the rest.
+    Position k + i holds ids[i], so `contexts(stream, k + i, k, pad_id)` is token i's context; with no ids,
+    the stream is the context after `history`."""
+    k = context_size
+    past = np.asarray([] if history is None else history, dtype=np.int64)
+    past = past[max(len(past) - k, 0):] if k else past[:0]
+    return np.concatenate([np.full(k - len(past), pad_id, dtype=np.int64), past, np.asarray(ids, dtype=np.int64)])
+
+
+def text_contexts(ids: np.ndarray, context_size: int, pad_id: int, history: np.ndarray | None = None) -> np.ndarray:
+    """Context rows [len(ids), k] of `ids` read as one text from its start (or after `history`)."""
+    stream = text_stream(ids, context_size, pad_id, history)
+    return contexts(stream, np.arange(context_size, len(stream)), context_size, pad_id)
+
+
+def chunked_log_probs(model: LanguageModel, stream: np.ndarray, first: int, count: int, pad_id: int,
+                      since_start: np.ndarray | None = None, chunk: int = EVAL_CHUNK) -> np.ndarray:
+    """ln P of the `count` tokens stream[first:first + count], each given the n-1 ids before it in `stream`
+    (`pad_id` before the stream's start), in calls of `chunk` positions: memory bounded by the chunk however
+    long the stream, and the numbers of scoring it whole. The one chunked scorer every face uses.
+
+    `since_start` (int [count]): how many tokens of its own text come before each token, for texts laid end
+    to end that are each scored from their start: context words from before a token's text are `pad_id`."""
+    k = model.context_size
+    out = np.empty(count, dtype=np.float64)
+    for lo in range(0, count, chunk):
+        positions = np.arange(first + lo, first + min(lo + chunk, count))
+        ctx = contexts(stream, positions, k, pad_id)
+        if since_start is not None and k:
+            before = since_start[lo:lo + len(positions), None] < np.arange(k, 0, -1)[None, :]
+            ctx = np.where(before, pad_id, ctx)
+        out[lo:lo + len(positions)] = model.log_prob(ctx, stream[positions].astype(np.int64))
+    return out
+
+
+def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray | None = None,
+                     chunk: int = EVAL_CHUNK) -> np.ndarray:
+    """ln P of every token of `ids`, read as a text from its start (or after `history`, a sequence of ids)."""
+    k, pad = model.context_size, start_id(model)
+    with model.long_pass(len(ids)):  # as split_log_probs: the same scores for the same tokens
+        return chunked_log_probs(model, text_stream(ids, k, pad, history), k, len(ids), pad, chunk=chunk)
+
+
 def split_log_probs(model: LanguageModel, corpus: Corpus, split: str, chunk: int = EVAL_CHUNK) -> np.ndarray:
     """log P of every token of `split`, each predicted from the tokens before it in the stream."""
     if model.vocab.fingerprint != corpus.vocab.fingerprint:
@@ -190,15 +236,9 @@ def split_log_probs(model: LanguageModel, corpus: Corpus, split: str, chunk: int
     ids = corpus.split(split)
     if len(ids) < model.order:
         raise NnlmError(f"the {split} split has {len(ids)} tokens, fewer than the model's order {model.order}")
-    stream = corpus.stream()
-    start = corpus.split_offset(split)
-    out = np.empty(len(ids), dtype=np.float64)
     with model.long_pass(len(ids)):
-        for lo in range(0, len(ids), chunk):
-            positions = np.arange(start + lo, start + min(lo + chunk, len(ids)))
-            ctx = contexts(stream, positions, model.context_size, corpus.pad_id)
-            out[lo:lo + len(positions)] = model.log_prob(ctx, stream[positions].astype(np.int64))
-    return out
+        return chunked_log_probs(model, corpus.stream(), corpus.split_offset(split), len(ids), corpus.pad_id,
+                                 chunk=chunk)
 
 
 def perplexity_from_log_probs(log_probs: np.ndarray) -> float:

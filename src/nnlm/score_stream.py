@@ -21,12 +21,11 @@ from itertools import chain
 import numpy as np
 
 from nnlm.data.tokenize import text_tokens
-from nnlm.data.vocab import PARAGRAPH, UNK, start_token
+from nnlm.data.vocab import PARAGRAPH, UNK
 from nnlm.errors import NnlmError
-from nnlm.lm import EVAL_CHUNK, LanguageModel, contexts
+from nnlm.lm import EVAL_CHUNK, LOG10_E, LanguageModel, chunked_log_probs, start_id
 from nnlm.textfile import Piece
 
-LOG10_E = float(np.log10(np.e))
 # --oov-vector gives an unknown word the feature vector of its first context and keeps it for the rest
 # of the text, so the text (or, with --independent, the line) is scored in one call: this many tokens at most.
 OOV_VECTOR_MAX_TOKENS = 2_000_000
@@ -123,7 +122,7 @@ class ScoreStream:
         self.tokens_hint = tokens_hint
         self.oov_vector = require_oov_vector(model) if oov_vector else None
         k = model.context_size
-        self.k, self.pad = k, model.vocab.id(start_token(model.vocab))
+        self.k, self.pad = k, start_id(model)
         self.history = np.full(k, self.pad, dtype=np.int64)
         self.log10_prob, self.tokens, self.oov, self.lines, self.blank = 0.0, 0, 0, 0, 0
         self.skipped: list[tuple[int, str]] = []
@@ -234,19 +233,13 @@ class ScoreStream:
         k = self.k
         self._piece_history = self.history
         full = np.concatenate([self.history, ids])
+        offset = None
         if not self.carry:  # tokens of its line before each token (a long line's earlier pieces too)
             offset = np.arange(len(ids)) - np.repeat(np.cumsum(counts) - counts, counts)
             carried = self._offset if piece.continues else 0
             offset[:counts[0]] += carried
             self._offset = int(counts[-1]) + (carried if len(counts) == 1 else 0) if piece.open else 0
-        out = np.empty(len(ids), dtype=np.float64)
-        for lo in range(0, len(ids), EVAL_CHUNK):
-            positions = np.arange(k + lo, k + min(lo + EVAL_CHUNK, len(ids)))
-            ctx = contexts(full, positions, k, self.pad)
-            if not self.carry and k:  # words before the line's start are the start token
-                before = offset[lo:lo + len(positions), None] < np.arange(k, 0, -1)[None, :]
-                ctx = np.where(before, self.pad, ctx)
-            out[lo:lo + len(positions)] = self.model.log_prob(ctx, full[positions])
+        out = chunked_log_probs(self.model, full, k, len(ids), self.pad, since_start=offset, chunk=EVAL_CHUNK)
         if k:
             self.history = full[-k:].copy()
         return out

@@ -18,7 +18,7 @@ import numpy as np
 
 from nnlm.data.tokenize import text_tokens
 from nnlm.errors import NnlmError
-from nnlm.lm import LOG10_E, LanguageModel
+from nnlm.lm import LOG10_E, LanguageModel, stream_log_probs
 
 __all__ = ["score_sentence", "score_sentences"]
 
@@ -66,8 +66,6 @@ def score_sentence(model: LanguageModel, sentence: str, log10: bool = True) -> f
     fast = getattr(model, "text_log10", None)
     total = fast(ids) if fast is not None else None
     if total is None:
-        from nnlm.use import stream_log_probs
-
         total = float(stream_log_probs(model, ids).sum()) * LOG10_E
     return float(total) if log10 else float(total) / LOG10_E
 

@@ -16,47 +16,16 @@ import numpy as np
 
 from nnlm.capabilities import Unnormalizable
 from nnlm.data.corpus import Corpus
-from nnlm.data.tokenize import text_tokens
-from nnlm.data.vocab import PARAGRAPH, TEXT, start_token
+from nnlm.data.tokenize import prompt_tokens
+from nnlm.data.vocab import PARAGRAPH, TEXT
 from nnlm.errors import NnlmError
-from nnlm.lm import EVAL_CHUNK, LanguageModel, contexts, perplexity_from_log_probs, split_log_probs
-from nnlm.score_stream import LOG10_E, BadLine, LineScore, ScoreStream, WordScores, require_oov_vector
+from nnlm.lm import LOG10_E, LanguageModel, perplexity_from_log_probs, split_log_probs, start_id, text_stream
+from nnlm.score_stream import LineScore, ScoreStream
 from nnlm.textfile import line_pieces, open_text, read_pieces
 
-__all__ = ["BadLine", "LineScore", "ScoreStream", "SplitScore", "TextScore", "WordScores", "generate", "next_words",
-           "prompt_tokens", "render", "render_stream", "require_oov_vector", "sample", "score_file", "score_lines",
-           "score_split", "score_text", "score_words", "start_token", "text_perplexity", "use_unnormalized"]
-
-
-def line_tokens(line: str) -> list[str]:
-    """A line's tokens by nnlm.data.tokenize's rule (a `<p>` after each of its paragraphs); a blank line
-    has none (callers skip it, as corpora do)."""
-    tokens = text_tokens(line)
-    if not tokens:
-        raise NnlmError("empty line: nothing to score")
-    return tokens
-
-
-def prompt_tokens(text: str) -> list[str]:
-    """A prompt's tokens by nnlm.data.tokenize's rule, without the `<p>` that would close it: the
-    text goes on after it ("a\rb" is a, <p>, b)."""
-    return text_tokens(text)[:-1]
-
-
-def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray | None = None) -> np.ndarray:
-    """Natural-log probability of every token of `ids`, preceded by `history` (or the start token)."""
-    k = model.context_size
-    if history is None:
-        history = np.full(k, model.vocab.id(start_token(model.vocab)), dtype=np.int64)
-    history = np.asarray(history, dtype=np.int64)[-k:] if k else np.zeros(0, dtype=np.int64)
-    pad = model.vocab.id(start_token(model.vocab))
-    full = np.concatenate([np.full(k - len(history), pad, dtype=np.int64), history, np.asarray(ids, dtype=np.int64)])
-    out = np.empty(len(ids), dtype=np.float64)
-    with model.long_pass(len(ids)):  # as split_log_probs: the same scores for the same tokens
-        for lo in range(0, len(ids), EVAL_CHUNK):  # bounded memory however long the text
-            positions = np.arange(k + lo, k + min(lo + EVAL_CHUNK, len(ids)))
-            out[lo:lo + len(positions)] = model.log_prob(contexts(full, positions, k, pad), full[positions])
-    return out
+__all__ = ["SplitScore", "TextScore", "generate", "next_context", "next_words", "render", "render_stream", "sample",
+           "score_file", "score_lines", "score_split", "score_text", "score_words", "text_perplexity", "top_words",
+           "use_unnormalized"]
 
 
 def use_unnormalized(model: LanguageModel) -> None:
@@ -184,17 +153,25 @@ def next_words(model: LanguageModel, history: str | list[str], k: int = 10) -> l
         history = prompt_tokens(history)
     if not 1 <= k <= len(model.vocab):
         raise NnlmError(f"k must be between 1 and |V| = {len(model.vocab)}, got {k}")
-    ctx = _context_ids(model, history)
-    dist = model.distribution(ctx[None, :])[0]
-    top = np.argsort(-dist, kind="stable")[:k]
-    return [(model.vocab.tokens[i], float(dist[i])) for i in top]
+    return top_words(model, model.distribution(next_context(model, history)[None, :]), k)[0]
 
 
-def _context_ids(model: LanguageModel, history: list[str]) -> np.ndarray:
-    k = model.context_size
-    start = model.vocab.id(start_token(model.vocab))
-    ids = [model.vocab.id(w) for w in history][-k:] if k else []
-    return np.array([start] * (k - len(ids)) + ids, dtype=np.int64)
+def next_context(model: LanguageModel, history: list[str]) -> np.ndarray:
+    """The context ids [n-1] after the tokens `history`, read from the start of a text."""
+    return text_stream(np.zeros(0, dtype=np.int64), model.context_size, start_id(model),
+                       model.vocab.encode(history[-model.context_size:] if model.context_size else []))
+
+
+def top_words(model: LanguageModel, dist: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+    """The k most probable tokens of each row of `dist` [N, |V|] as (token, probability), most probable
+    first, ties in vocabulary order (what a stable sort of the whole row gives, at O(|V|) a row)."""
+    kth = -np.partition(-dist, k - 1, axis=1)[:, k - 1]
+    out = []
+    for row, least in zip(dist, kth, strict=True):  # a loop over rows (positions asked for alternatives)
+        candidates = np.flatnonzero(row >= least)
+        top = candidates[np.argsort(-row[candidates], kind="stable")[:k]]
+        out.append([(model.vocab.tokens[i], float(row[i])) for i in top])
+    return out
 
 
 def generate(model: LanguageModel, prompt: str | list[str] = "", tokens: int = 50, temperature: float = 1.0,
@@ -221,7 +198,7 @@ def _draw(model: LanguageModel, history: list[str], tokens: int, temperature: fl
           rng: np.random.Generator) -> Iterator[str]:
     k = model.context_size
     for _ in range(tokens):  # one model call per generated token: generation is sequential
-        p = model.distribution(_context_ids(model, history)[None, :])[0]
+        p = model.distribution(next_context(model, history)[None, :])[0]
         if not np.all(np.isfinite(p)):
             raise NnlmError("the model gives a non-finite probability: its weights are damaged")
         logits = np.log(np.maximum(p, 1e-300))

@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nnlm.neural.evaluate import evaluate_run, parse_splits
-    from nnlm.neural.train import bf16_is_fast, pick_device
+    from nnlm.neural.run_config import bf16_is_fast, pick_device
 
     splits = parse_splits(args.split)
     device = pick_device(args.device)

@@ -85,7 +85,7 @@ class _TextReport:
         self.out, self.words_open = out, False
 
     def event(self, event) -> None:
-        from nnlm.use import BadLine, LineScore
+        from nnlm.score_stream import BadLine, LineScore
 
         if isinstance(event, LineScore):
             self._close_words()
@@ -122,7 +122,7 @@ class _JsonReport:
         self.out, self.started, self.words_open = out, False, False
 
     def event(self, event) -> None:
-        from nnlm.use import BadLine, LineScore
+        from nnlm.score_stream import BadLine, LineScore
 
         if isinstance(event, LineScore):
             fields = {"log10_prob": event.log10_prob, "tokens": event.tokens, "oov": event.oov,

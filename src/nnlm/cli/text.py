@@ -31,8 +31,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from nnlm.data.tokenize import prompt_tokens
     from nnlm.loading import load
-    from nnlm.use import prompt_tokens, render_stream, sample
+    from nnlm.use import render_stream, sample
 
     model = load(args.model)
     prompt = prompt_tokens(args.prompt)  # nnlm.data.tokenize's rule, as every face

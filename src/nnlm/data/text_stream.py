@@ -15,11 +15,6 @@ from nnlm.io import require_regular
 BLOCK_BYTES = 8 << 20  # a few million tokens: their Python strings stay well under a gigabyte
 
 
-def line_tokens(text: str) -> list[str]:
-    """Whitespace tokens of `text`, `<p>` at the end of every non-blank line (nnlm.data.tokenize's rule)."""
-    return text_tokens(text)
-
-
 def token_blocks(path: Path, block_bytes: int | None = None) -> Iterator[list[str]]:
     """The tokens of a UTF-8 file, one list per block of whole lines (a blank file yields nothing)."""
     require_regular(path, "corpus file")
@@ -39,7 +34,7 @@ def token_blocks(path: Path, block_bytes: int | None = None) -> Iterator[list[st
                 else:
                     block, rest = data, b""
                 if block:
-                    yield line_tokens(_decode(block, path, offset))
+                    yield text_tokens(_decode(block, path, offset))
                 offset += len(block)
                 if not chunk:
                     return

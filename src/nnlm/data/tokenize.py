@@ -16,6 +16,7 @@ followed it, since a model's numbers mean something only for text cut as its tra
 from __future__ import annotations
 
 from nnlm.data.vocab import PARAGRAPH
+from nnlm.errors import NnlmError
 
 
 def paragraphs(text: str) -> list[list[str]]:
@@ -29,3 +30,17 @@ def text_tokens(text: str) -> list[str]:
     if not lines:
         return []
     return f" {PARAGRAPH} ".join(lines).split() + [PARAGRAPH]
+
+
+def tokens_to_score(text: str) -> list[str]:
+    """`text_tokens` of a text given to be scored (a line, a request's text): NnlmError when it has no words."""
+    tokens = text_tokens(text)
+    if not tokens:
+        raise NnlmError("the text has no words: nothing to score")
+    return tokens
+
+
+def prompt_tokens(text: str) -> list[str]:
+    """A text to continue (a prompt, a history): its tokens without the `<p>` that would close it, as its last
+    paragraph is still being written ("a\rb" is a, <p>, b)."""
+    return text_tokens(text)[:-1]

@@ -20,13 +20,6 @@ def extend(hashes: np.ndarray, columns: np.ndarray) -> np.ndarray:
     return hashes * MULT + (np.asarray(columns, dtype=np.uint64) + np.uint64(1))
 
 
-def hash_of(columns: list[int]) -> np.uint64:
-    h = np.array([SEED], dtype=np.uint64)  # a 1-element array, never a scalar: scalars warn on wrap
-    for c in columns:
-        h = extend(h, np.array([c]))
-    return h[0]
-
-
 class Lexicon:
     """Sorted hashes of every vocabulary word the alphabet can spell (-> its id), and of their prefixes."""
 
@@ -57,10 +50,3 @@ class Lexicon:
         at = np.minimum(np.searchsorted(self.word_keys, hashes), max(len(self.word_keys) - 1, 0))
         known = (self.word_keys[at] == hashes) if len(self.word_keys) else np.zeros(len(hashes), dtype=bool)
         return np.where(known, self.word_ids[at] if len(self.word_ids) else 0, self.unk_id), known
-
-    def is_prefix(self, hashes: np.ndarray) -> np.ndarray:
-        """Whether each hashed partial word begins (or is) some vocabulary word."""
-        if not len(self.prefix_keys):
-            return np.zeros(len(hashes), dtype=bool)
-        at = np.minimum(np.searchsorted(self.prefix_keys, hashes), len(self.prefix_keys) - 1)
-        return self.prefix_keys[at] == hashes

@@ -35,18 +35,6 @@ def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: b
     return softmax_cross_entropy(zs, ws, net.b, targets, torch.bfloat16)
 
 
-def train_step(net: NPLM, optimizer: Any, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool,
-               examples_seen: int, max_loss: float = math.inf) -> float:
-    """One update on a batch, as the single-process trainer makes it (`batch_loss`, then `update`);
-    returns its mean loss. A loss that is not finite or above max_loss makes no update (the caller
-    stops training)."""
-    loss = batch_loss(net, contexts, targets, bf16)
-    value = float(loss.detach())
-    if diverged(value, max_loss) is None:
-        update(net, optimizer, loss, examples_seen, len(targets))
-    return value
-
-
 def padded_stream(ids: np.ndarray, k: int, pad_id: int, device: torch.device) -> torch.Tensor:
     """The training ids after k pads, on the device once: every batch is then one gather there."""
     return torch.cat([torch.full((k,), pad_id, dtype=torch.int64), torch.as_tensor(ids.astype(np.int64))]).to(device)

@@ -25,7 +25,7 @@ from torch import nn
 from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.lm import LOG10_E, LanguageModel, LMState
+from nnlm.lm import LOG10_E, LanguageModel, LMState, text_contexts
 from nnlm.neural.model_config import ModelConfig
 
 __all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "NeuralLM", "score_rows"]
@@ -408,9 +408,7 @@ class NeuralLM(LanguageModel):
                 ids[pos] = self.vocab.id(tok)
             else:
                 ids[pos] = v + new_words.setdefault(tok, len(new_words))
-        padded = np.concatenate([np.full(k, self.vocab.id(self.pad_token), dtype=np.int64), ids])
-        # row t: the context of token t
-        windows = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(padded, k)[: len(ids)])
+        windows = text_contexts(ids, k, self.vocab.id(self.pad_token))  # row t: the context of token t
         table = torch.cat([self.net.C.detach(), self.net.C.new_zeros(len(new_words), self.config.features)])
         first = np.flatnonzero(ids >= v)
         first = first[np.unique(ids[first], return_index=True)[1]]

@@ -25,7 +25,6 @@ for _k in (1, 3, 5, 7, 9):
 
 PRESETS: dict[str, tuple[int, int, int, bool]] = dict(sorted(_TABLE1.items(), key=lambda kv: int(kv[0][3:])))
 PRESETS["apnews"] = (6, 60, 100, True)  # Table 2's net (AP News), mixed with the trigram there
-MIXED = frozenset(f"mlp{k}" for k in (2, 4, 6, 8, 10))
 
 # Past the paper: ModelConfig fields (all but vocab_size), chosen on Brown's validation set
 # (docs/experiments/beyond.md, "single nets"). With --loss sampled they train with recipe `sampled-large`.

@@ -41,58 +41,15 @@ from nnlm.data.corpus import Corpus
 from nnlm.lm import perplexity
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import presets
-from nnlm.neural.batches import (  # noqa: F401  (re-exported: these used to live here)
-    EXPLODED,
-    batch_loss,
-    batch_rows,
-    diverged,
-    epoch_batches,
-    epoch_order,
-    padded_stream,
-    train_step,
-    update,
-)
-from nnlm.neural.config import RUN_DEFAULTS, SESSION_DEFAULTS, SessionOptions, session_options
-from nnlm.neural.pipeline import (  # noqa: F401  (re-exported)
-    TRAINERS,
-    TrainerSpec,
-    build_loss,
-    build_optimizer,
-    fresh_state,
-    nothing_left_to_do,
-    prepare,
-    trainer_spec,
-)
-from nnlm.neural.recipes import (  # noqa: F401  (re-exported: the recipe API used to live here)
-    LR_SCHEDULES,
-    RECIPE_KEYS,
-    RECIPES,
-    REFERENCE_PARAMETERS_PER_TOKEN,
-    Recipe,
-    check_recipe_values,
-    default_recipe,
-    epoch_lr,
-    keep_best_optimizer,
-    learning_rate,
-    next_rate,
-    recipe_values,
-    regularisation_scale,
-    run_recipe,
-)
-from nnlm.neural.run_config import Run, bf16_is_fast, corpus_key, model_config, open_run, pick_device  # noqa: F401
-from nnlm.neural.sampled import initial_bias  # noqa: F401  (re-exported)
+from nnlm.neural.batches import epoch_order
+from nnlm.neural.config import SessionOptions, session_options
+from nnlm.neural.pipeline import TrainerSpec, nothing_left_to_do, prepare, trainer_spec
+from nnlm.neural.recipes import epoch_lr, keep_best_optimizer, next_rate
+from nnlm.neural.run_config import Run, open_run, pick_device
 from nnlm.neural.stop_signals import Interrupted, StoppedBySignal, StopRequest
-from nnlm.neural.trainer import (  # noqa: F401  (re-exported)
-    Clock,
-    Trainer,
-    TrainingDiverged,
-    TrainingSetup,
-    TrainingState,
-    divergence_message,
-    running_label,
-)
+from nnlm.neural.trainer import Clock, Trainer, TrainingSetup, TrainingState, running_label
 
-__all__ = ["RUN_DEFAULTS", "SESSION_DEFAULTS", "prepare_run", "run_epochs", "train", "train_with"]
+__all__ = ["prepare_run", "run_epochs", "train", "train_with"]
 CPU = torch.device("cpu")  # the default device of prepare_run
 
 

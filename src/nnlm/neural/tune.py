@@ -25,7 +25,11 @@ import numpy as np
 
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
-from nnlm.neural import train as tr
+from nnlm.neural import checkpoint as ck
+from nnlm.neural.config import RUN_DEFAULTS, SESSION_DEFAULTS
+from nnlm.neural.recipes import RECIPE_KEYS
+from nnlm.neural.run_config import corpus_key
+from nnlm.neural.train import train
 
 TUNE_FILE = "tune.json"
 SEARCH = "successive halving"
@@ -103,13 +107,13 @@ def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int
         raise NnlmError(f"--trials must be at least 1, got {trials}")
     if requested.get("recipe") == "paper":
         raise NnlmError("nnlm tune searches the Adam recipes; --recipe paper has no dropout to tune")
-    base = {k: v for k, v in requested.items() if k in tr.RUN_DEFAULTS}
-    base["corpus"] = tr.corpus_key(base.get("corpus", "brown"))
+    base = {k: v for k, v in requested.items() if k in RUN_DEFAULTS}
+    base["corpus"] = corpus_key(base.get("corpus", "brown"))
     plan = trial_options(int(base.get("seed") or 0))
     trials = min(trials, len(plan))  # the grid has 37 points in all
     record = open_record(out, base, minutes, trials)
     out.mkdir(parents=True, exist_ok=True)
-    session = {k: v for k, v in requested.items() if k in tr.SESSION_DEFAULTS and k != "time_budget"}
+    session = {k: v for k, v in requested.items() if k in SESSION_DEFAULTS and k != "time_budget"}
     sizes, budgets = round_sizes(trials), cumulative_budgets(minutes, trials)
     results = {t["index"]: t for t in record["trials"]}
 
@@ -142,12 +146,12 @@ def run_trial(out: Path, index: int, options: dict[str, Any], base: dict[str, An
     run_dir = out / f"trial-{index:02d}"
     log(f"trial {index:02d}: {describe(options)}")
     resume = (run_dir / "run.json").exists()
-    state = tr.train(run_dir, (session if resume else base | options | session) | {"time_budget": budget},
+    state = train(run_dir, (session if resume else base | options | session) | {"time_budget": budget},
                      resume=resume, progress=False, log=lambda line: log("  " + line))
-    run = json.loads((run_dir / tr.ck.RUN).read_text())
+    run = json.loads((run_dir / ck.RUN).read_text())
     best = state["best"]
     return {"index": index, "dir": run_dir.name,
-            "options": {k: run[k] for k in tr.RECIPE_KEYS} | {"recipe": run["recipe"]},
+            "options": {k: run[k] for k in RECIPE_KEYS} | {"recipe": run["recipe"]},
             "valid_ppl": best["valid_ppl"] if best else None, "best_epoch": best["epoch"] if best else None,
             "epochs": len(state["history"]), "minutes": round(state["elapsed"] / 60, 2), "round": round_index,
             "stop": state["stop_reason"]}

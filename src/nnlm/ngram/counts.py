@@ -39,10 +39,6 @@ class NgramCounts:
     def order(self) -> int:
         return len(self.keys)
 
-    def last_word(self, k: int) -> np.ndarray:
-        """The last word id of every distinct k-gram."""
-        return self.keys[k - 1] % self.vocab_size
-
     def words(self, k: int) -> np.ndarray:
         """The distinct k-grams as an int64 array [U_k, k], in table order."""
         out = np.empty((len(self.keys[k - 1]), k), dtype=np.int64)

@@ -28,12 +28,7 @@ import numpy as np
 from nnlm.data.vocab import Vocabulary
 from nnlm.ngram.backoff import BackoffModel, BackoffTables
 from nnlm.ngram.counts import NgramCounts, count_ngrams
-from nnlm.ngram.kn_discounts import (  # noqa: F401  (FALLBACK_DISCOUNTS: part of this module's API)
-    FALLBACK_DISCOUNTS,
-    Discounts,
-    checked_ids,
-    discounts_from,
-)
+from nnlm.ngram.kn_discounts import Discounts, checked_ids, discounts_from
 
 
 def adjusted_counts(counts: NgramCounts, ids: np.ndarray) -> list[np.ndarray]:

@@ -67,7 +67,7 @@ class _Adjusted:
         return self[0:self.size]
 
     def discounts(self) -> Discounts:
-        """kneser_ney.discounts_from, with the counts-of-counts added up a chunk at a time (integers: exact)."""
+        """kn_discounts.discounts_from, with the counts-of-counts added up a chunk at a time (integers: exact)."""
         n = np.zeros(6, dtype=np.int64)
         for s in range(0, self.size, self.chunk):
             a = self[s:s + self.chunk]

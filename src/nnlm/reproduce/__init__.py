@@ -10,15 +10,21 @@ unfinished training runs.
 Modules: `tables` (the registry of the paper's tables), `table` and `apnews` (their rows and the
 paper's figures), `planner` (who gets how much of the budget; pure),
 `rates` (measured speeds), `results` (results.json and its row key), `ngram_rows` and `net_rows`
-(the row runners), `job` (one call), `report` and `plots` (from results.json alone).
+(the row runners), `net_run` (a net row of any table), `job` (one call), `report` and `plots` (from
+results.json alone); `beyond` and its modules the "Beyond the paper" section.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nnlm.errors import NnlmError
 from nnlm.reproduce.table import ALL_MODELS, DEFAULT_MODELS, NGRAM_ROWS, NgramRow, Row, mlp_rows, parse_models
+
+if TYPE_CHECKING:
+    from nnlm.reproduce.job import Job
 
 DEFAULT_BUDGET_MINUTES = 30.0
 
@@ -50,7 +56,7 @@ def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None,
     job = Job(corpus_source, Path(out), None if full else (budget_minutes or DEFAULT_BUDGET_MINUTES),
               nets, command, log=log, progress=progress, threads=threads, device=device, loss=loss,
               samples=samples, hogwild=hogwild, table=chosen.name, min_count=min_count, max_vocab=max_vocab)
-    job.run()
+    run_table(job)
     if beyond:
         from nnlm.reproduce.beyond import DEFAULT_BEYOND_MINUTES, run_beyond
         from nnlm.reproduce.report import write_report
@@ -58,6 +64,22 @@ def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None,
         run_beyond(job, None if full and beyond_minutes is None else (beyond_minutes or DEFAULT_BEYOND_MINUTES))
         write_report(Path(out))
     return Path(out) / "README.md"
+
+
+def run_table(job: Job) -> None:
+    """The order of a table's work: the cheap n-gram rows and the trigram, the nets and their mixes, the
+    class rows the nets leave time for, the nets' train split; then the report."""
+    from nnlm.reproduce import net_rows, ngram_rows
+    from nnlm.reproduce.report import write_report
+
+    trigram = ngram_rows.early_rows(job)
+    net_rows.neural_rows(job, trigram)
+    ngram_rows.late_rows(job)
+    net_rows.train_split_rows(job)
+    write_report(job.out)
+    left = job.left()
+    job.log(f"done in {(time.monotonic() - job.start) / 60:.1f} min"
+            + ("" if left is None else f" of a {job.budget / 60:.1f}-minute budget"))
 
 
 def report_only(out: Path | str) -> Path:

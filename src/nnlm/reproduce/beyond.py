@@ -6,8 +6,8 @@ of named rows. The section has its own clock and budget, planned like Table 1's 
 that built them, so a second call keeps what is done and continues cut training runs. Each part's
 log-probabilities of valid and test are kept in OUT/beyond/scores, so a resumed mix scores nothing.
 
-Modules: `beyond_rows` (the rows), `beyond_nets` (training), `beyond_mixes` (parts and mixes),
-`beyond_report` (the README section).
+Modules: `beyond_rows` (the rows), `section` (its clock and budget), `beyond_nets` (training), `beyond_mixes`
+(parts and mixes), `beyond_report` (the README section).
 """
 from __future__ import annotations
 
@@ -15,41 +15,18 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from nnlm.lm import LanguageModel
+from nnlm.reproduce import beyond_mixes, beyond_nets
 from nnlm.reproduce.beyond_rows import BEYOND_ROWS, MixRow, NetRow, check_rows, mixes_of, nets_of
+from nnlm.reproduce.section import Section
 
 if TYPE_CHECKING:
     from nnlm.reproduce.job import Job
 
 DEFAULT_BEYOND_MINUTES = 60.0
 
-class Section:
-    """The section's clock and budget, the Table 1 job it follows, and the parts loaded so far."""
-
-    def __init__(self, job: Job, minutes: float | None, rows: Sequence[NetRow | MixRow]) -> None:
-        self.job, self.rows = job, tuple(rows)
-        self.budget = None if minutes is None else 60.0 * minutes
-        self.start = time.monotonic()
-        self.models: dict[str, LanguageModel] = {}  # part id -> loaded or built in this call
-        self.done = 0
-
-    def left(self) -> float | None:
-        return None if self.budget is None else self.budget - (time.monotonic() - self.start)
-
-    def announce(self, label: str, extra: str = "") -> None:
-        self.done += 1
-        left = self.left()
-        tail = ", ".join(t for t in ("" if left is None else f"budget left {max(left, 0) / 60:.1f} min", extra) if t)
-        self.job.log(f"[beyond {self.done}/{len(self.rows)}] {label}" + (f" - {tail}" if tail else ""))
-
-    def row_log(self, row_id: str):
-        return lambda line: self.job.log(f"    {line}  [{row_id}]")
-
 
 def run_beyond(job: Job, minutes: float | None, rows: Sequence[NetRow | MixRow] | None = None) -> None:
     """Train the section's nets within `minutes` (None: until early stopping), then fit its mixes."""
-    from nnlm.reproduce import beyond_mixes, beyond_nets
-
     rows = BEYOND_ROWS if rows is None else tuple(rows)
     check_rows(rows)
     section = Section(job, minutes, rows)

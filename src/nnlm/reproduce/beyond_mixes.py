@@ -18,17 +18,10 @@ from nnlm.reproduce.beyond_rows import NGRAM_PARTS, MixRow, row_key
 from nnlm.reproduce.results import RowResult
 
 if TYPE_CHECKING:
-    from nnlm.reproduce.beyond import Section
+    from nnlm.reproduce.section import Section
 
 SPLITS = ("valid", "test")
 NGRAM_KINDS = {"kn5": ("kn", 5, None), "class500-3": ("class", 3, 500), "interpolated": ("interpolated", 3, None)}
-
-
-def ngram_command(part: str) -> str:
-    """The `nnlm ngram` that saves a Table 1 n-gram part where the mix commands read it."""
-    kind, n, classes = NGRAM_KINDS[part]
-    return (f"nnlm ngram --kind {kind} --order {n}" + (f" --classes {classes}" if classes else "")
-            + f" --save ngrams/{part}")
 
 
 def part_path(part: str) -> str:

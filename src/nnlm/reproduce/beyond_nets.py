@@ -1,6 +1,7 @@
 """The section's nets: each trained in OUT/runs/<id>-<options tag> for what the planner grants it,
 then scored on valid and test (the scores kept for the mixes). A net that is Table 1's run under
-another name (MLP1 with seed 0 and the call's loss) is Table 1's row, reused."""
+another name (MLP1 with seed 0 and the call's loss) is Table 1's row, reused. A section net is a
+`net_run.NetRun` as Table 1's nets are: the same speeds, need in the plan and training."""
 from __future__ import annotations
 
 import shlex
@@ -10,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.recipes import default_recipe
-from nnlm.reproduce import planner, rates
+from nnlm.reproduce import net_run, planner
+from nnlm.reproduce.beyond_mixes import SPLITS, part_scores, save_scores
 from nnlm.reproduce.beyond_rows import NetRow, row_key
-from nnlm.reproduce.net_rows import MAX_EPOCHS, epochs_in, run_limits
-from nnlm.reproduce.results import RowResult, options_tag, requested_options
+from nnlm.reproduce.net_run import MAX_EPOCHS, NetRun
+from nnlm.reproduce.results import RowResult, requested_options
 from nnlm.threads import govern
 
 if TYPE_CHECKING:
-    from nnlm.reproduce.beyond import Section
+    from nnlm.reproduce.section import Section
 
 MIX_RESERVE_SECONDS = 120.0  # kept from the nets for the mixes (n-gram parts, scoring, EM) on Brown ...
 MIX_RESERVE_SHARE = 0.1  # ... or this share of a smaller budget
@@ -32,8 +34,15 @@ def options_of(section: Section, net: NetRow) -> dict[str, Any]:
     return base | {"preset": net.preset, "seed": net.seed}
 
 
+def section_net(section: Section, net: NetRow) -> NetRun:
+    """A section net as a NetRun: its preset, seed and recipe; its speeds are its preset's with its loss."""
+    request = {"seed": net.seed} | ({"recipe": net.recipe} if net.recipe is not None else {})
+    return NetRun(net.id, net.preset, net.loss, options_of(section, net), rates_key=f"{net.preset}/{net.loss}",
+                  request=request)
+
+
 def run_dir(section: Section, net: NetRow) -> Path:
-    return section.job.out / "runs" / f"{net.id}-{options_tag(options_of(section, net))}"
+    return section_net(section, net).run_dir(section.job.out)
 
 
 def command(section: Section, net: NetRow) -> str:
@@ -61,18 +70,6 @@ def twin_entry(section: Section, net: NetRow) -> dict[str, Any] | None:
     return entry if entry.get("options") == {k: v for k, v in mine.items() if k not in ("preset", "seed")} else None
 
 
-def rates_of(section: Section, net: NetRow, fresh: bool) -> planner.Rates:
-    job = section.job
-    key = f"{net.preset}/{net.loss}"
-    if fresh or key not in job.rates:
-        job.rates[key] = rates.measure(net.preset, job.corpus, job.device_name(), job.threads, net.loss, job.samples)
-    return job.rates[key]
-
-
-def epochs_done(section: Section, net: NetRow) -> float:
-    return epochs_in(run_dir(section, net), len(section.job.corpus.train))
-
-
 def plan_net(section: Section, net: NetRow) -> planner.Grant | None:
     """The grant of `net`: greedy, in the rows' order. Unlike Table 1's nets, which share the budget tier by
     tier, a section net gets all it wants if that is left (after the mixes' reserve), else what is left,
@@ -81,10 +78,9 @@ def plan_net(section: Section, net: NetRow) -> planner.Grant | None:
     left = section.left()
     if left is None:
         return None
-    c = section.job.corpus
-    need = planner.net_need(net.id, rates_of(section, net, fresh=True), len(c.train), len(c.valid), len(c.test),
-                            epochs_done(section, net))
-    train, valid = planner.epoch_parts(section.job.rates[f"{net.preset}/{net.loss}"], len(c.train), len(c.valid))
+    c, run = section.job.corpus, section_net(section, net)
+    need = net_run.need(section.job, run, fresh=True)
+    train, valid = planner.epoch_parts(net_run.rates_of(section.job, run), len(c.train), len(c.valid))
     floor = min(MIN_EPOCHS * (train + valid), need.want)
     need = replace(need, tiers=(floor, need.want))
     kept = min(MIX_RESERVE_SECONDS, MIX_RESERVE_SHARE * (section.budget or 0.0))
@@ -103,8 +99,6 @@ def net_row(section: Section, net: NetRow) -> None:
                                        f"Table 1's {net.twin.upper()} (the same run)", options, twin.get("plan"),
                                        {"run": twin["run"], "epochs": twin.get("epochs"), "twin": net.twin,
                                         "command": command(section, net)}))
-        from nnlm.reproduce.beyond_mixes import SPLITS, part_scores
-
         for split in SPLITS:  # now, on the section's clock (an earlier call's Table 1 kept no scores)
             part_scores(section, net.id, split)
         return
@@ -120,29 +114,19 @@ def net_row(section: Section, net: NetRow) -> None:
 
 def train_and_score(section: Section, net: NetRow, grant: planner.Grant | None) -> None:
     from nnlm.neural.checkpoint import load_neural
-    from nnlm.neural.parallel import train_parallel
-    from nnlm.reproduce.beyond_mixes import save_scores
 
-    job, where, key = section.job, run_dir(section, net), row_key(net.id)
-    options = options_of(section, net)
+    job, run, key = section.job, section_net(section, net), row_key(net.id)
+    where, options = run.run_dir(job.out), run.options
     extra = {"run": str(where.relative_to(job.out)), "command": command(section, net)}
     if grant is not None and grant.status == "skipped":
         if (where / ck.WEIGHTS).exists() and key in job.results.rows:
             job.log("    no budget left to continue it: keeping what it had")
             return
-        params = _parameters(section, net)
+        params = net_run.parameters(job, run)
         job.results.put(key, RowResult({}, params, 0.0, "skipped", grant.reason, options, grant.to_dict(), extra))
         job.log(f"    {grant.reason}")
         return
-    requested: dict[str, Any] = {"corpus": job.corpus_source, "preset": net.preset, "seed": net.seed,
-                                 "device": job.device, "epochs": MAX_EPOCHS, "threads": job.threads, "loss": net.loss}
-    for name, value in (("recipe", net.recipe), ("samples", job.samples)):
-        if value is not None:
-            requested[name] = value
-    if grant is not None:
-        requested |= run_limits(where, rates_of(section, net, fresh=False), job, grant)
-    state = train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
-                           resume=(where / ck.RUN).exists(), progress=job.progress, log=section.row_log(net.id))
+    state = net_run.train(job, run, net_run.limits(job, run, grant), section.row_log(net.id))
     model = load_neural(where, device=job.device_name())
     govern(requested=job.threads, device=job.device_name())
     ppl = {"train": None} | job.evaluate(key, model, ("valid", "test"))
@@ -157,8 +141,3 @@ def train_and_score(section: Section, net: NetRow, grant: planner.Grant | None) 
     section.models[net.id] = model
     job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
 
-
-def _parameters(section: Section, net: NetRow) -> int:
-    from nnlm.neural.presets import preset
-
-    return preset(net.preset, len(section.job.corpus.vocab)).parameter_count()

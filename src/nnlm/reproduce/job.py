@@ -1,7 +1,7 @@
-"""One `nnlm reproduce` call: its options, its clock, its log, and the order of the work.
-
-The rows themselves are built by `ngram_rows` and `net_rows`; how much time each gets is the
-planner's (`planner.plan`); the report is written from results.json alone (`report`)."""
+"""One `nnlm reproduce` call: its options, its clock, its log, and what its rows share (scores, classes,
+measured rates). The rows are built by `ngram_rows` and `net_rows`, which take a Job; the order of the
+work is `nnlm.reproduce.run_table`'s; how much time each row gets is the planner's (`planner.plan`); the
+report is written from results.json alone (`report`)."""
 from __future__ import annotations
 
 import time
@@ -90,7 +90,7 @@ class Job:
         return lambda line: self.log(f"    {line}  [{row_id}{'; ' + self.budget_text() if self.budget else ''}]")
 
     def device_name(self) -> str:
-        from nnlm.neural.train import pick_device
+        from nnlm.neural.run_config import pick_device
 
         return str(pick_device(self.device))
 
@@ -106,16 +106,3 @@ class Job:
 
     def evaluate(self, key: str, model: LanguageModel, splits: tuple[str, ...] = SPLITS) -> dict[str, float]:
         return {s: perplexity_from_log_probs(self.scored(key, model, s)) for s in splits}
-
-    def run(self) -> None:
-        from nnlm.reproduce import net_rows, ngram_rows
-        from nnlm.reproduce.report import write_report
-
-        trigram = ngram_rows.early_rows(self)
-        net_rows.neural_rows(self, trigram)
-        ngram_rows.late_rows(self)
-        net_rows.train_split_rows(self)
-        write_report(self.out)
-        left = self.left()
-        self.log(f"done in {(time.monotonic() - self.start) / 60:.1f} min"
-                 + ("" if left is None else f" of a {self.budget / 60:.1f}-minute budget"))

@@ -1,7 +1,8 @@
-"""The nets' rows: train each net for what the planner grants it, score it, mix it with the trigram.
+"""The tables' nets: train each net for what the planner grants it, score it, mix it with the trigram.
 
 Each net of a call trains in runs/<net>-<tag>, the tag naming its options key (loss, samples, Hogwild,
-recipe values), so a call with other options trains its own net instead of relabelling another's."""
+recipe values), so a call with other options trains its own net instead of relabelling another's. What a
+net row is, its speeds, its need in the plan and its training are `net_run`'s, shared with `--beyond`."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,46 +12,26 @@ from typing import TYPE_CHECKING, Any
 
 from nnlm.lm import LanguageModel, perplexity_from_log_probs
 from nnlm.neural import checkpoint as ck
-from nnlm.reproduce import planner, rates
+from nnlm.reproduce import net_run, planner, rates
+from nnlm.reproduce.net_run import NetRun
 from nnlm.reproduce.ngram_rows import late_needs
-from nnlm.reproduce.results import RowResult, options_tag
+from nnlm.reproduce.results import RowResult
 from nnlm.reproduce.table import Row
 from nnlm.threads import govern
 
 if TYPE_CHECKING:
     from nnlm.reproduce.job import Job
 
-MAX_EPOCHS = 100  # early stopping ends a run long before this
-GUARD = 1.3  # a run given whole epochs stops at this x its grant if the rates were measured too high
+
+def table_net(job: Job, net: str) -> NetRun:
+    """A table's net as a NetRun: its preset with the call's loss, in the shape it trains with."""
+    shape = job.shapes.get(net)
+    return NetRun(net, net, job.loss, job.net_options(net), rates_key=net,
+                  request={**job.vocabulary_options(), **(shape or {})}, shape=shape)
 
 
 def run_dir(job: Job, net: str) -> Path:
-    return job.out / "runs" / f"{net}-{options_tag(job.net_options(net))}"
-
-
-def net_parameters(job: Job, net: str) -> int:
-    """Known from the architecture, trained or not."""
-    from nnlm.neural.train import model_config
-
-    return model_config({"preset": net} | job.shapes.get(net, {}), len(job.corpus.vocab)).parameter_count()
-
-
-def epochs_in(run: Path, train_tokens: int) -> float:
-    """Epochs a run directory has trained so far (0 before its first checkpoint)."""
-    state = run / ck.STATE
-    return ck.read_json(state, "training state").get("examples", 0) / train_tokens if state.exists() else 0.0
-
-
-def epochs_done(job: Job, net: str) -> float:
-    return epochs_in(run_dir(job, net), len(job.corpus.train))
-
-
-def rates_of(job: Job, net: str, fresh: bool = False) -> planner.Rates:
-    """The net's measured rates in the shape it trains with; `fresh` re-measures (the load may have changed)."""
-    if fresh or net not in job.rates:
-        job.rates[net] = rates.measure(net, job.corpus, job.device_name(), job.threads, job.loss, job.samples,
-                                       job.shapes.get(net))
-    return job.rates[net]
+    return table_net(job, net).run_dir(job.out)
 
 
 def plan_net(job: Job, i: int, measure: bool = True) -> planner.Grant | None:
@@ -59,14 +40,8 @@ def plan_net(job: Job, i: int, measure: bool = True) -> planner.Grant | None:
     left = job.left()
     if left is None:
         return None
-    c = job.corpus
-    needs = []
-    for k, net in enumerate(job.nets[i:]):
-        if k == 0 or job.results.pending(net, job.net_options(net)):
-            need = planner.net_need(net, rates_of(job, net, fresh=k == 0 and measure), len(c.train), len(c.valid),
-                                    len(c.test),
-                                    epochs_done(job, net), job.table.net_floor_epochs)
-            needs.append(need)
+    needs = [net_run.need(job, table_net(job, net), fresh=k == 0 and measure, floor_epochs=job.table.net_floor_epochs)
+             for k, net in enumerate(job.nets[i:]) if k == 0 or job.results.pending(net, job.net_options(net))]
     return next(g for g in planner.plan(left, partner_needs(job, i) + needs + late_needs(job)) if g.id == job.nets[i])
 
 
@@ -167,46 +142,32 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
     A run the plan cut short that stops at its epoch limit with budget to spare (the rates measured on a
     slice were low: one process where Hogwild workers train, or the plain scoring path where the
     per-position tables score) is planned again with the rates of its own epochs and continued."""
-    from nnlm.neural.parallel import train_parallel
-
-    where = run_dir(job, net)
+    run = table_net(job, net)
+    where = run.run_dir(job.out)
     plan = plan_record(job, net, grant)
     if grant is not None and grant.status == "skipped":
         if (where / ck.WEIGHTS).exists() and net in job.results.rows:
             job.log("    no budget left to continue it: keeping what it had")
             return trained(job, net)
-        job.results.put(net, RowResult({}, net_parameters(job, net), 0.0, "skipped", grant.reason,
+        job.results.put(net, RowResult({}, net_run.parameters(job, run), 0.0, "skipped", grant.reason,
                                        job.net_options(net), plan, {"shape": job.shapes.get(net, {})}))
         job.log(f"    {grant.reason}")
         return None
-    requested: dict[str, Any] = {"corpus": job.corpus_source, "preset": net, "device": job.device,
-                                 "epochs": MAX_EPOCHS, "threads": job.threads, "loss": job.loss,
-                                 **job.vocabulary_options(), **job.shapes.get(net, {})}
-    if job.samples is not None:
-        requested["samples"] = job.samples
-    if grant is not None:
-        requested |= session_limits(job, net, grant)
-
-    def train(resume: bool) -> dict[str, Any]:
-        return train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild, resume=resume,
-                              progress=job.progress, log=job.row_log(net))
-
-    state = train((where / ck.RUN).exists())
+    state = net_run.train(job, run, net_run.limits(job, run, grant), job.row_log(net))
     while grant is not None and grant.status == "shortened" and not state["finished"] \
             and str(state["stop_reason"]).startswith("reached"):
         seen = rates.from_history(state["history"], len(job.corpus.valid))
         if seen is None:
             break
-        job.rates[net] = seen
+        job.rates[run.rates_key] = seen
         grant = plan_net(job, i, measure=False)
-        if grant is None or grant.status == "skipped" or "epochs" not in (limits := session_limits(job, net, grant)):
+        if grant is None or grant.status == "skipped" or "epochs" not in (limits := net_run.limits(job, run, grant)):
             break
         job.log(f"    budget left after its epochs: planned again with the rates they measured "
                 f"({seen.train:,.0f} training, {seen.score:,.0f} scoring tokens/s) and continued to "
                 f"{limits['epochs']} epochs; {grant.reason}")
-        requested |= limits
         plan = plan_record(job, net, grant)
-        state = train(resume=True)
+        state = net_run.train(job, run, limits, job.row_log(net), resume=True)
     model = trained(job, net)
     govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
     later = job.budget is not None  # the train split is scored at the end, if the budget allows
@@ -242,31 +203,14 @@ def plan_record(job: Job, net: str, grant: planner.Grant | None) -> dict[str, An
                       "test_seconds": round(planner.SAFETY * len(job.corpus.test) / job.rates[net].score, 1)}}
 
 
-def session_limits(job: Job, net: str, grant: planner.Grant) -> dict[str, Any]:
-    return run_limits(run_dir(job, net), job.rates[net], job, grant)
-
-
-def run_limits(where: Path, rates: planner.Rates, job: Job, grant: planner.Grant) -> dict[str, Any]:
-    """The trainer's limits for a grant: whole epochs when it holds one or more (a run cut mid-epoch
-    validates the part epoch as well, which costs as much as the validation of a whole one), with a
-    time budget only as a guard against a low estimate; else a part epoch, its validation following.
-    A run's time budget counts all its sessions."""
-    state = ck.read_json(where / ck.STATE, "training state") if (where / ck.STATE).exists() else {}
-    before, done = state.get("elapsed", 0.0), state.get("epoch", 0)
-    train, valid = planner.epoch_parts(rates, len(job.corpus.train), len(job.corpus.valid))
-    whole = int(grant.work / (train + valid) + 1e-9)  # a grant of 5 epochs is 5, not 4.999...
-    if whole >= 1:
-        return {"epochs": min(done + whole, MAX_EPOCHS), "time_budget": round((before + GUARD * grant.work) / 60, 2)}
-    return {"time_budget": round((before + max(grant.work - valid, 1.0)) / 60, 2)}
-
-
 def mix_row(job: Job, row: Row, mode: str, net: str, model: LanguageModel | None, trigram: LanguageModel) -> None:
     from nnlm.mixture import mix_scored
 
     of_net = job.results.rows[net]
     if model is None:  # the net was skipped
-        job.results.put(row.id, RowResult({}, net_parameters(job, net) + trigram.parameter_count(), 0.0, "skipped",
-                                          of_net["note"], of_net.get("options", {}), of_net.get("plan")))
+        parameters = net_run.parameters(job, table_net(job, net)) + trigram.parameter_count()
+        job.results.put(row.id, RowResult({}, parameters, 0.0, "skipped", of_net["note"], of_net.get("options", {}),
+                                          of_net.get("plan")))
         job.log(f"    skipped: {net.upper()} was skipped")
         return
     splits = ("valid", "test")
@@ -287,7 +231,7 @@ def train_scoring_rate(job: Job, net: str) -> float:
     the run's own validation, which scored a whole split the way the train split will be (a long pass
     takes the per-position tables: on the 14M corpus 19.7k tokens/s against the slice's 9.8k)."""
     seen = rates.from_history(ck.read_state(run_dir(job, net)).get("history", []), len(job.corpus.valid))
-    return max(rates_of(job, net).score, seen.score if seen is not None else 0.0)
+    return max(net_run.rates_of(job, table_net(job, net)).score, seen.score if seen is not None else 0.0)
 
 
 def train_split_rows(job: Job) -> None:

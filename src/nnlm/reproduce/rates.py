@@ -63,7 +63,7 @@ def scoring_rate(net: str, corpus: Corpus, device: str, shape: dict | None = Non
     """(tokens per second, path) of exact scoring of a pass over the validation split, on the path that
     pass will take, timed on a slice of it."""
     from nnlm.neural.model import NPLM, NeuralLM
-    from nnlm.neural.train import model_config
+    from nnlm.neural.run_config import model_config
 
     config = model_config({"preset": net} | (shape or {}), len(corpus.vocab))
     with torch.random.fork_rng(devices=[]):
@@ -81,27 +81,31 @@ def scoring_rate(net: str, corpus: Corpus, device: str, shape: dict | None = Non
 def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int | None,
                   shape: dict | None = None) -> float:
     """Training examples per second: a few batches of the trainer's own step (its loss, optimizer, batch size)."""
-    from nnlm.neural import train as tr
+    from nnlm.neural.batches import epoch_batches, padded_stream, update
+    from nnlm.neural.config import RUN_DEFAULTS
     from nnlm.neural.model import NPLM
+    from nnlm.neural.pipeline import build_loss, build_optimizer
+    from nnlm.neural.recipes import RECIPES, default_recipe
+    from nnlm.neural.run_config import bf16_is_fast, model_config
     from nnlm.neural.sampled import DEFAULT_SAMPLES
 
     dev = torch.device(device)
-    run = dict(tr.RUN_DEFAULTS) | {"preset": net, "loss": loss, "recipe": tr.default_recipe(loss, net),
+    run = dict(RUN_DEFAULTS) | {"preset": net, "loss": loss, "recipe": default_recipe(loss, net),
                                     "samples": samples or min(DEFAULT_SAMPLES, len(corpus.vocab))} | (shape or {})
-    recipe = tr.RECIPES[run["recipe"]]
-    bf16 = recipe.bf16 and tr.bf16_is_fast(dev)
+    recipe = RECIPES[run["recipe"]]
+    bf16 = recipe.bf16 and bf16_is_fast(dev)
     with torch.random.fork_rng(devices=[]):
-        model = NPLM(tr.model_config(run, len(corpus.vocab)), dropout_x=recipe.dropout_x,
+        model = NPLM(model_config(run, len(corpus.vocab)), dropout_x=recipe.dropout_x,
                      dropout_h=recipe.dropout_h).to(dev)
-        optimizer = tr.build_optimizer(model, recipe, recipe.lr)
-        loss_fn, optimizer = tr.build_loss(run, model, corpus, dev, optimizer, recipe.lr)
+        optimizer = build_optimizer(model, recipe, recipe.lr)
+        loss_fn, optimizer = build_loss(run, model, corpus, dev, optimizer, recipe.lr)
         k, batch = model.config.order - 1, run["batch_size"]
-        padded = tr.padded_stream(corpus.train[: batch * (TRAIN_BATCHES + 2)], k, corpus.pad_id, dev)
+        padded = padded_stream(corpus.train[: batch * (TRAIN_BATCHES + 2)], k, corpus.pad_id, dev)
         seen, t0 = 0, 0.0
-        for i, (ctx, targets) in enumerate(tr.epoch_batches(padded, k, batch, 0, 0)):
+        for i, (ctx, targets) in enumerate(epoch_batches(padded, k, batch, 0, 0)):
             if i == 2:
                 t0, seen = time.perf_counter(), 0
-            tr.update(model, optimizer, loss_fn(model, ctx, targets, bf16), seen, len(targets))
+            update(model, optimizer, loss_fn(model, ctx, targets, bf16), seen, len(targets))
             seen += len(targets)
         return finite(seen / (time.perf_counter() - t0)) if t0 else 1e-9
 

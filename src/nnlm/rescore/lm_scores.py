@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnlm.data.vocab import PARAGRAPH
-from nnlm.lm import EVAL_CHUNK, LanguageModel
-from nnlm.use import start_token, stream_log_probs
+from nnlm.lm import EVAL_CHUNK, LanguageModel, chunked_log_probs, start_id, stream_log_probs
 
 
 def encode_hypotheses(model: LanguageModel, hypotheses: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -25,22 +24,10 @@ def hypothesis_log_probs(model: LanguageModel, hypotheses: list[list[str]], chun
     if not hypotheses:
         return np.zeros(0, dtype=np.float64)
     ids, lengths = encode_hypotheses(model, hypotheses)
-    ctx = hypothesis_contexts(model, lengths, ids)
-    out = np.empty(len(ids), dtype=np.float64)
-    for lo in range(0, len(ids), chunk):
-        out[lo:lo + chunk] = model.log_prob(ctx[lo:lo + chunk], ids[lo:lo + chunk])
-    return np.add.reduceat(out, np.concatenate([[0], np.cumsum(lengths)[:-1]]))
-
-
-def hypothesis_contexts(model: LanguageModel, lengths: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Context rows [len(ids), order-1] of hypotheses laid end to end: each starts from the start token."""
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    position_in_hyp = np.arange(len(ids)) - np.repeat(starts, lengths)
-    offsets = np.arange(-model.context_size, 0, dtype=np.int64)
-    index = np.arange(len(ids))[:, None] + offsets[None, :]
-    inside = position_in_hyp[:, None] + offsets[None, :] >= 0  # before a hypothesis: the start token
-    pad = model.vocab.id(start_token(model.vocab))
-    return np.where(inside, ids[np.maximum(index, 0)], pad).astype(np.int64)
+    position_in_hyp = np.arange(len(ids)) - np.repeat(starts, lengths)  # each starts from the start token
+    out = chunked_log_probs(model, ids, 0, len(ids), start_id(model), since_start=position_in_hyp, chunk=chunk)
+    return np.add.reduceat(out, starts)
 
 
 def one_at_a_time_log_probs(model: LanguageModel, hypotheses: list[list[str]]) -> np.ndarray:

@@ -16,12 +16,11 @@ from typing import Any
 import numpy as np
 
 from nnlm.capabilities import HasWordFeatures
-from nnlm.data.tokenize import text_tokens
-from nnlm.data.vocab import start_token
+from nnlm.data.tokenize import prompt_tokens, tokens_to_score
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel
+from nnlm.lm import LOG10_E, LanguageModel, start_id, text_contexts
 from nnlm.serve.batcher import Batcher, Cancel, InlineBatcher, batcher_for
-from nnlm.use import LOG10_E, sample
+from nnlm.use import next_context, sample, top_words
 
 MAX_TOKENS = 20_000          # tokens of any text field (scored text, history, prompt) per request
 MAX_ALTERNATIVES_AT = 256    # positions given top alternatives per request (each costs a |V| distribution)
@@ -123,38 +122,9 @@ def _limited(tokens: list[str], key: str) -> list[str]:
     return tokens
 
 
-def _tokens(text: str) -> list[str]:
-    """A text to score: each non-blank paragraph's words, then `<p>` (nnlm.data.tokenize)."""
-    tokens = _limited(text_tokens(text), "text")
-    if not tokens:
-        raise NnlmError("the text has no words")
-    return tokens
-
-
-def _history(text: str, key: str) -> list[str]:
-    """A text to continue: its tokens without the closing `<p>`, as its last paragraph is still being written."""
-    return _limited(text_tokens(text)[:-1], key)
-
-
-def _stream_contexts(model: LanguageModel, ids: np.ndarray) -> np.ndarray:
-    """Context rows [len(ids), order-1] of `ids` read as one stream from the start of a text (start tokens
-    before it): row i is ids[i-k .. i-1]. (Index arithmetic: numpy's sliding_window_view costs more than
-    the whole model call for a sentence.)"""
-    k = model.context_size
-    if k == 0:
-        return np.zeros((len(ids), 0), dtype=np.int64)
-    padded = np.empty(len(ids) + k, dtype=np.int64)
-    padded[:k] = model.vocab.id(start_token(model.vocab))
-    padded[k:] = ids
-    return padded[np.arange(len(ids))[:, None] + np.arange(k)]
-
-
 def _top(dist: np.ndarray, model: LanguageModel, k: int) -> list[list[list[Any]]]:
-    """The k most probable words of each row, most probable first, as [word, probability]."""
-    top = np.argpartition(-dist, k - 1, axis=1)[:, :k]
-    order = np.argsort(-np.take_along_axis(dist, top, axis=1), axis=1, kind="stable")
-    top = np.take_along_axis(top, order, axis=1)
-    return [[[model.vocab.tokens[i], float(row[i])] for i in ids] for row, ids in zip(dist, top, strict=True)]
+    """The k most probable words of each row, most probable first, as [word, probability] (nnlm.use.top_words)."""
+    return [[list(pair) for pair in row] for row in top_words(model, dist, k)]
 
 
 def known(model: LanguageModel, tokens: list[str], ids: np.ndarray) -> list[bool]:
@@ -170,12 +140,12 @@ def score(models: dict[str, Served], request: dict[str, Any]) -> Batched:
     `top` most probable words at each position)."""
     served = _model(models, request)
     model = served.model
-    tokens = _tokens(_field(request, "text", str))
+    tokens = _limited(tokens_to_score(_field(request, "text", str)), "text")
     k = _field(request, "top", int, 0, 0, MAX_K)
     if k and len(tokens) > MAX_ALTERNATIVES_AT:
         raise NnlmError(f"alternatives ('top') are given for at most {MAX_ALTERNATIVES_AT} tokens")
     ids = np.asarray(model.vocab.encode(tokens), dtype=np.int64)
-    ctx = _stream_contexts(model, ids)
+    ctx = text_contexts(ids, model.context_size, start_id(model))
     log10 = (yield ModelCall(served, ctx, ids)) * LOG10_E
     words = [{"word": t, "log10": p, "known": k} for t, p, k in zip(tokens, log10.tolist(), known(model, tokens, ids),
                                                                     strict=True)]
@@ -191,11 +161,9 @@ def next_words(models: dict[str, Served], request: dict[str, Any]) -> Batched:
     """The `k` most probable next tokens after `history` (text; empty: the start of a text)."""
     served = _model(models, request)
     model = served.model
-    history = _history(_field(request, "history", str, ""), "history")
+    history = _limited(prompt_tokens(_field(request, "history", str, "")), "history")
     k = _field(request, "k", int, 10, 1, min(MAX_K, len(model.vocab)))
-    ids = np.asarray(model.vocab.encode(history + ["<next>"]), dtype=np.int64)  # a placeholder target
-    ctx = _stream_contexts(model, ids)[-1:]
-    dist = yield ModelCall(served, ctx)
+    dist = yield ModelCall(served, next_context(model, history)[None, :])
     return {"model": served.name, "history": history,
             "next": [{"word": w, "p": p} for w, p in _top(dist, model, k)[0]]}
 
@@ -206,7 +174,7 @@ def generated(models: dict[str, Served], request: dict[str, Any], cancel: Cancel
     served = _model(models, request)
     model = served.model
     top_k = request.get("top_k")
-    drawn = sample(model, _history(_field(request, "prompt", str, ""), "prompt"),
+    drawn = sample(model, _limited(prompt_tokens(_field(request, "prompt", str, "")), "prompt"),
                    _field(request, "tokens", int, 30, 1, MAX_GENERATE),
                    _field(request, "temperature", float, 1.0, 1e-3, 100.0),
                    None if top_k is None else _field(request, "top_k", int, None, 1, len(model.vocab)),
