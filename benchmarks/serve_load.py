@@ -67,9 +67,17 @@ class Server:
             self.stderr_lines.append(raw.decode(errors="replace").rstrip())
 
     def cpu_seconds(self) -> float:
-        """The server process's CPU time so far (user + system, all its threads), from /proc."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """The server's CPU time so far (user + system, all threads of the process and of its live
+        children, the --workers), from /proc."""
+        ticks = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat.parent.name) == self.proc.pid or int(fields[1]) == self.proc.pid:
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -264,6 +272,8 @@ def main() -> int:
     ap.add_argument("--slow", type=int, default=300, help="slow clients (default 300)")
     ap.add_argument("--rounds", type=int, default=0,
                     help="first compare requests/s at 1, 8, 64 clients with the servers taking turns, this many rounds")
+    ap.add_argument("--also-workers", type=int, default=0, metavar="N",
+                    help="also measure the same server with --workers N (labelled uvicorn-wN)")
     ap.add_argument("--rounds-only", action="store_true", help="stop after the rounds (no other phase)")
     ap.add_argument("--serve-args", default="", help="more options for the measured nnlm serve (e.g. '--workers 2')")
     args = ap.parse_args()
@@ -282,6 +292,9 @@ def main() -> int:
         baselines = [b.split("=", 1) if "=" in b else ("before", b) for b in args.baseline_src]
         servers = [(label, src, []) for label, src in baselines] + \
             [("uvicorn", here, args.serve_args.split())]
+        if args.also_workers:
+            servers.append((f"uvicorn-w{args.also_workers}", here,
+                            [*args.serve_args.split(), "--workers", str(args.also_workers)]))
         rows: list[dict] = []
         started = [Server(label, model, src, extra) for label, src, extra in servers]
         try:
