@@ -111,7 +111,7 @@ class ClassNPLM(NPLM):
 
     def within_class_log_probs(self, zs: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
         """log P(target | class(target), h), [N] in the tokens' order: the tokens sorted by class, one
-        product [n_c, K_in] x [K_in, |class c|] per class present."""
+        product [n_c, K_in] x [K_in, |class c|] per class present (`_WithinClass`)."""
         n = len(targets)
         if n == 0:
             return torch.zeros(0, dtype=self.b.dtype, device=self.b.device)
@@ -119,20 +119,14 @@ class ClassNPLM(NPLM):
         order = torch.argsort(classes, stable=True)
         present, counts = torch.unique_consecutive(classes[order], return_counts=True)
         grouped = [z.index_select(0, order) for z in zs]
-        rows = self.row_of_word[targets[order]]
-        weights = self.word_weights()
-        pieces, start = [], 0
-        for c, count in zip(present.tolist(), counts.tolist(), strict=True):
-            lo, hi = self.bounds[c], self.bounds[c + 1]
-            y = self.b[lo:hi].expand(count, -1)
-            for z, w in zip(grouped, weights, strict=True):
-                y = torch.addmm(y, z[start:start + count], w[lo:hi].t())
-            picked = y.gather(1, (rows[start:start + count] - lo)[:, None])[:, 0]
-            pieces.append(picked - torch.logsumexp(y, dim=1))
-            start += count
+        local = self.row_of_word[targets[order]] - self.class_start[classes[order]]
+        groups = [(self.bounds[c], self.bounds[c + 1], count) for c, count in zip(present.tolist(), counts.tolist(),
+                                                                                   strict=True)]
+        operands = [t for pair in zip(grouped, self.word_weights(), strict=True) for t in pair]
+        sorted_log_probs = _WithinClass.apply(groups, local, self.b, *operands)
         in_order = torch.empty_like(order)
         in_order[order] = torch.arange(n, device=order.device)
-        return torch.cat(pieces).index_select(0, in_order)
+        return sorted_log_probs.index_select(0, in_order)
 
     def target_log_probs_from_features(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log P(target | h) [N] (dropout when training): the class factor plus the within-class one."""
@@ -190,3 +184,57 @@ def within_class_log_probs_padded(net: ClassNPLM, zs: list[torch.Tensor], target
     y = y.masked_fill(offsets >= sizes[classes][:, None], -torch.inf)
     picked = y.gather(1, (net.row_of_word[targets] - net.class_start[classes])[:, None])[:, 0]
     return picked - torch.logsumexp(y, dim=1)
+
+
+class _WithinClass(torch.autograd.Function):
+    """log softmax over each token's class block, at its target: tokens sorted by class, `groups` the
+    (first row, end row, tokens) of each class present, `local` each target's row within its block,
+    operands (z_1, w_1, z_2, w_2, ...) with the scores y = b + sum_j z_j w_j^T.
+
+    Written out rather than left to autograd: per class, autograd's backward of a block of w (a slice,
+    or a split) and of the target's gather each fill a zero tensor; here the gradient of each weight
+    matrix is one zero tensor that the blocks write into, and a block's score gradient is its softmax
+    with 1 subtracted at the target, as in nnlm.neural.softmax_loss."""
+
+    @staticmethod
+    def forward(ctx, groups: list[tuple[int, int, int]], local: torch.Tensor, b: torch.Tensor,
+                *operands: torch.Tensor) -> torch.Tensor:
+        zs, ws = operands[0::2], operands[1::2]
+        out = torch.empty(len(local), dtype=b.dtype, device=b.device)
+        probs, start = [], 0
+        for lo, hi, count in groups:
+            y = b[lo:hi].expand(count, -1)
+            for z, w in zip(zs, ws, strict=True):
+                y = torch.addmm(y, z[start:start + count], w[lo:hi].t())
+            log_p = torch.log_softmax(y, dim=1)
+            out[start:start + count] = log_p.gather(1, local[start:start + count, None])[:, 0]
+            probs.append(log_p.exp_())
+            start += count
+        ctx.groups = groups
+        ctx.probs = probs
+        ctx.save_for_backward(local, b, *operands)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        local, b, *operands = ctx.saved_tensors
+        zs, ws = operands[0::2], operands[1::2]
+        need = ctx.needs_input_grad
+        grad_b = torch.zeros_like(b) if need[2] else None
+        grad_zs = [torch.empty_like(z) if need[3 + 2 * j] else None for j, z in enumerate(zs)]
+        grad_ws = [torch.zeros_like(w) if need[4 + 2 * j] else None for j, w in enumerate(ws)]
+        start = 0
+        for (lo, hi, count), p in zip(ctx.groups, ctx.probs, strict=True):
+            rows = slice(start, start + count)
+            g = p * -grad_out[rows, None]  # d out / d y = onehot(target) - p, times the incoming gradient
+            g[torch.arange(count, device=g.device), local[rows]] += grad_out[rows]
+            if grad_b is not None:
+                grad_b[lo:hi] = g.sum(0)
+            for j, (z, w) in enumerate(zip(zs, ws, strict=True)):
+                if grad_zs[j] is not None:
+                    torch.mm(g, w[lo:hi], out=grad_zs[j][rows])
+                if grad_ws[j] is not None:
+                    torch.mm(g.t(), z[rows], out=grad_ws[j][lo:hi])
+            start += count
+        grads = [t for pair in zip(grad_zs, grad_ws, strict=True) for t in pair]
+        return None, None, grad_b, *grads
