@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nnlm.errors import NnlmError
