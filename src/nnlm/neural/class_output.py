@@ -219,9 +219,13 @@ class _WithinClass(torch.autograd.Function):
         local, b, *operands = ctx.saved_tensors
         zs, ws = operands[0::2], operands[1::2]
         need = ctx.needs_input_grad
-        grad_b = torch.zeros_like(b) if need[2] else None
+        grad_b = torch.empty_like(b) if need[2] else None
         grad_zs = [torch.empty_like(z) if need[3 + 2 * j] else None for j, z in enumerate(zs)]
-        grad_ws = [torch.zeros_like(w) if need[4 + 2 * j] else None for j, w in enumerate(ws)]
+        grad_ws = [torch.empty_like(w) if need[4 + 2 * j] else None for j, w in enumerate(ws)]
+        for grad in [grad_b, *grad_ws]:  # zeros only in the rows of the classes no token of the batch is in
+            if grad is not None:
+                for lo, hi in _gaps(ctx.groups, len(b)):
+                    grad[lo:hi] = 0
         start = 0
         for (lo, hi, count), p in zip(ctx.groups, ctx.probs, strict=True):
             rows = slice(start, start + count)
@@ -237,3 +241,13 @@ class _WithinClass(torch.autograd.Function):
             start += count
         grads = [t for pair in zip(grad_zs, grad_ws, strict=True) for t in pair]
         return None, None, grad_b, *grads
+
+
+def _gaps(groups: list[tuple[int, int, int]], rows: int) -> list[tuple[int, int]]:
+    """The row ranges outside the (first row, end row, tokens) blocks of `groups` (in row order)."""
+    gaps, end = [], 0
+    for lo, hi, _ in groups:
+        if lo > end:
+            gaps.append((end, lo))
+        end = hi
+    return gaps + ([(end, rows)] if end < rows else [])
