@@ -45,7 +45,7 @@ class ClassNPLM(NPLM):
         self.register_buffer("class_of_row", torch.zeros(config.vocab_size, dtype=torch.int64), persistent=False)
         self.register_buffer("class_start", torch.zeros(k + 1, dtype=torch.int64), persistent=False)
         self.bounds: list[int] = []  # class_start as Python ints, for the per-class loop
-        self.register_load_state_dict_post_hook(lambda module, _keys: module._refresh_layout())
+        self.register_load_state_dict_post_hook(_layout_after_load)
         self.set_classes(torch.arange(config.vocab_size) * k // config.vocab_size)
 
     def _reset_class_parameters(self) -> None:
@@ -161,6 +161,11 @@ class ClassNPLM(NPLM):
 
     def target_logits(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         raise NnlmError("a class-factored output layer has no single score per word to read unnormalized")
+
+
+def _layout_after_load(net: ClassNPLM, _keys) -> None:
+    """After load_state_dict: the row layout of the class map just loaded (a function, so the net pickles)."""
+    net._refresh_layout()
 
 
 def class_output_loss(net: ClassNPLM, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
