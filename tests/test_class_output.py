@@ -18,11 +18,12 @@ from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.loading import load
 from nnlm.neural import train as tr
+from nnlm.neural.batches import batch_loss
 from nnlm.neural.class_lm import ClassNeuralLM
 from nnlm.neural.class_output import ClassNPLM, class_output_loss, within_class_log_probs_padded
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.output_clustering import default_class_count, frequency_classes, output_classes
-from nnlm.neural.parallel import train_parallel
+from nnlm.neural.parallel import ShardLoss, train_parallel
 from nnlm.neural.presets import preset
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 32, "threads": 1, "output_layer": "classes"}
@@ -211,6 +212,14 @@ def test_vocab_parallel_refuses_and_ddp_trains_like_one_process(random_corpus, t
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-4, atol=1e-5)
     assert ddp["best"]["valid_ppl"] == pytest.approx(single["best"]["valid_ppl"], rel=1e-4)
+
+
+def test_an_empty_ddp_shard_gives_a_zero_gradient_to_every_parameter():
+    net = tiny_class_net(dtype=torch.float32)
+    loss = ShardLoss(net, batch_loss)(torch.zeros((0, 2), dtype=torch.long), torch.zeros(0, dtype=torch.long), False)
+    loss.backward()
+    assert float(loss.detach()) == 0.0
+    assert all(p.grad is not None and not p.grad.any() for p in net.parameters())
 
 
 def test_hogwild_trains_it(random_corpus, tmp_path):
