@@ -264,10 +264,10 @@ def test_the_report_names_each_nets_own_options(tmp_path):
 
     rows = {"mlp1": {"perplexity": {"train": None, "valid": 300.0, "test": 290.0}, "parameters": 10, "seconds": 5.0,
                      "status": "done", "note": "", "cut": False,
-                     "options": requested_options("sampled", None, None, 100, "cpu")},
+                     "options": requested_options("sampled", None, None, 100, "cpu"), "run": "runs/mlp1-0a1b2c3d"},
             "mlp3": {"perplexity": {"train": None, "valid": 320.0, "test": 310.0}, "parameters": 9, "seconds": 5.0,
                      "status": "done", "note": "", "cut": False,
-                     "options": requested_options("full", None, 2, 100, "cpu")},
+                     "options": requested_options("full", None, 2, 100, "cpu"), "run": "runs/mlp3-4e5f6a7b"},
             "mlp4": {"perplexity": {}, "parameters": 9, "seconds": 0.0, "status": "skipped", "cut": True,
                      "note": "skipped for lack of budget: it needs at least 9.0 min (8.2 min of scoring, 0.8 min "
                              "of training), 3.1 min left of 12.0 min after the rows before it"}}
@@ -281,6 +281,7 @@ def test_the_report_names_each_nets_own_options(tmp_path):
     assert "- MLP1: `nnlm train`'s sampled recipe" in text and "`--loss sampled`" in text
     assert "- MLP3: `nnlm train`'s adaptive recipe" in text and "by 2 asynchronous Hogwild workers" in text
     assert "**Skipped for lack of budget**: MLP4 (MLP3 + trigram, 0.5) (n = 5)" in text
+    assert "Their run directories" in text and "`runs/mlp1-0a1b2c3d`, `runs/mlp3-4e5f6a7b`" in text
     assert "| skipped | skipped for lack of budget: it needs at least 9.0 min" in text
     assert "reproduced on mine" in text
     assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "perplexities.png").stat().st_size > 0
