@@ -321,3 +321,17 @@ def test_a_class_row_left_no_clustering_time_is_skipped_not_built_from_uncluster
     assert row["status"] == "skipped" and not row["perplexity"] and 4 not in clustered
     assert row["note"].startswith("skipped for lack of budget: no time left to cluster it (0.0 min of the ~1.0 min")
     assert "**Skipped for lack of budget**: " in (out / "README.md").read_text()
+
+
+def test_the_perplexity_bars_include_the_em_mixes():
+    """The EM mixes (no paper figure, often a table's best row) get their bar; the paper's place stays empty."""
+    from nnlm.reproduce.plots import bar_rows
+    from nnlm.reproduce.table import table_rows
+
+    rows = {"mlp1": {"perplexity": {"test": 280.0}, "status": "done"},
+            "mlp1-em": {"perplexity": {"test": 250.0}, "status": "done"}}
+    shown = {row.id: (paper, ours, mark) for row, paper, ours, mark in bar_rows(rows, table_rows(["mlp1"]), 300.0,
+                                                                                 320.0)}
+    assert shown["mlp1-em"] == (None, pytest.approx(250 / 300), "done")
+    assert shown["mlp1"] == (pytest.approx(268 / 320), pytest.approx(280 / 300), "done")
+    assert shown["kn5"] == (pytest.approx(321 / 320), None, "not run")
