@@ -181,7 +181,7 @@ def test_resume_removes_the_temp_files_a_kill_left(run_copy, nnlm):
     stale = run_copy / ".model.safetensors.k1ll3d.tmp"
     stale.write_bytes(b"half a file")
     code, out, err = nnlm("train", "--resume", "--out", run_copy, "--epochs", "1", "--no-progress")
-    assert code == 0 and "1 epochs done already" in out, err
+    assert code == 0 and "1 epoch done already" in out, err
     assert not stale.exists()
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from nnlm import cli_types as T
 from nnlm.errors import NnlmError
+from nnlm.neural.recipes import RECIPE_KEYS, RECIPES, recipe_defaults
 
 LOSSES = ("full", "sampled", "nce")  # nnlm.neural.sampled.LOSSES, repeated: this module stays torch-free
 DEVICES = ("auto", "cpu", "cuda")
@@ -63,11 +64,12 @@ class RunOptions:
     local: int | None = option(None, "0: all n-1 context words concatenated; k: only the k nearest, the older ones "
                                      "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
                                      "overriding the preset", parse=T.int_range(0, 64), shown="the preset's (0)")
-    recipe: str | None = option(None, "adaptive, adaptive-sampled, paper, modern or sampled",
-                                shown="adaptive with --loss full, sampled with --loss sampled / nce")
+    recipe: str | None = option(None, "how the net is trained, one of " + ", ".join(RECIPES),
+                                shown="adaptive with --loss full; sampled with --loss sampled / nce, "
+                                      "sampled-large for the presets past the paper")
     batch_size: int = option(256, "examples per update", parse=T.int_range(1, 1 << 24))
     seed: int = option(0, "random seed", parse=T.seed)
-    lr: float | None = option(None, "learning rate", parse=T.learning_rate, shown="the recipe's")
+    lr: float | None = option(None, "learning rate", parse=T.learning_rate)
     patience: int = option(3, "early stopping: epochs without a better valid perplexity", parse=T.count)
     bf16: bool | None = option(None, "bf16 output layer and softmax in training", flag=True,
                                shown="the recipe's, on bf16 hardware")
@@ -150,8 +152,9 @@ def session_options(requested: dict[str, Any]) -> SessionOptions:
 
 
 def help_text(f: dataclasses.Field) -> str:
-    """The field's help with its default, as `--help` shows it."""
-    shown = f.metadata["shown"] or ("on" if f.default is True else "off" if f.default is False else f.default)
+    """The field's help with its default, as `--help` shows it: a recipe field's, each recipe's value."""
+    shown = f.metadata["shown"] or (recipe_defaults(f.name) if f.name in RECIPE_KEYS
+                                    else "on" if f.default is True else "off" if f.default is False else f.default)
     return f"{f.metadata['help']} (default: {shown})"
 
 

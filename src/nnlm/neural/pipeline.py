@@ -28,6 +28,7 @@ from nnlm.neural.recipes import Recipe
 from nnlm.neural.run_config import Run, open_run
 from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
 from nnlm.neural.trainer import Trainer, TrainingSetup, TrainingState
+from nnlm.wording import counted
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def nothing_left_to_do(setup: TrainingSetup, log: Callable[[str], None]) -> bool
         log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
         return True
     if setup.resume and state["epoch"] >= session.epochs:
-        log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+        log(f"{out}: {counted(state['epoch'], 'epoch')} done already; give a larger --epochs to continue")
         return True
     if setup.resume and session.time_budget is not None and state["elapsed"] >= 60.0 * session.time_budget:
         log(f"{out}: the time budget of {session.time_budget} minutes is used already "

@@ -1,7 +1,8 @@
 """Training recipes: the optimizer, learning-rate schedule and regularisation of a run.
 
 A recipe is a frozen set of values; a run stores them (`recipe_values`) in run.json and rebuilds its
-recipe from there (`run_recipe`), so a resume trains on with the values it started with.
+recipe from there (`run_recipe`), so a resume trains on with the values it started with. It imports no
+torch at the top, so that the command-line help can list the recipes and their values from `RECIPES`.
 
 - `paper`: stochastic gradient ascent on the log-likelihood, eps_t = eps_0 / (1 + r t) with
   eps_0 = 1e-3, r = 1e-8 and t the number of training examples seen, and weight decay
@@ -42,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from nnlm.errors import NnlmError
-from nnlm.neural import checkpoint as ck
 
 LR_SCHEDULES = ("paper", "epoch", "plateau", "newbob", "constant")
 BEST_OPTIMIZER = "best-optimizer.safetensors"  # the optimizer state that goes with model.safetensors (newbob)
@@ -143,6 +143,20 @@ def recipe_values(recipe: Recipe, scale: float = 1.0) -> dict[str, Any]:
             "min_improvement": recipe.min_improvement, "plateau_patience": recipe.plateau_patience}
 
 
+def recipe_defaults(key: str) -> str:
+    """How `--help` states a recipe field's default (a run.json key of RECIPE_KEYS): each value with the
+    recipes that give it, e.g. "0.7 (modern, sampled), 0.5 (adaptive)"; a scaled recipe's weight decay
+    and dropout are "or less" (`regularisation_scale`)."""
+    by_value: dict[str, list[str]] = {}
+    for name, recipe in RECIPES.items():
+        value = recipe_values(recipe)[key]
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+        if recipe.scaled and key in ("weight_decay", "dropout") and value:
+            text += " or less"
+        by_value.setdefault(text, []).append(name)
+    return "the recipe's: " + ", ".join(f"{text} ({', '.join(names)})" for text, names in by_value.items())
+
+
 def run_recipe(run: dict[str, Any]) -> Recipe:
     """The recipe a run trains with: its named recipe with the values stored in run.json (a run from
     before they were stored gets its named recipe's, which have not changed)."""
@@ -198,6 +212,8 @@ def epoch_lr(recipe: Recipe, state: dict[str, Any]) -> float:
 def keep_best_optimizer(out: Path, optimizer: Any, recipe: Recipe) -> None:
     """With model.safetensors (a better validation), the optimizer state that goes with it: newbob restores both."""
     if recipe.lr_schedule == "newbob":
+        from nnlm.neural import checkpoint as ck
+
         ck.save_tensors(out / BEST_OPTIMIZER, optimizer.state_tensors())
 
 
@@ -216,6 +232,8 @@ def next_rate(out: Path, net: Any, optimizer: Any, recipe: Recipe, state: dict[s
     state["lr_stalls"] = 0 if real else state.get("lr_stalls", 0) + 1
     stalled = state["lr_stalls"] >= recipe.plateau_patience
     if recipe.lr_schedule == "newbob" and stalled and not improved:
+        from nnlm.neural import checkpoint as ck
+
         ck.load_weights(net, out / ck.WEIGHTS)
         tensors, _ = ck.load_tensors(out / BEST_OPTIMIZER)
         optimizer.load_state_tensors(tensors)

@@ -32,6 +32,7 @@ from nnlm.neural.recipes import (
     run_recipe,
 )
 from nnlm.neural.sampled import DEFAULT_SAMPLES, check_loss
+from nnlm.wording import counted
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,8 @@ def refuse_existing(out: Path) -> None:
     if (out / ck.RUN).exists():
         state = ck.read_state(out)
         if state.get("finished") or (out / ck.WEIGHTS).exists():
-            raise NnlmError(f"{out} already holds a trained model ({state.get('epoch', 0)} epochs); it is not "
+            trained = counted(state.get("epoch", 0), "epoch")
+            raise NnlmError(f"{out} already holds a trained model ({trained}); it is not "
                             "overwritten: continue it with --resume, or choose another --out")
         raise NnlmError(f"{out} holds an unfinished run; continue it with --resume or choose another --out")
     if out.exists() and any(out.iterdir()):

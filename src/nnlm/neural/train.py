@@ -48,6 +48,7 @@ from nnlm.neural.recipes import epoch_lr, keep_best_optimizer, next_rate
 from nnlm.neural.run_config import Run, open_run, pick_device
 from nnlm.neural.stop_signals import Interrupted, StoppedBySignal, StopRequest
 from nnlm.neural.trainer import Clock, Trainer, TrainingSetup, TrainingState, running_label
+from nnlm.wording import counted
 
 __all__ = ["prepare_run", "run_epochs", "train", "train_with"]
 CPU = torch.device("cpu")  # the default device of prepare_run
@@ -162,7 +163,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         save(whole)
         if trainer.writer:
             write_metrics(out, state["history"], run.loss == "full")
-    stop = stop or f"reached {session.epochs} epochs"
+    stop = stop or f"reached {counted(session.epochs, 'epoch')}"
     state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
     state["stop_reason"] = stop
     save()
@@ -215,7 +216,7 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, s
     if state["bad_epochs"] >= run.patience:
         better = (f"{100 * recipe.min_improvement:g}% better than the best" if recipe.min_improvement
                   else "better")
-        return False, f"early stopping: no {better} validation perplexity for {run.patience} epochs"
+        return False, f"early stopping: no {better} validation perplexity for {counted(run.patience, 'epoch')}"
     next_rate(out, net, optimizer, recipe, state, lr, improved, real, log)
     return False, None
 
