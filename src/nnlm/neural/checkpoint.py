@@ -148,6 +148,9 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "bf16": (False, _bool(optional=True), "null, true or false"),
     "loss": (False, _one_of(*LOSSES), " or ".join(map(repr, LOSSES))),
     "samples": (False, *_option("samples")),
+    "output_layer": (False, _one_of("full", "classes"), "'full' or 'classes'"),
+    "output_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
+    "output_clustering": (False, _one_of(None, "exchange", "frequency"), "null, 'exchange' or 'frequency'"),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
     # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
     "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "newbob", "constant"),
@@ -194,9 +197,12 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path) -> None:
-    """The weights must be exactly the parameters the config describes, with their shapes."""
-    expected = {name: tuple(p.shape) for name, p in NPLM(ModelConfig(**net_config.to_dict()))
-                .to("meta").named_parameters()}
+    """The weights must be exactly the parameters the config describes, with their shapes (and the
+    class map of a class-factored net, integer class ids: its values are checked when it is loaded)."""
+    from nnlm.neural.nets import build_net
+
+    shapes = build_net(ModelConfig(**net_config.to_dict())).to("meta").state_dict()
+    expected = {name: tuple(t.shape) for name, t in shapes.items()}
     got = {name: tuple(t.shape) for name, t in tensors.items()}
     if set(got) != set(expected):
         raise NnlmError(f"{source} does not match the model config: it holds {sorted(got)}, "
@@ -205,9 +211,10 @@ def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], sou
         if got[name] != shape:
             raise NnlmError(f"{source} does not match the model config: {name} is {list(got[name])}, "
                             f"the config needs {list(shape)}")
-        if not tensors[name].is_floating_point():
-            raise NnlmError(f"{source}: {name} is not a floating-point tensor")
-        if not bool(torch.isfinite(tensors[name]).all()):
+        if shapes[name].is_floating_point() != tensors[name].is_floating_point():
+            kind = "a floating-point" if shapes[name].is_floating_point() else "an integer"
+            raise NnlmError(f"{source}: {name} is not {kind} tensor")
+        if tensors[name].is_floating_point() and not bool(torch.isfinite(tensors[name]).all()):
             raise NnlmError(f"{source}: {name} holds NaN or infinite values (a damaged or diverged model)")
 
 
@@ -234,9 +241,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], Vocabulary, ModelConfig]:
 def load_weights(net: NPLM, path: Path) -> dict[str, str]:
     tensors, meta = load_tensors(path)
     check_weights(net.config, tensors, path)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            p.copy_(tensors[name].to(p.dtype))
+    net.load_state_dict(tensors)  # (copied into the net's own dtypes)
     return meta
 
 
@@ -246,9 +251,11 @@ def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
     run, vocab, config = read_run(run_dir)
     if not (run_dir / WEIGHTS).exists():
         raise NnlmError(f"{run_dir} holds no trained model yet ({WEIGHTS} is written after the first epoch)")
-    net = NPLM(config)
+    from nnlm.neural.nets import build_net, language_model
+
+    net = build_net(config)
     load_weights(net, run_dir / WEIGHTS)
-    return NeuralLM(net.to(device), vocab, run["pad_token"], device=device)
+    return language_model(net.to(device), vocab, run["pad_token"], device=device)
 
 
 # --- exact resume ----------------------------------------------------------------------------

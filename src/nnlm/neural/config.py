@@ -23,6 +23,8 @@ from nnlm.errors import NnlmError
 from nnlm.neural.recipes import RECIPE_KEYS, RECIPES, recipe_defaults
 
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.sampled builds them); declared here once
+OUTPUT_LAYERS = ("full", "classes")
+CLUSTERINGS = ("exchange", "frequency")  # nnlm.neural.output_clustering.CLUSTERINGS, repeated (numpy-free)
 DEVICES = ("auto", "cpu", "cuda")
 MINUTES = Bounds(0.0, 60.0 * 24 * 365, lo_open=True)  # at most a year
 RECIPE_GROUP = "recipe fields (default: the recipe's; stored in run.json, kept by --resume)"
@@ -51,8 +53,9 @@ class RunOptions:
     min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False)
     max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
     vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
-    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), or wide-context, "
-                                   "deep-context or long-context (past the paper, docs/experiments/beyond.md)")
+    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), wide-context, "
+                                   "deep-context or long-context (past the paper, docs/experiments/beyond.md), or "
+                                   "mlp1-classes (MLP1 with the class-factored output layer)")
     order: int | None = option(None, "n, overriding the preset", bounds=Bounds(2, 64, integer=True),
                                shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset",
@@ -71,6 +74,14 @@ class RunOptions:
                                      "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
                                      "overriding the preset", bounds=Bounds(0, 64, integer=True),
                                 shown="the preset's (0)")
+    output_layer: str | None = option(None, "full: one softmax over V (the paper); classes: P(class | h) x "
+                                            "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word",
+                                      choices=OUTPUT_LAYERS, shown="the preset's: full, classes for mlp1-classes")
+    output_classes: int | None = option(None, "--output-layer classes: the number of word classes K",
+                                        bounds=Bounds(2, 1 << 24, integer=True), metavar="K", shown="about sqrt(|V|)")
+    output_clustering: str | None = option(None, "--output-layer classes: exchange (the class-based n-gram's "
+                                                 "clustering of train) or frequency (bins of equal token mass)",
+                                           choices=CLUSTERINGS, shown="exchange")
     recipe: str | None = option(None, "how the net is trained, one of " + ", ".join(RECIPES),
                                 shown="adaptive with --loss full; sampled with --loss sampled / nce, "
                                       "sampled-large for the presets past the paper")
@@ -113,9 +124,42 @@ class RunOptions:
         check_values(RunOptions, dataclasses.asdict(self))
         check_loss(self.loss, self.samples)
         check_recipe_values(dataclasses.asdict(self))
+        self.check_output_layer()
         if self.loss != "full" and RECIPES[recipe].optimizer != "adam":
             raise NnlmError(f"--loss {self.loss} trains with the modern recipe (Adam on the touched rows), "
                             f"not {recipe!r}")
+
+    def check_output_layer(self) -> None:
+        """--output-layer and its options agree with each other and with --loss and --bf16."""
+        from nnlm.neural.presets import has_class_output
+
+        if self.output_layer not in (None, *OUTPUT_LAYERS):
+            raise NnlmError(f"unknown --output-layer {self.output_layer!r}; choose from {', '.join(OUTPUT_LAYERS)}")
+        if self.output_clustering not in (None, *CLUSTERINGS):
+            raise NnlmError(f"unknown --output-clustering {self.output_clustering!r}; choose from "
+                            f"{', '.join(CLUSTERINGS)}")
+        classes = self.output_layer == "classes" or (self.output_layer is None and has_class_output(self.preset))
+        if not classes:
+            for name in ("output_classes", "output_clustering"):
+                if getattr(self, name) is not None:
+                    raise NnlmError(f"--{name.replace('_', '-')} applies to --output-layer classes only")
+            return
+        if self.loss != "full":
+            raise NnlmError(f"--loss {self.loss} samples the full softmax; --output-layer classes computes its two "
+                            "exact softmaxes instead: choose one of them")
+        if self.bf16:
+            raise NnlmError("--bf16 applies to the full softmax's output layer; the class-factored one trains in "
+                            "fp32 (its products are small)")
+
+
+def output_layer_of(requested: dict[str, Any]) -> str:
+    """The output layer a requested-options dict asks for: its --output-layer, else its preset's."""
+    from nnlm.neural.presets import has_class_output
+
+    layer = requested.get("output_layer")
+    if layer is not None:
+        return layer
+    return "classes" if has_class_output(requested.get("preset", RunOptions.preset)) else "full"
 
 
 @dataclass(frozen=True)

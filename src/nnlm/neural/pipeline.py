@@ -23,7 +23,9 @@ from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import SessionOptions, run_part, session_options
 from nnlm.neural.model import NPLM
+from nnlm.neural.nets import build_net
 from nnlm.neural.optim import Adam, PaperSGD
+from nnlm.neural.output_clustering import output_classes
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.run_config import Run, open_run
 from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
@@ -38,6 +40,7 @@ class TrainerSpec:
     name: str
     where: str                 # "module:Class", imported when the trainer is chosen
     full_softmax_only: bool    # ddp and vocab split the exact softmax; hogwild takes any loss
+    takes_class_output: bool = True  # vocab slices the |V| output rows, which a class-factored layer groups
     cpu_only: bool = False     # hogwild shares memory between local processes
     restores_best: bool = False  # the newbob schedule puts the best weights back: one process only
 
@@ -45,9 +48,13 @@ class TrainerSpec:
         module, name = self.where.split(":")
         return getattr(importlib.import_module(module), name)
 
-    def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None) -> None:
+    def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None,
+              output_layer: str | None = None) -> None:
         """What this trainer cannot do -> one-line NnlmError, before anything is written (and again
         when a run trained otherwise is resumed)."""
+        if output_layer == "classes" and not self.takes_class_output:
+            raise NnlmError(f"--parallel {self.name} slices the full softmax's output rows over the ranks; "
+                            "--output-layer classes trains in one process or with --parallel hogwild or ddp")
         if self.full_softmax_only and loss != "full":
             raise NnlmError(f"--loss {loss} trains in one process or with --parallel hogwild; --parallel "
                             f"{self.name} trains the full softmax only")
@@ -62,7 +69,7 @@ TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
     TrainerSpec("single", "nnlm.neural.trainer:Trainer", full_softmax_only=False, restores_best=True),
     TrainerSpec("hogwild", "nnlm.neural.hogwild:HogwildTrainer", full_softmax_only=False, cpu_only=True),
     TrainerSpec("ddp", "nnlm.neural.parallel:DDPTrainer", full_softmax_only=True),
-    TrainerSpec("vocab", "nnlm.neural.parallel:VocabTrainer", full_softmax_only=True),
+    TrainerSpec("vocab", "nnlm.neural.parallel:VocabTrainer", full_softmax_only=True, takes_class_output=False),
 )}
 
 
@@ -105,12 +112,17 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG)."""
     session = session or session_options(requested)
     run, corpus = open_run(out, run_part(requested), resume, device)
-    spec.check(run.loss, lr_schedule=run.training_recipe.lr_schedule)  # (a resumed run trained otherwise)
+    spec.check(run.loss, lr_schedule=run.training_recipe.lr_schedule,  # (a resumed run trained otherwise)
+               output_layer=run.output_layer)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
-    net = NPLM(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
+    net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     loss_fn, optimizer = build_loss(run, net, corpus, device, run.learning_rate)
-    state = (ck.load_training_state(out, net, optimizer) if resume else None) or fresh_state()
+    state = ck.load_training_state(out, net, optimizer) if resume else None
+    if state is None and run.model_config.output_classes:  # a fresh class-factored net: the run's classes
+        net.set_classes(output_classes(run.output_clustering, corpus.train, len(corpus.vocab),
+                                       run.model_config.output_classes))
+    state = state or fresh_state()
     return TrainingSetup(out, run, session, corpus, device, net, optimizer, loss_fn, state, resume, workers)
 
 

@@ -22,6 +22,7 @@ from nnlm.neural import checkpoint as ck
 from nnlm.neural.config import RUN_DEFAULTS, RunOptions, check_loss
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.model_config import VARIANTS
+from nnlm.neural.output_clustering import CLUSTERINGS, class_count_limit, default_class_count
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import (
     RECIPES,
@@ -50,7 +51,7 @@ class Run(RunOptions):
     def from_json(cls, data: dict[str, Any]) -> Run:
         """A run.json's values (already checked by `checkpoint.read_run`); fields it lacks get the values
         runs of that time trained with: the full softmax, and their named recipe's values."""
-        data = {"loss": "full", "samples": None} | data  # runs from before the --loss option
+        data = {"loss": "full", "samples": None, "output_layer": "full"} | data  # runs from before these options
         if data["recipe"] not in RECIPES:
             raise NnlmError(f"this version lacks recipe {data['recipe']!r}")
         data |= {k: v for k, v in recipe_values(RECIPES[data["recipe"]]).items() if data.get(k) is None}
@@ -97,10 +98,16 @@ def bf16_is_fast(device: torch.device) -> bool:
 
 def model_config(run: dict[str, Any] | RunOptions, vocab_size: int) -> ModelConfig:
     """The preset's architecture, with any of n, h, m, direct and the variant fields given explicitly
-    taking precedence."""
+    taking precedence; --output-layer full / classes (with --output-classes K, default about sqrt(|V|))
+    sets `output_classes`."""
     values = run if isinstance(run, dict) else dataclasses.asdict(run)
     base = preset(values["preset"], vocab_size)
     picks = {k: values[k] for k in ("order", "hidden", "features", "direct", *VARIANTS) if values.get(k) is not None}
+    if values.get("output_layer") == "full":
+        picks["output_classes"] = 0
+    elif values.get("output_layer") == "classes" or base.output_classes:
+        picks["output_classes"] = (values.get("output_classes") or base.output_classes
+                                   or default_class_count(vocab_size))
     return ModelConfig(**(base.to_dict() | picks))
 
 
@@ -144,12 +151,14 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
     if options.recipe is None:
         options = dataclasses.replace(options, recipe=default_recipe(options.loss, options.preset))
     options.check()
-    model_config(options, 2)  # unknown preset or impossible shapes: say so before loading the corpus
+    model_config(dataclasses.replace(options, output_classes=None), 2)  # unknown preset or impossible shapes:
+    # said before the corpus is loaded (K is checked against |V| once it is known)
     recipe = RECIPES[options.recipe]
     if options.bf16 is None:
         options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device))
     corpus = open_corpus(options)
     model = model_config(options, len(corpus.vocab))
+    options, model = resolve_output_layer(options, model, corpus)
     if options.loss != "full" and options.samples is None:
         options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, len(corpus.vocab)))
     check_loss(options.loss, options.samples, len(corpus.vocab))
@@ -161,6 +170,23 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
     corpus.vocab.save(out / ck.VOCAB)
     ck.write_json(out / ck.RUN, run.to_json())
     return run, corpus
+
+
+def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus) -> tuple[RunOptions, ModelConfig]:
+    """The output layer's options as run.json stores them: full, or classes with K and the clustering
+    (a default K the clustering cannot make -- more classes than train has distinct words -- is lowered;
+    an explicit one is refused). A class-factored layer trains in fp32."""
+    if not model.output_classes:
+        return dataclasses.replace(options, output_layer="full"), model
+    clustering = options.output_clustering or CLUSTERINGS[0]
+    limit = class_count_limit(clustering, corpus.train, len(corpus.vocab))
+    if model.output_classes > limit:
+        if options.output_classes is not None:
+            raise NnlmError(f"--output-classes {options.output_classes}: the {clustering} clustering of this corpus "
+                            f"can make at most {limit} classes")
+        model = dataclasses.replace(model, output_classes=limit)
+    return dataclasses.replace(options, output_layer="classes", output_classes=model.output_classes,
+                               output_clustering=clustering, bf16=False), model
 
 
 def reopen_run(out: Path, requested: dict[str, Any]) -> tuple[Run, Corpus]:
