@@ -29,7 +29,7 @@ from safetensors.torch import save_file
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
-from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.model import NPLM, ModelConfig, NeuralLM, build_net, language_model
 
 RUN_FORMAT = "nnlm-neural-run/1"
 RUN, STATE, VOCAB, WEIGHTS = "run.json", "state.json", "vocab.json", "model.safetensors"
@@ -187,7 +187,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path) -> None:
     """The weights must be exactly the parameters the config describes, with their shapes."""
-    expected = {name: tuple(p.shape) for name, p in NPLM(ModelConfig(**net_config.to_dict()))
+    expected = {name: tuple(p.shape) for name, p in build_net(ModelConfig(**net_config.to_dict()))
                 .to("meta").named_parameters()}
     got = {name: tuple(t.shape) for name, t in tensors.items()}
     if set(got) != set(expected):
@@ -238,9 +238,9 @@ def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
     run, vocab, config = read_run(run_dir)
     if not (run_dir / WEIGHTS).exists():
         raise NnlmError(f"{run_dir} holds no trained model yet ({WEIGHTS} is written after the first epoch)")
-    net = NPLM(config)
+    net = build_net(config)
     load_weights(net, run_dir / WEIGHTS)
-    return NeuralLM(net.to(device), vocab, run["pad_token"], device=device)
+    return language_model(net.to(device), vocab, run["pad_token"], device=device)
 
 
 # --- exact resume ----------------------------------------------------------------------------

@@ -45,8 +45,9 @@ class RunOptions:
     min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False)
     max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
     vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
-    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), or wide-context, "
-                                   "deep-context or long-context (past the paper, docs/experiments/beyond.md)")
+    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
+                                   "energy network, docs/experiments/energy.md), or wide-context, deep-context or "
+                                   "long-context (past the paper, docs/experiments/beyond.md)")
     order: int | None = option(None, "n, overriding the preset", parse=T.int_range(2, 64), shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset", parse=T.int_range(0, 100_000),
                                 shown="the preset's")
@@ -63,6 +64,11 @@ class RunOptions:
     local: int | None = option(None, "0: all n-1 context words concatenated; k: only the k nearest, the older ones "
                                      "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
                                      "overriding the preset", parse=T.int_range(0, 64), shown="the preset's (0)")
+    energy: bool | None = option(None, "the paper's energy-minimization network (section 5.1): the output word's "
+                                       "features enter the hidden layer, P(w | context) = softmax(-E); "
+                                       "overriding the preset", flag=True, shown="the preset's (off but for energy)")
+    energy_shared_v: bool | None = option(None, "--energy: one output vector v for every word instead of v_w",
+                                          flag=True, shown="off")
     recipe: str | None = option(None, "adaptive, adaptive-sampled, paper, modern or sampled",
                                 shown="adaptive with --loss full, sampled with --loss sampled / nce")
     batch_size: int = option(256, "examples per update", parse=T.int_range(1, 1 << 24))

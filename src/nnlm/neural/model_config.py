@@ -12,6 +12,11 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   k nearest, and the n-1-k older words enter as one m-vector, a learned weighted sum of their features
   (weights A, one per position, starting at the average): a wide context for the price of one more word,
   the cheap second branch of Sun & Iyyer (2021, "Revisiting Simple Neural Probabilistic Language Models").
+- `energy`: the paper's energy-minimization network (its section 5.1; nnlm.neural.energy): the candidate
+  output word's features enter the hidden layer too, and P(w | context) is the softmax of -E(w, context),
+  E = v_w . tanh(d + H x + H_0 C(w)) + b_w (+ W_w . x with direct connections). One hidden layer, all
+  n-1 context words concatenated.
+- `energy_shared_v`: the energy net with one v for every word (h numbers) instead of v_w (|V| x h).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from dataclasses import asdict, dataclass, fields
 from nnlm.errors import NnlmError
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
-VARIANTS = ("layers", "layer_norm", "residual", "local")  # optional in a stored config
+VARIANTS = ("layers", "layer_norm", "residual", "local", "energy", "energy_shared_v")  # optional in a stored config
 
 
 @dataclass(frozen=True)
@@ -37,13 +42,15 @@ class ModelConfig:
     layer_norm: bool = False
     residual: bool = False
     local: int = 0
+    energy: bool = False
+    energy_shared_v: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "order", "hidden", "features", "layers", "local"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise NnlmError(f"model {name} must be an integer, got {value!r}")
-        for name in ("direct", "layer_norm", "residual"):
+        for name in ("direct", "layer_norm", "residual", "energy", "energy_shared_v"):
             if not isinstance(getattr(self, name), bool):
                 raise NnlmError(f"model {name} must be true or false, got {getattr(self, name)!r}")
         if self.order < 2:
@@ -78,6 +85,9 @@ class ModelConfig:
         """The paper's count |V|(1+nm+h) + h(1+(n-1)m) (minus |V|(n-1)m when W is off) for the paper's
         net; in general C, b, W, U over |V| rows, H and d, and the variants' H_l, d_l, g_l and A."""
         v, m, h, k = self.vocab_size, self.features, self.hidden, self.input_size
+        if self.energy:  # C, b; H over the n-1 context words and H_0 over the output word; d; v (v_w or shared); W
+            output = h if self.energy_shared_v else v * h
+            return v * (m + 1) + h * (k + m + 1) + output + (v * k if self.direct else 0)
         count = v * (m + 1 + h) + h * (k + 1) + (v * k if self.direct else 0)
         if h:
             count += (self.layers - 1) * (h * h + h) + (self.layers * h if self.layer_norm else 0)

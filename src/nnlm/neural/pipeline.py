@@ -22,7 +22,7 @@ from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import SessionOptions, run_part, session_options
-from nnlm.neural.model import NPLM
+from nnlm.neural.model import NPLM, build_net
 from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.run_config import Run, open_run
@@ -44,9 +44,11 @@ class TrainerSpec:
         module, name = self.where.split(":")
         return getattr(importlib.import_module(module), name)
 
-    def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None) -> None:
+    def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None, energy: bool = False) -> None:
         """What this trainer cannot do -> one-line NnlmError, before anything is written (and again
         when a run trained otherwise is resumed)."""
+        if energy and self.name != "single":
+            raise NnlmError(f"the energy network (--energy) trains in one process, not with --parallel {self.name}")
         if self.full_softmax_only and loss != "full":
             raise NnlmError(f"--loss {loss} trains in one process or with --parallel hogwild; --parallel "
                             f"{self.name} trains the full softmax only")
@@ -84,9 +86,13 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
         return batch_loss, optimizer
-    loss = SampledLoss(run.loss, proposal(corpus.train, len(corpus.vocab)), run.samples).to(device)
+    energy = run.model_config.energy  # the energy net (nnlm.neural.energy): b enters the logits as -b
+    if energy:
+        from nnlm.neural.energy import EnergySampledLoss
+    loss = (EnergySampledLoss if energy else SampledLoss)(run.loss, proposal(corpus.train, len(corpus.vocab)),
+                                                          run.samples).to(device)
     with torch.no_grad():
-        net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
+        net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)) * (-1.0 if energy else 1.0))
     return loss, RowAdam(net, loss, lr, run.training_recipe.weight_decay)
 
 
@@ -103,10 +109,11 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG)."""
     session = session or session_options(requested)
     run, corpus = open_run(out, run_part(requested), resume, device)
-    spec.check(run.loss, lr_schedule=run.training_recipe.lr_schedule)  # (a resumed run trained otherwise)
+    spec.check(run.loss, lr_schedule=run.training_recipe.lr_schedule,  # (a resumed run trained otherwise)
+               energy=run.model_config.energy)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
-    net = NPLM(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
+    net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     optimizer = build_optimizer(net, recipe, run.learning_rate)
     loss_fn, optimizer = build_loss(run, net, corpus, device, optimizer, run.learning_rate)
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or fresh_state()

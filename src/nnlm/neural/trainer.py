@@ -24,7 +24,7 @@ from nnlm.lm import LanguageModel
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import EXPLODED, batch_rows, diverged, padded_stream, update
 from nnlm.neural.config import SessionOptions
-from nnlm.neural.model import ModelConfig, NeuralLM
+from nnlm.neural.model import ModelConfig, language_model
 from nnlm.neural.run_config import Run
 from nnlm.neural.stop_signals import StopRequest
 
@@ -139,8 +139,8 @@ class Trainer:
         the writer scores the whole model alone (bf16 products for a bf16 run, see NeuralLM)."""
         if not self.writer:
             return None
-        return NeuralLM(whole_net, corpus.vocab, corpus.pad_token, device=next(whole_net.parameters()).device,
-                        bf16=bool(self.run.bf16))
+        return language_model(whole_net, corpus.vocab, corpus.pad_token, device=next(whole_net.parameters()).device,
+                              bf16=bool(self.run.bf16))
 
     def close(self) -> None:
         """Release what the trainer started (worker processes); called when training ends, however it ends."""
