@@ -70,6 +70,11 @@ class ModelConfig:
         if self.local < 0 or self.local > self.order - 3 and self.local:
             raise NnlmError(f"--local must be 0 (every context word concatenated) or from 1 to n-3 = "
                             f"{self.order - 3} (at least two older words averaged), got {self.local}")
+        if self.energy_shared_v and not self.energy:
+            raise NnlmError("--energy-shared-v applies to the energy network (--energy)")
+        if self.energy and (self.hidden == 0 or self.layers > 1 or self.layer_norm or self.residual or self.local):
+            raise NnlmError("--energy needs one plain hidden layer (h > 0) over every context word: it does not "
+                            "combine with --layers, --layer-norm, --residual or --local")
 
     @property
     def distant(self) -> int:
