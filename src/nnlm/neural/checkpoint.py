@@ -29,7 +29,8 @@ from safetensors.torch import save_file
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
-from nnlm.neural.model import NPLM, ModelConfig, NeuralLM, build_net, language_model
+from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.nets import build_net, language_model
 
 RUN_FORMAT = "nnlm-neural-run/1"
 RUN, STATE, VOCAB, WEIGHTS = "run.json", "state.json", "vocab.json", "model.safetensors"

@@ -18,10 +18,11 @@ time into [rows, |V|] (the buffer stays in the core's cache), and the backward p
 instead of keeping it, so memory is O(N |V|) in training and O(rows |V|) in scoring. The sampled and
 NCE losses (`EnergySampledLoss`) reuse nnlm.neural.sampled's draws, inclusion probabilities, objective
 and row-wise Adam; they need tanh units only at the batch's targets and the K sampled words.
-`EnergyLM` is the LanguageModel adapter: exact fp32 scoring (bf16 is refused: the cost is tanh, not a
-product), the unnormalized shortcut, the paper's feature vector for unknown words; stateful stepping
-uses LanguageModel's default (recomputing each context), and the direct connections' per-position
-tables are not built (their saving is a small part of this net's cost).
+`EnergyLM` is the LanguageModel adapter (nnlm.neural.nets picks the net and adapter from the config):
+exact fp32 scoring (bf16 is refused: the cost is tanh, not a product), the unnormalized shortcut, the
+paper's feature vector for unknown words; stateful stepping uses LanguageModel's default (recomputing
+each context), and the direct connections' per-position tables are not built (their saving is a small
+part of this net's cost).
 """
 from __future__ import annotations
 
@@ -296,12 +297,14 @@ class EnergySampledLoss(SampledLoss):
         v = net.v if net.config.energy_shared_v else self._rows(net, "v", out_ids)
         v_t, v_s = (v, v) if net.config.energy_shared_v else (v.index_select(0, t_at), v.index_select(0, s_at))
         hidden_t = torch.tanh(a + g.index_select(0, t_at))            # [B, h]
-        hidden_s = torch.tanh(a[:, None, :] + g.index_select(0, s_at)[None])  # [B, K, h]
         if keep is not None:
-            hidden_t, hidden_s = hidden_t * keep, hidden_s * keep[:, None, :]
+            hidden_t = hidden_t * keep
         b = self._rows(net, "b", out_ids)
         e_t = (hidden_t * v_t).sum(1) + b.index_select(0, t_at)
-        e_s = (hidden_s * v_s).sum(2) + b.index_select(0, s_at)[None]
+        # the samples' [B, K] sums over the hidden units, through the kernel (no [B, K, h] autograd graph)
+        gt_s = g.index_select(0, s_at).t().contiguous()
+        vt_s = v_s[:, None].expand_as(gt_s) if net.config.energy_shared_v else v_s.t().contiguous()
+        e_s = _HiddenSums.apply(a, gt_s, vt_s, keep) + b.index_select(0, s_at)[None]
         if net.W is not None:
             w = self._rows(net, "W", out_ids)
             e_t = e_t + (x * w.index_select(0, t_at)).sum(1)

@@ -28,8 +28,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState, text_contexts
 from nnlm.neural.model_config import ModelConfig
 
-__all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "NeuralLM", "build_net", "language_model",
-           "score_rows"]
+__all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "NeuralLM", "score_rows"]
 
 EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distribution paths
 SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):
@@ -475,21 +474,3 @@ class NeuralLM(LanguageModel):
         after.extra = stepper.shift(state.extra, words)
         return (log_probs * LOG10_E if log10 else log_probs), after
 
-
-def build_net(config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.0) -> nn.Module:
-    """The net a config describes: an NPLM, or the section 5.1 energy network (nnlm.neural.energy)."""
-    if config.energy:
-        from nnlm.neural.energy import EnergyNPLM
-
-        return EnergyNPLM(config, dropout_x, dropout_h)
-    return NPLM(config, dropout_x, dropout_h)
-
-
-def language_model(net: nn.Module, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
-                   unnormalized: bool = False, bf16: bool = False) -> NeuralLM:
-    """`net` (from `build_net`) behind the LanguageModel interface: NeuralLM, or EnergyLM for an energy net."""
-    if net.config.energy:
-        from nnlm.neural.energy import EnergyLM
-
-        return EnergyLM(net, vocab, pad_token, device, unnormalized, bf16)
-    return NeuralLM(net, vocab, pad_token, device, unnormalized, bf16)

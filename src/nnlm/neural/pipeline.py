@@ -22,7 +22,8 @@ from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import SessionOptions, run_part, session_options
-from nnlm.neural.model import NPLM, build_net
+from nnlm.neural.model import NPLM
+from nnlm.neural.nets import build_net
 from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.run_config import Run, open_run
