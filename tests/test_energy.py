@@ -261,3 +261,35 @@ def test_what_the_energy_net_cannot_do_is_one_line(args, message, random_corpus,
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not Path(out / "model.safetensors").exists()
+
+
+def test_nnlm_serve_answers_from_an_energy_run(random_corpus, tmp_path):
+    import urllib.request
+
+    from nnlm.cli import main
+    from nnlm.lm import LOG10_E
+    from nnlm.loading import load
+    from nnlm.serve.api import served_models
+    from nnlm.serve.server import ModelServer
+    from nnlm.use import next_words, score_words
+
+    out = tmp_path / "run"
+    assert main(["train", "--corpus", str(tmp_path / "rand"), "--out", str(out), "--preset", "energy", "--order",
+                 "3", "--hidden", "4", "--features", "3", "--epochs", "1", "--threads", "1", "--no-progress"]) == 0
+    srv = ModelServer(served_models([str(out)], timeout=20)).start()
+    try:
+        def call(path: str, body: dict) -> dict:
+            request = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=20) as answer:
+                return json.loads(answer.read())
+
+        model, text = load(out), "w1 w2 w3 never-seen\nw4 w5"
+        words = call("/api/score", {"model": "run", "text": text, "top": 3})["words"]
+        np.testing.assert_allclose([w["log10"] for w in words], score_words(model, text) * LOG10_E, rtol=1e-6)
+        expected = next_words(model, "w1 w2", 4)
+        assert [n["word"] for n in call("/api/next", {"model": "run", "history": "w1 w2", "k": 4})["next"]] \
+            == [w for w, _ in expected]
+        assert len(call("/api/generate", {"model": "run", "prompt": "w1", "tokens": 6, "seed": 5})["tokens"]) == 6
+    finally:
+        srv.stop()
