@@ -121,9 +121,9 @@ def main() -> None:
     print(f"\n{'net':<10} {'parameters':>11} {'train sampled':>14} {'train full':>11} {'score exact':>12}  (tokens/s)")
     for n in names:
         cells = [statistics.median(results[(n, what)]) for what in ("train sampled", "train full", "score exact")]
-        full_note = " (bf16)" if trainers[(n, "full")].bf16 else ""
+        full = f"{cells[1]:,.0f}" + (" bf16" if trainers[(n, "full")].bf16 else "")
         print(f"{n:<10} {preset(n, len(corpus.vocab)).parameter_count():>11,} {cells[0]:>14,.0f} "
-              f"{cells[1]:>11,.0f} {cells[2]:>12,.0f}{full_note}")
+              f"{full:>11} {cells[2]:>12,.0f}")
     if len(names) == 2:
         a, b = names
         ratios = [statistics.median(results[(b, w)]) / statistics.median(results[(a, w)])
