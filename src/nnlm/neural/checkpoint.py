@@ -31,6 +31,7 @@ from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
 from nnlm.neural.config import LOSSES, bounds_of
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.nets import build_net, language_model
 
 RUN_FORMAT = "nnlm-neural-run/1"
 RUN, STATE, VOCAB, WEIGHTS = "run.json", "state.json", "vocab.json", "model.safetensors"
@@ -199,7 +200,6 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path) -> None:
     """The weights must be exactly the parameters the config describes, with their shapes (and the
     class map of a class-factored net, integer class ids: its values are checked when it is loaded)."""
-    from nnlm.neural.nets import build_net
 
     shapes = build_net(ModelConfig(**net_config.to_dict())).to("meta").state_dict()
     expected = {name: tuple(t.shape) for name, t in shapes.items()}
@@ -251,7 +251,6 @@ def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
     run, vocab, config = read_run(run_dir)
     if not (run_dir / WEIGHTS).exists():
         raise NnlmError(f"{run_dir} holds no trained model yet ({WEIGHTS} is written after the first epoch)")
-    from nnlm.neural.nets import build_net, language_model
 
     net = build_net(config)
     load_weights(net, run_dir / WEIGHTS)

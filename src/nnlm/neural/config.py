@@ -53,9 +53,10 @@ class RunOptions:
     min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False)
     max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
     vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
-    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), wide-context, "
-                                   "deep-context or long-context (past the paper, docs/experiments/beyond.md), or "
-                                   "mlp1-classes (MLP1 with the class-factored output layer)")
+    preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
+                                   "energy network, docs/experiments/energy.md), wide-context, deep-context or "
+                                   "long-context (past the paper, docs/experiments/beyond.md), or mlp1-classes (MLP1 "
+                                   "with the class-factored output layer)")
     order: int | None = option(None, "n, overriding the preset", bounds=Bounds(2, 64, integer=True),
                                shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset",
@@ -74,6 +75,11 @@ class RunOptions:
                                      "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
                                      "overriding the preset", bounds=Bounds(0, 64, integer=True),
                                 shown="the preset's (0)")
+    energy: bool | None = option(None, "the paper's energy-minimization network (section 5.1): the output word's "
+                                       "features enter the hidden layer, P(w | context) = softmax(-E); "
+                                       "overriding the preset", flag=True, shown="the preset's (off but for energy)")
+    energy_shared_v: bool | None = option(None, "--energy: one output vector v for every word instead of v_w",
+                                          flag=True, shown="off")
     output_layer: str | None = option(None, "full: one softmax over V (the paper); classes: P(class | h) x "
                                             "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word",
                                       choices=OUTPUT_LAYERS, shown="the preset's: full, classes for mlp1-classes")

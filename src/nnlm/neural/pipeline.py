@@ -49,12 +49,14 @@ class TrainerSpec:
         return getattr(importlib.import_module(module), name)
 
     def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None,
-              output_layer: str | None = None) -> None:
+              output_layer: str | None = None, energy: bool = False) -> None:
         """What this trainer cannot do -> one-line NnlmError, before anything is written (and again
         when a run trained otherwise is resumed)."""
         if output_layer == "classes" and not self.takes_class_output:
             raise NnlmError(f"--parallel {self.name} slices the full softmax's output rows over the ranks; "
                             "--output-layer classes trains in one process or with --parallel hogwild or ddp")
+        if energy and self.name != "single":
+            raise NnlmError(f"the energy network (--energy) trains in one process, not with --parallel {self.name}")
         if self.full_softmax_only and loss != "full":
             raise NnlmError(f"--loss {loss} trains in one process or with --parallel hogwild; --parallel "
                             f"{self.name} trains the full softmax only")
@@ -93,9 +95,13 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
         return batch_loss, build_optimizer(net, run.training_recipe, lr)
-    loss = SampledLoss(run.loss, proposal(corpus.train, len(corpus.vocab)), run.samples).to(device)
+    energy = run.model_config.energy  # the energy net (nnlm.neural.energy): b enters the logits as -b
+    if energy:
+        from nnlm.neural.energy import EnergySampledLoss
+    loss = (EnergySampledLoss if energy else SampledLoss)(run.loss, proposal(corpus.train, len(corpus.vocab)),
+                                                          run.samples).to(device)
     with torch.no_grad():
-        net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
+        net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)) * (-1.0 if energy else 1.0))
     return loss, RowAdam(net, loss, lr, run.training_recipe.weight_decay)
 
 
@@ -113,7 +119,7 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     session = session or session_options(requested)
     run, corpus = open_run(out, run_part(requested), resume, device)
     spec.check(run.loss, lr_schedule=run.training_recipe.lr_schedule,  # (a resumed run trained otherwise)
-               output_layer=run.output_layer)
+               output_layer=run.output_layer, energy=run.model_config.energy)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)

@@ -151,11 +151,13 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
     if options.recipe is None:
         options = dataclasses.replace(options, recipe=default_recipe(options.loss, options.preset))
     options.check()
-    model_config(dataclasses.replace(options, output_classes=None), 2)  # unknown preset or impossible shapes:
-    # said before the corpus is loaded (K is checked against |V| once it is known)
+    # unknown preset or impossible shapes: said before the corpus is loaded (K is checked against |V| once known)
+    energy = model_config(dataclasses.replace(options, output_classes=None), 2).energy
     recipe = RECIPES[options.recipe]
-    if options.bf16 is None:
-        options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device))
+    if options.bf16 and energy:
+        raise NnlmError("--bf16 is for the MLP's output product; the energy network (--energy) trains in fp32")
+    if options.bf16 is None:  # (the energy net's cost is tanh units, which bf16 does not speed up)
+        options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device) and not energy)
     corpus = open_corpus(options)
     model = model_config(options, len(corpus.vocab))
     options, model = resolve_output_layer(options, model, corpus)

@@ -76,7 +76,8 @@ def train_with(name: str, out: Path | str, requested: dict[str, Any], resume: bo
     process (single, or hogwild with `workers` processes); returns the final state."""
     spec = trainer_spec(name)
     session = session_options(requested)
-    spec.check(requested.get("loss", "full"), session.device, requested.get("lr_schedule"), output_layer_of(requested))
+    spec.check(requested.get("loss", "full"), session.device, requested.get("lr_schedule"), output_layer_of(requested),
+               energy=presets.energy_requested(requested))
     device = CPU if spec.cpu_only else pick_device(session.device)
     # --threads, or the cores free now (re-checked while training); the caller's settings back afterwards
     with threads.governing(session.threads, device) if not spec.cpu_only else nullcontext():
