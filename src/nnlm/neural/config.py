@@ -27,6 +27,7 @@ OUTPUT_LAYERS = ("full", "classes")
 CLUSTERINGS = ("exchange", "frequency")  # nnlm.neural.output_clustering.CLUSTERINGS, repeated (numpy-free)
 DEVICES = ("auto", "cpu", "cuda")
 MINUTES = Bounds(0.0, 60.0 * 24 * 365, lo_open=True)  # at most a year
+BUDGET_MINUTES = Bounds(0.0, 60.0 * 24 * 365)  # 0: one batch, then stop and checkpoint (how tests cut a run short)
 RECIPE_GROUP = "recipe fields (default: the recipe's; stored in run.json, kept by --resume)"
 
 
@@ -173,7 +174,7 @@ class SessionOptions:
     """The options of one invocation: they may change when a run is resumed."""
 
     epochs: int = option(30, "stop after this many epochs", bounds=Bounds(1, 1_000_000, integer=True))
-    time_budget: float | None = option(None, "stop after this much training time", bounds=MINUTES,
+    time_budget: float | None = option(None, "stop after this much training time", bounds=BUDGET_MINUTES,
                                        metavar="MINUTES", shown="none")
     threads: int | None = option(None, "torch CPU threads", bounds=Bounds(1, 1024, integer=True),
                                  shown="the cores other processes leave free, re-checked as the load changes")
