@@ -95,7 +95,7 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
         return batch_loss, build_optimizer(net, run.training_recipe, lr)
-    energy = run.model_config.energy  # the energy net (nnlm.neural.energy): b enters the logits as -b
+    energy = net.config.energy  # the energy net (nnlm.neural.energy): b enters the logits as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss
     loss = (EnergySampledLoss if energy else SampledLoss)(run.loss, proposal(corpus.train, len(corpus.vocab)),

@@ -89,6 +89,9 @@ def describe_shape(shape: dict) -> str:
     """A shape override in words, for the notes."""
     if not shape:
         return "as its preset"
+    if shape.get("output_layer") == "classes":
+        return (f"with the class-factored output layer ({shape.get('output_clustering', 'exchange')} classes, "
+                f"the full softmax's loss)")
     return "with " + ", ".join("no direct connections" if k == "direct" and v is False else f"{k} = {v}"
                                for k, v in shape.items())
 

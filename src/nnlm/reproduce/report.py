@@ -148,7 +148,8 @@ def shaped(row: Row, rows: Rows) -> Row:
         return row
     fields = {"direct": shape.get("direct", row.direct), "h": shape.get("hidden", row.h),
               "m": shape.get("features", row.m), "n": shape.get("order", row.n)}
-    label = row.label + (" (no direct connections)" if shape.get("direct") is False and row.id == row.net else "")
+    label = row.label + ("" if row.id != row.net else " (no direct connections)" if shape.get("direct") is False
+                         else " (class-factored output)" if shape.get("output_layer") == "classes" else "")
     return dataclasses.replace(row, label=label, **fields)
 
 
