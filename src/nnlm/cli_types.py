@@ -62,7 +62,6 @@ def _span(lo: int, hi: int | None) -> str:
 
 
 positive_int = int_range(1)
-nonnegative_int = int_range(0)
 seed = int_range(0, SEED_MAX)
 threads = int_range(1, 1024)
 procs = int_range(1, 256)         # local processes (--workers, --hogwild): a typo must not fork a million
