@@ -219,18 +219,19 @@ def draw_index(p: np.ndarray, temperature: float, top_k: int | None, uniform: fl
     if not np.isfinite(p.sum()):  # one pass: a nan or inf anywhere makes the sum non-finite
         raise NnlmError("the model gives a non-finite probability: its weights are damaged")
     if temperature == 1.0 and top_k is None:
-        weights = p
+        weights, kept = p, None
     else:
-        logits = np.log(np.maximum(p, 1e-300))
+        clipped = np.maximum(p, 1e-300)
+        # top-k: only the k most likely (and those tied with the k-th) get a weight, computed for them alone
+        kept = None if top_k is None else np.flatnonzero(clipped >= np.partition(clipped, -top_k)[-top_k])
+        logits = np.log(clipped if kept is None else clipped[kept])
         with np.errstate(over="ignore"):  # a tiny temperature sends all but the top to -inf: greedy, as meant
-            logits = (logits - logits.max()) / temperature  # <= 0, the top at 0: never nan at any temperature
-        if top_k is not None:
-            cut = np.partition(logits, -top_k)[-top_k]
-            logits = np.where(logits >= cut, logits, -np.inf)
+            logits = (logits - np.log(clipped.max())) / temperature  # <= 0, the top at 0: never nan
         weights = np.exp(logits)
-    cdf = np.cumsum(weights)
+    cdf = np.cumsum(weights)  # over the kept words in vocabulary order: the others would add exact zeros
     cdf /= cdf[-1]  # exactly 1 at the end, so a uniform below 1 never passes it
-    return int(np.searchsorted(cdf, uniform, side="right"))
+    index = int(np.searchsorted(cdf, uniform, side="right"))
+    return index if kept is None else int(kept[index])
 
 
 def render_stream(tokens: Iterable[str]) -> Iterator[str]:
