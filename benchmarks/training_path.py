@@ -14,7 +14,7 @@ import torch
 
 from nnlm.neural.batches import epoch_order
 from nnlm.neural.pipeline import prepare, trainer_spec
-from nnlm.neural.recipes import epoch_lr
+from nnlm.neural.schedules import epoch_lr
 from nnlm.neural.trainer import Clock, Trainer, TrainingSetup
 from nnlm.progress import Silent
 

@@ -29,6 +29,10 @@ def _float(text: str) -> float:
     return value
 
 
+parse_int = _int  # the number parsers, for nnlm.bounds (which checks the limits itself)
+parse_float = _float
+
+
 def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
     """An integer in [lo, hi] (hi None: no upper bound)."""
     def parse(text: str) -> int:

@@ -33,7 +33,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.data.provenance import default_min_count
     from nnlm.io import guard_outputs
     from nnlm.neural.distributed import under_torchrun
     from nnlm.neural.train import train
@@ -41,8 +40,6 @@ def run(args: argparse.Namespace) -> int:
     recorded = corpus_path(args.corpus, args.out if args.resume else None)
     guard_outputs(directories=[("--out", args.out)], inputs=[recorded])
     requested = requested_options(args)
-    if not args.resume and args.corpus not in (None, "brown") and args.min_count is None:
-        requested["min_count"] = default_min_count(args.corpus)  # recorded in run.json; a resume keeps it
     if getattr(args, "parallel", None) not in (None, "none") or getattr(args, "workers", None) is not None \
             or under_torchrun():
         from nnlm.neural.parallel import train_parallel

@@ -78,13 +78,14 @@ def build_optimizer(net: torch.nn.Module, recipe: Recipe, lr: float) -> PaperSGD
     return Adam(net, lr, recipe.weight_decay)
 
 
-def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device, optimizer: Any,
+def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device,
                lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
-    """The run's batch loss and the optimizer that goes with it (full softmax: `batch_loss` and the recipe's).
+    """The run's batch loss and the one optimizer that goes with it: `batch_loss` and the recipe's for the
+    full softmax; the sampled loss and RowAdam (Adam on the rows a batch touched) for sampled / nce.
     Called before a resume loads its checkpoint, which then replaces the sampled runs' initial b."""
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
-        return batch_loss, optimizer
+        return batch_loss, build_optimizer(net, run.training_recipe, lr)
     loss = SampledLoss(run.loss, proposal(corpus.train, len(corpus.vocab)), run.samples).to(device)
     with torch.no_grad():
         net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)))
@@ -108,8 +109,7 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = NPLM(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
-    optimizer = build_optimizer(net, recipe, run.learning_rate)
-    loss_fn, optimizer = build_loss(run, net, corpus, device, optimizer, run.learning_rate)
+    loss_fn, optimizer = build_loss(run, net, corpus, device, run.learning_rate)
     state = (ck.load_training_state(out, net, optimizer) if resume else None) or fresh_state()
     return TrainingSetup(out, run, session, corpus, device, net, optimizer, loss_fn, state, resume, workers)
 

@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from nnlm.data.corpus import Corpus, load_corpus
+from nnlm.data.provenance import default_min_count
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
-from nnlm.neural.config import RUN_DEFAULTS, RunOptions
+from nnlm.neural.config import RUN_DEFAULTS, RunOptions, check_loss
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.model_config import VARIANTS
 from nnlm.neural.presets import preset
@@ -31,7 +32,7 @@ from nnlm.neural.recipes import (
     regularisation_scale,
     run_recipe,
 )
-from nnlm.neural.sampled import DEFAULT_SAMPLES, check_loss
+from nnlm.neural.sampled import DEFAULT_SAMPLES
 from nnlm.wording import counted
 
 
@@ -138,6 +139,8 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
     refuse_existing(out)
     options = RunOptions(**requested)
+    if options.min_count is None and options.corpus != "brown":  # every face: the CLI, nnlm.train(), tune
+        options = dataclasses.replace(options, min_count=default_min_count(options.corpus))
     if options.recipe is None:
         options = dataclasses.replace(options, recipe=default_recipe(options.loss, options.preset))
     options.check()

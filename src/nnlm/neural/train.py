@@ -44,8 +44,8 @@ from nnlm.neural import presets
 from nnlm.neural.batches import epoch_order
 from nnlm.neural.config import SessionOptions, session_options
 from nnlm.neural.pipeline import TrainerSpec, nothing_left_to_do, prepare, trainer_spec
-from nnlm.neural.recipes import epoch_lr, keep_best_optimizer, next_rate
 from nnlm.neural.run_config import Run, open_run, pick_device
+from nnlm.neural.schedules import epoch_lr, keep_best_optimizer, next_rate
 from nnlm.neural.stop_signals import Interrupted, StoppedBySignal, StopRequest
 from nnlm.neural.trainer import Clock, Trainer, TrainingSetup, TrainingState, running_label
 from nnlm.progress import show_progress

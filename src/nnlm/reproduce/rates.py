@@ -84,7 +84,7 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
     from nnlm.neural.batches import epoch_batches, padded_stream, update
     from nnlm.neural.config import RUN_DEFAULTS
     from nnlm.neural.model import NPLM
-    from nnlm.neural.pipeline import build_loss, build_optimizer
+    from nnlm.neural.pipeline import build_loss
     from nnlm.neural.recipes import RECIPES, default_recipe
     from nnlm.neural.run_config import bf16_is_fast, model_config
     from nnlm.neural.sampled import DEFAULT_SAMPLES
@@ -97,8 +97,7 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
     with torch.random.fork_rng(devices=[]):
         model = NPLM(model_config(run, len(corpus.vocab)), dropout_x=recipe.dropout_x,
                      dropout_h=recipe.dropout_h).to(dev)
-        optimizer = build_optimizer(model, recipe, recipe.lr)
-        loss_fn, optimizer = build_loss(run, model, corpus, dev, optimizer, recipe.lr)
+        loss_fn, optimizer = build_loss(run, model, corpus, dev, recipe.lr)
         k, batch = model.config.order - 1, run["batch_size"]
         padded = padded_stream(corpus.train[: batch * (TRAIN_BATCHES + 2)], k, corpus.pad_id, dev)
         seen, t0 = 0, 0.0
