@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=T.procs, help="local processes for --parallel (default 2; torchrun sets its own)")
     p.add_argument("--dist-timeout", type=T.seconds, default=600.0, metavar="SECONDS",
                    help="ddp/vocab: how long a rank waits for the others before stopping with an error (default 600)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, a plain line a minute in a log)")
     p.add_argument("--json", action="store_true", help="print the final state as one JSON object (default: text)")
     p.set_defaults(handler=run)
 

@@ -86,7 +86,7 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if mode == "hogwild":
         if dd.under_torchrun():
             raise NnlmError("--parallel hogwild shares memory between local processes: run it without torchrun")
-        return train_with("hogwild", out, requested, resume=resume, progress=False, log=log, workers=workers or 2)
+        return train_with("hogwild", out, requested, resume=resume, progress=progress, log=log, workers=workers or 2)
     if dd.under_torchrun():
         if workers is not None and workers != int(os.environ["WORLD_SIZE"]):
             raise NnlmError("under torchrun the number of processes is torchrun's (--nproc-per-node x --nnodes); "
