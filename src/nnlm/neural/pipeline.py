@@ -50,8 +50,8 @@ class TrainerSpec:
 
     def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None,
               output_layer: str | None = None, energy: bool = False) -> None:
-        """What this trainer cannot do -> one-line NnlmError, before anything is written (and again
-        when a run trained otherwise is resumed)."""
+        """What this trainer cannot do -> one-line NnlmError. Asked once per run, by `prepare` through
+        `open_run`: on a new run's resolved options before anything is written, on a resumed run's own."""
         if output_layer == "classes" and not self.takes_class_output:
             raise NnlmError(f"--parallel {self.name} slices the full softmax's output rows over the ranks; "
                             "--output-layer classes trains in one process or with --parallel hogwild or ddp")
@@ -117,9 +117,8 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     """The run (created, or re-opened and checked), the seeded model with its optimizer and loss, and
     the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG)."""
     session = session or session_options(requested)
-    run, corpus = open_run(out, run_part(requested), resume, device)
-    spec.check(run.loss, lr_schedule=run.training_recipe.lr_schedule,  # (a resumed run trained otherwise)
-               output_layer=run.output_layer, energy=run.model_config.energy)
+    run, corpus = open_run(out, run_part(requested), resume, device, check=lambda run: spec.check(
+        run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy))
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)

@@ -9,6 +9,7 @@ still load: `Run.from_json` fills it the way the code of that time behaved.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -121,12 +122,13 @@ def open_corpus(run: RunOptions) -> Corpus:
     return load_corpus(run.corpus, min_count=run.min_count, max_vocab=run.max_vocab, vocab_from=run.vocab_from)
 
 
-def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device) -> tuple[Run, Corpus]:
+def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device,
+             check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """The run in `out`: created from the requested run options, or re-opened (--resume) and checked
     against them. Nothing is written when an option is refused."""
     if "corpus" in requested:
         requested = requested | {"corpus": corpus_key(requested["corpus"])}
-    return reopen_run(out, requested) if resume else create_run(out, requested, device)
+    return reopen_run(out, requested, check) if resume else create_run(out, requested, device, check)
 
 
 def refuse_existing(out: Path) -> None:
@@ -142,7 +144,8 @@ def refuse_existing(out: Path) -> None:
         raise NnlmError(f"{out} exists and is not empty; choose another --out")
 
 
-def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tuple[Run, Corpus]:
+def create_run(out: Path, requested: dict[str, Any], device: torch.device,
+               check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
     refuse_existing(out)
     options = RunOptions(**requested)
@@ -168,6 +171,8 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
     values = {k: v for k, v in recipe_values(recipe, scale).items() if getattr(options, k) is None}
     run = Run(**dataclasses.asdict(options) | values, model=model.to_dict(), corpus_name=corpus.name,
               vocab_fingerprint=corpus.vocab.fingerprint, pad_token=corpus.pad_token)
+    if check is not None:  # what the trainer cannot do with this run (one line), before anything is written
+        check(run)
     out.mkdir(parents=True, exist_ok=True)
     corpus.vocab.save(out / ck.VOCAB)
     ck.write_json(out / ck.RUN, run.to_json())
@@ -191,7 +196,8 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
                                output_clustering=clustering, bf16=False), model
 
 
-def reopen_run(out: Path, requested: dict[str, Any]) -> tuple[Run, Corpus]:
+def reopen_run(out: Path, requested: dict[str, Any],
+               check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """The saved run, if every requested run option agrees with it, and its corpus (same vocabulary)."""
     if not (out / ck.RUN).exists():
         raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
@@ -199,6 +205,8 @@ def reopen_run(out: Path, requested: dict[str, Any]) -> tuple[Run, Corpus]:
     if saved["recipe"] not in RECIPES:
         raise NnlmError(f"--resume: {out} was trained with recipe {saved['recipe']!r}, which this version lacks")
     run = Run.from_json(saved)
+    if check is not None:  # (a resumed run may have been trained otherwise than this call asks)
+        check(run)
     for key, value in requested.items():
         if key in RUN_DEFAULTS and getattr(run, key) != value:
             raise NnlmError(f"--resume: {out} was started with {key} = {getattr(run, key)!r}, not {value!r}")

@@ -42,7 +42,7 @@ from nnlm.lm import perplexity
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import presets
 from nnlm.neural.batches import epoch_order
-from nnlm.neural.config import SessionOptions, output_layer_of, session_options
+from nnlm.neural.config import SessionOptions, session_options
 from nnlm.neural.pipeline import TrainerSpec, nothing_left_to_do, prepare, trainer_spec
 from nnlm.neural.run_config import Run, open_run, pick_device
 from nnlm.neural.schedules import epoch_lr, keep_best_optimizer, next_rate
@@ -77,8 +77,6 @@ def train_with(name: str, out: Path | str, requested: dict[str, Any], resume: bo
     process (single, or hogwild with `workers` processes); returns the final state."""
     spec = trainer_spec(name)
     session = session_options(requested)
-    spec.check(requested.get("loss", "full"), session.device, requested.get("lr_schedule"), output_layer_of(requested),
-               energy=presets.energy_requested(requested))
     device = CPU if spec.cpu_only else pick_device(session.device)
     # --threads, or the cores free now (re-checked while training); the caller's settings back afterwards
     with threads.governing(session.threads, device) if not spec.cpu_only else nullcontext():
