@@ -26,7 +26,8 @@ from nnlm.neural.output_clustering import default_class_count, frequency_classes
 from nnlm.neural.parallel import ShardLoss, train_parallel
 from nnlm.neural.presets import preset
 
-TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 32, "threads": 1, "output_layer": "classes"}
+TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 32, "threads": 1, "output_layer": "classes",
+        "min_count": 1}  # the vocabulary of the random_corpus fixture
 
 
 def tiny_class_net(v: int = 13, k: int = 4, h: int = 5, direct: bool = True, seed: int = 0,

@@ -473,3 +473,4 @@ class NeuralLM(LanguageModel):
         after = self.shift_state(state, words)
         after.extra = stepper.shift(state.extra, words)
         return (log_probs * LOG10_E if log10 else log_probs), after
+

@@ -15,6 +15,11 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
 - `output_classes`: 0 is the paper's softmax over V; K > 0 factors the output layer through K word classes,
   P(w | h) = P(class(w) | h) P(w | class(w), h), each factor an exact softmax with the paper's
   y = b + W x + U a (nnlm.neural.class_output): O(K + |V|/K) per word instead of O(|V|).
+- `energy`: the paper's energy-minimization network (its section 5.1; nnlm.neural.energy): the candidate
+  output word's features enter the hidden layer too, and P(w | context) is the softmax of -E(w, context),
+  E = v_w . tanh(d + H x + H_0 C(w)) + b_w (+ W_w . x with direct connections). One hidden layer, all
+  n-1 context words concatenated.
+- `energy_shared_v`: the energy net with one v for every word (h numbers) instead of v_w (|V| x h).
 """
 from __future__ import annotations
 
@@ -23,7 +28,8 @@ from dataclasses import asdict, dataclass, fields
 from nnlm.errors import NnlmError
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
-VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes")  # optional in a stored config
+VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",
+            "energy_shared_v")  # optional in a stored config
 
 
 @dataclass(frozen=True)
@@ -41,13 +47,15 @@ class ModelConfig:
     residual: bool = False
     local: int = 0
     output_classes: int = 0
+    energy: bool = False
+    energy_shared_v: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "order", "hidden", "features", "layers", "local", "output_classes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise NnlmError(f"model {name} must be an integer, got {value!r}")
-        for name in ("direct", "layer_norm", "residual"):
+        for name in ("direct", "layer_norm", "residual", "energy", "energy_shared_v"):
             if not isinstance(getattr(self, name), bool):
                 raise NnlmError(f"model {name} must be true or false, got {getattr(self, name)!r}")
         if self.order < 2:
@@ -67,6 +75,13 @@ class ModelConfig:
         if self.local < 0 or self.local > self.order - 3 and self.local:
             raise NnlmError(f"--local must be 0 (every context word concatenated) or from 1 to n-3 = "
                             f"{self.order - 3} (at least two older words averaged), got {self.local}")
+        if self.energy_shared_v and not self.energy:
+            raise NnlmError("--energy-shared-v applies to the energy network (--energy)")
+        if self.energy and (self.hidden == 0 or self.layers > 1 or self.layer_norm or self.residual or self.local):
+            raise NnlmError("--energy needs one plain hidden layer (h > 0) over every context word: it does not "
+                            "combine with --layers, --layer-norm, --residual or --local")
+        if self.energy and self.output_classes:
+            raise NnlmError("--energy and --output-layer classes are two different output layers: choose one")
 
     @property
     def distant(self) -> int:
@@ -83,6 +98,9 @@ class ModelConfig:
         net; in general C, b, W, U over |V| rows, H and d, the variants' H_l, d_l, g_l and A, and the class
         factor's b, W, U over K rows."""
         v, m, h, k = self.vocab_size, self.features, self.hidden, self.input_size
+        if self.energy:  # C, b; H over the n-1 context words and H_0 over the output word; d; v (v_w or shared); W
+            output = h if self.energy_shared_v else v * h
+            return v * (m + 1) + h * (k + m + 1) + output + (v * k if self.direct else 0)
         count = v * (m + 1 + h) + h * (k + 1) + (v * k if self.direct else 0)
         if h:
             count += (self.layers - 1) * (h * h + h) + (self.layers * h if self.layer_norm else 0)

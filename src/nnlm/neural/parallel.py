@@ -47,6 +47,7 @@ from nnlm.neural.config import output_layer_of, session_options
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.pipeline import TRAINERS, build_optimizer, nothing_left_to_do, prepare
+from nnlm.neural.presets import energy_requested
 from nnlm.neural.run_config import Run, open_corpus, pick_device
 from nnlm.neural.train import run_setup, train_with
 from nnlm.neural.trainer import Trainer, TrainingSetup
@@ -68,7 +69,8 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
         raise NnlmError(f"--parallel must be one of {', '.join(MODES)}, got {mode!r}")
     if mode != "none":  # before anything is written
         TRAINERS[mode].check(requested.get("loss", "full"), lr_schedule=requested.get("lr_schedule"),
-                             output_layer=output_layer_of(requested))
+                             output_layer=output_layer_of(requested),
+                             energy=energy_requested(requested))
     if mode == "none":
         if dd.under_torchrun():
             raise NnlmError("under torchrun, choose --parallel ddp or --parallel vocab (otherwise every process "
@@ -84,7 +86,7 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if mode == "hogwild":
         if dd.under_torchrun():
             raise NnlmError("--parallel hogwild shares memory between local processes: run it without torchrun")
-        return train_with("hogwild", out, requested, resume=resume, progress=False, log=log, workers=workers or 2)
+        return train_with("hogwild", out, requested, resume=resume, progress=progress, log=log, workers=workers or 2)
     if dd.under_torchrun():
         if workers is not None and workers != int(os.environ["WORLD_SIZE"]):
             raise NnlmError("under torchrun the number of processes is torchrun's (--nproc-per-node x --nnodes); "

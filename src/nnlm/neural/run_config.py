@@ -9,6 +9,7 @@ still load: `Run.from_json` fills it the way the code of that time behaved.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,10 @@ from typing import Any
 import torch
 
 from nnlm.data.corpus import Corpus, load_corpus
+from nnlm.data.provenance import default_min_count
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
-from nnlm.neural.config import RUN_DEFAULTS, RunOptions
+from nnlm.neural.config import RUN_DEFAULTS, RunOptions, check_loss
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.model_config import VARIANTS
 from nnlm.neural.output_clustering import CLUSTERINGS, class_count_limit, default_class_count
@@ -32,7 +34,8 @@ from nnlm.neural.recipes import (
     regularisation_scale,
     run_recipe,
 )
-from nnlm.neural.sampled import DEFAULT_SAMPLES, check_loss
+from nnlm.neural.sampled import DEFAULT_SAMPLES
+from nnlm.wording import counted
 
 
 @dataclass(frozen=True)
@@ -119,12 +122,13 @@ def open_corpus(run: RunOptions) -> Corpus:
     return load_corpus(run.corpus, min_count=run.min_count, max_vocab=run.max_vocab, vocab_from=run.vocab_from)
 
 
-def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device) -> tuple[Run, Corpus]:
+def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device,
+             check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """The run in `out`: created from the requested run options, or re-opened (--resume) and checked
     against them. Nothing is written when an option is refused."""
     if "corpus" in requested:
         requested = requested | {"corpus": corpus_key(requested["corpus"])}
-    return reopen_run(out, requested) if resume else create_run(out, requested, device)
+    return reopen_run(out, requested, check) if resume else create_run(out, requested, device, check)
 
 
 def refuse_existing(out: Path) -> None:
@@ -132,25 +136,31 @@ def refuse_existing(out: Path) -> None:
     if (out / ck.RUN).exists():
         state = ck.read_state(out)
         if state.get("finished") or (out / ck.WEIGHTS).exists():
-            raise NnlmError(f"{out} already holds a trained model ({state.get('epoch', 0)} epochs); it is not "
+            trained = counted(state.get("epoch", 0), "epoch")
+            raise NnlmError(f"{out} already holds a trained model ({trained}); it is not "
                             "overwritten: continue it with --resume, or choose another --out")
         raise NnlmError(f"{out} holds an unfinished run; continue it with --resume or choose another --out")
     if out.exists() and any(out.iterdir()):
         raise NnlmError(f"{out} exists and is not empty; choose another --out")
 
 
-def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tuple[Run, Corpus]:
+def create_run(out: Path, requested: dict[str, Any], device: torch.device,
+               check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
     refuse_existing(out)
     options = RunOptions(**requested)
+    if options.min_count is None and options.corpus != "brown":  # every face: the CLI, nnlm.train(), tune
+        options = dataclasses.replace(options, min_count=default_min_count(options.corpus))
     if options.recipe is None:
         options = dataclasses.replace(options, recipe=default_recipe(options.loss, options.preset))
     options.check()
-    model_config(dataclasses.replace(options, output_classes=None), 2)  # unknown preset or impossible shapes:
-    # said before the corpus is loaded (K is checked against |V| once it is known)
+    # unknown preset or impossible shapes: said before the corpus is loaded (K is checked against |V| once known)
+    energy = model_config(dataclasses.replace(options, output_classes=None), 2).energy
     recipe = RECIPES[options.recipe]
-    if options.bf16 is None:
-        options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device))
+    if options.bf16 and energy:
+        raise NnlmError("--bf16 is for the MLP's output product; the energy network (--energy) trains in fp32")
+    if options.bf16 is None:  # (the energy net's cost is tanh units, which bf16 does not speed up)
+        options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device) and not energy)
     corpus = open_corpus(options)
     model = model_config(options, len(corpus.vocab))
     options, model = resolve_output_layer(options, model, corpus)
@@ -161,6 +171,8 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
     values = {k: v for k, v in recipe_values(recipe, scale).items() if getattr(options, k) is None}
     run = Run(**dataclasses.asdict(options) | values, model=model.to_dict(), corpus_name=corpus.name,
               vocab_fingerprint=corpus.vocab.fingerprint, pad_token=corpus.pad_token)
+    if check is not None:  # what the trainer cannot do with this run (one line), before anything is written
+        check(run)
     out.mkdir(parents=True, exist_ok=True)
     corpus.vocab.save(out / ck.VOCAB)
     ck.write_json(out / ck.RUN, run.to_json())
@@ -184,7 +196,8 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
                                output_clustering=clustering, bf16=False), model
 
 
-def reopen_run(out: Path, requested: dict[str, Any]) -> tuple[Run, Corpus]:
+def reopen_run(out: Path, requested: dict[str, Any],
+               check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """The saved run, if every requested run option agrees with it, and its corpus (same vocabulary)."""
     if not (out / ck.RUN).exists():
         raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
@@ -192,6 +205,8 @@ def reopen_run(out: Path, requested: dict[str, Any]) -> tuple[Run, Corpus]:
     if saved["recipe"] not in RECIPES:
         raise NnlmError(f"--resume: {out} was trained with recipe {saved['recipe']!r}, which this version lacks")
     run = Run.from_json(saved)
+    if check is not None:  # (a resumed run may have been trained otherwise than this call asks)
+        check(run)
     for key, value in requested.items():
         if key in RUN_DEFAULTS and getattr(run, key) != value:
             raise NnlmError(f"--resume: {out} was started with {key} = {getattr(run, key)!r}, not {value!r}")
