@@ -259,6 +259,32 @@ def test_the_commands_use_it(class_run, capsys, tmp_path):
     assert code == 0 and json.loads(out)["perplexity"] == evaluated, err  # always exact fp32
 
 
+def test_the_server_scores_it_as_the_library_does(class_run):
+    """`nnlm serve`'s score and next endpoints on a class-factored run give the library's numbers."""
+    import urllib.request
+
+    from nnlm.lm import LOG10_E
+    from nnlm.serve.api import served_models
+    from nnlm.serve.server import ModelServer
+    from nnlm.use import next_words, score_words
+
+    model, text = load(class_run[0]), "w1 w2 w3 never-seen\nw4 w5"
+    srv = ModelServer(served_models([str(class_run[0])], timeout=20)).start()
+    try:
+        def call(path: str, body: dict) -> dict:
+            request = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=20) as response:
+                return json.loads(response.read())
+
+        scored = call("/api/score", {"model": "run", "text": text})
+        np.testing.assert_allclose([w["log10"] for w in scored["words"]], score_words(model, text) * LOG10_E)
+        following = call("/api/next", {"model": "run", "history": "w1 w2", "k": 4})["next"]
+        assert [n["word"] for n in following] == [w for w, _ in next_words(model, "w1 w2", 4)]
+    finally:
+        srv.stop()
+
+
 def test_unknown_words_get_the_expected_feature_vector(class_run):
     """The paper's C(j) = sum_i C(i) P(i | context) uses the whole factored distribution."""
     model = load(class_run[0])
