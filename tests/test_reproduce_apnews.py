@@ -159,7 +159,7 @@ def test_a_net_that_fits_only_without_direct_connections_trains_so(random_corpus
     net = data["rows"]["apnews"]
     assert net["shape"] == {"direct": False} and net["options"]["shape"] == {"direct": False}
     assert json.loads((out / net["run"] / "run.json").read_text())["model"]["direct"] is False
-    assert "trained with no direct connections: the preset's net was" in net["note"]
+    assert "trained with no direct connections: the preset's net needs at least" in net["note"]
     assert data["call"]["vocabulary"] == {"size": 40, "min_count": 2, "max_vocab": 40}
     assert data["corpus_info"]["vocab"] == 40 and net["parameters"] == 40 * (100 + 1 + 60) + 60 * 501
     text = (out / "README.md").read_text()

@@ -72,8 +72,9 @@ def choose_shape(job: Job, i: int) -> planner.Grant | None:
         grant = plan_net(job, i)
         if grant is None or grant.status != "skipped":
             if tried:
-                job.shape_notes[net] = (f"trained {describe_shape(shape)}: the preset's net was "
-                                        + tried[0][1].reason.removeprefix("skipped for lack of budget: "))
+                why = tried[0][1].reason.removeprefix("skipped for lack of budget: ")
+                why = why.removeprefix("it ") if why.startswith("it ") else f"was skipped: {why}"
+                job.shape_notes[net] = f"trained {describe_shape(shape)}: the preset's net {why}"
                 job.log(f"    the preset's net does not fit ({tried[0][1].reason}); trained {describe_shape(shape)}")
             return grant
         job.log(f"    {describe_shape(shape)}: {grant.reason}")
