@@ -1,10 +1,13 @@
-"""The sampled training step's bookkeeping, before and after (issue 37): the torch-op row Adam and
-torch.multinomial's draw against the compiled row Adam (nnlm.neural.row_adam_kernel) and the
-exponential-races draw (SampledLoss.draw), in the same process and interleaved rounds.
+"""The sampled training step's bookkeeping, before and after (issue 37): the torch-op row Adam,
+torch.multinomial's draw and F.dropout against the compiled row Adam (nnlm.neural.row_adam_kernel),
+the exponential-races draw (SampledLoss.draw) and the compiled dropout mask (nnlm.neural.dropout),
+added one at a time, in the same process and interleaved rounds.
 
 Each variant is the trainer's step (SampledLoss, backward, RowAdam.step) at a Table 1 shape with the
 sampled recipe (dropout 0.05, K = 128, batch 256), from the same initial weights, on the same batches.
-Ratios are of the medians over rounds, so load from other processes falls on every variant alike.
+Ratios are of the medians over rounds of CPU seconds per step (one thread: what the step costs on an
+idle core, nearly; wall time on a shared machine includes waiting for a core), so load from other
+processes falls on every variant alike; the wall-clock medians are printed too.
 
     PYTHONPATH=src NLTK_DATA=... python benchmarks/sampled_step.py [--preset mlp1] [--threads 1]
         [--steps 150] [--rounds 5]
@@ -20,22 +23,25 @@ import numpy as np
 import torch
 
 from nnlm.data.corpus import load_corpus
+from nnlm.neural import dropout as dropout_module
 from nnlm.neural.config import RUN_DEFAULTS
 from nnlm.neural.model import NPLM
 from nnlm.neural.recipes import RECIPES
 from nnlm.neural.run_config import model_config
 from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
 
-VARIANTS = {  # name: (torch.multinomial's draw, compiled row Adam)
-    "before: multinomial draw, torch-op row Adam": (True, False),
-    "compiled row Adam": (True, True),
-    "compiled row Adam + races draw": (False, True),
+VARIANTS = {  # name: (torch.multinomial's draw, compiled row Adam, compiled dropout mask)
+    "before: multinomial, torch-op row Adam, F.dropout": (True, False, False),
+    "compiled row Adam": (True, True, False),
+    "compiled row Adam + races draw": (False, True, False),
+    "all three (compiled dropout mask too)": (False, True, True),
 }
 
 
 class Variant:
-    def __init__(self, corpus, run: dict, multinomial: bool, fused: bool) -> None:
+    def __init__(self, corpus, run: dict, multinomial: bool, fused: bool, compiled_dropout: bool) -> None:
         torch.manual_seed(0)
+        self.compiled_dropout = compiled_dropout
         recipe = RECIPES[run["recipe"]]
         self.net = NPLM(model_config(run, len(corpus.vocab)), dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
         with torch.no_grad():
@@ -49,9 +55,11 @@ class Variant:
         self.window = torch.arange(-self.k, 1)
         self.position = 0
 
-    def seconds_per_step(self, steps: int) -> float:
+    def seconds_per_step(self, steps: int) -> tuple[float, float]:
+        """(wall, CPU) seconds per step of this process."""
         self.net.train()
-        started = time.perf_counter()
+        dropout_module.COMPILED = self.compiled_dropout
+        started, cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
             i = self.position % (len(self.order) // self.batch)
             rows = self.ids[self.order[i * self.batch:(i + 1) * self.batch, None] + self.window]
@@ -60,7 +68,7 @@ class Variant:
             loss.backward()
             self.optimizer.step(i * self.batch, self.batch)
             self.position += 1
-        return (time.perf_counter() - started) / steps
+        return (time.perf_counter() - started) / steps, (time.process_time() - cpu) / steps
 
 
 def main() -> None:
@@ -76,17 +84,17 @@ def main() -> None:
     variants = {name: Variant(corpus, run, *flags) for name, flags in VARIANTS.items()}
     for v in variants.values():
         v.seconds_per_step(10)  # warm-up (numba's cached compile, allocator)
-    times: dict[str, list[float]] = {name: [] for name in variants}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, v in variants.items():
             times[name].append(v.seconds_per_step(args.steps))
     print(f"{args.preset} on Brown, sampled recipe (K = 128, batch {run['batch_size']}), {args.threads} thread(s), "
           f"{args.rounds} rounds x {args.steps} steps; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    first = statistics.median(next(iter(times.values())))
+    print(f"  {'':52s} {'CPU ms/step':>11s} {'tokens/CPU-s':>12s} {'vs before':>9s} {'wall ms/step':>12s}")
+    first = statistics.median(t[1] for t in next(iter(times.values())))
     for name, t in times.items():
-        ms = statistics.median(t) * 1e3
-        print(f"  {name:46s} {ms:6.2f} ms/step  {run['batch_size'] / ms * 1e3:8,.0f} tokens/s  "
-              f"{first * 1e3 / ms:5.2f}x")
+        cpu, wall = statistics.median(x[1] for x in t) * 1e3, statistics.median(x[0] for x in t) * 1e3
+        print(f"  {name:52s} {cpu:11.2f} {run['batch_size'] / cpu * 1e3:12,.0f} {first * 1e3 / cpu:8.2f}x {wall:12.2f}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState, text_contexts
+from nnlm.neural.dropout import dropout as seeded_dropout
 from nnlm.neural.model_config import ModelConfig
 
 __all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "NeuralLM", "score_rows"]
@@ -109,7 +110,7 @@ class NPLMParameters(nn.Module):
             else:
                 out = torch.tanh(torch.addmm(d, a, H.t()))
             if dropout and self.dropout_h > 0:
-                out = F.dropout(out, self.dropout_h, training=True)
+                out = seeded_dropout(out, self.dropout_h)
             a = a + out if self.config.residual and index > 0 else out
         return a
 
@@ -129,7 +130,7 @@ class NPLMParameters(nn.Module):
         """(zs, ws) with y = b + sum_j zs[j] ws[j]^T: x with W, the hidden output with U; dropout on x and
         on the hidden layers when training. The one place the hidden layers are computed."""
         if self.training and self.dropout_x > 0:
-            x = F.dropout(x, self.dropout_x, training=True)
+            x = seeded_dropout(x, self.dropout_x)
         zs, ws = ([x], [self.W]) if self.W is not None else ([], [])
         if self.H is not None:
             zs.append(self.hidden_output(x, dropout=self.training))
