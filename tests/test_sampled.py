@@ -331,7 +331,8 @@ def test_the_compiled_row_adam_follows_the_torch_op_one_in_float32():
     nets = [tiny_net().float(), tiny_net().float()]
     ctx, tgt = torch.randint(0, 13, (8, 2)), torch.randint(0, 13, (8,))
     losses = [SampledLoss("sampled", skewed(13), 5) for _ in nets]
-    optimizers = [RowAdam(net, loss, 0.01, 0.05, fused=fused) for net, loss, fused in zip(nets, losses, (True, False))]
+    optimizers = [RowAdam(net, loss, 0.01, 0.05, fused=fused)
+                  for net, loss, fused in zip(nets, losses, (True, False), strict=True)]
     for step in range(4):
         for net, loss, optimizer in zip(nets, losses, optimizers, strict=True):
             torch.manual_seed(step)  # the same draws for both
