@@ -1,6 +1,7 @@
 """Exact scoring of a split by a Table 1 net, path by path, in the same process (issue 37, item 2):
 the plain fp32 path with the max subtracted in every column (before), the plain path with two passes
-(`nnlm.neural.model.SHIFT_EVERY_COLUMN = False`, now), the per-position tables (their build included,
+(`nnlm.neural.model.SHIFT_EVERY_COLUMN = False`), the same a slice of V at a time (`V_SLICE`, now), the
+per-position tables (their build included,
 as a long pass pays it once; nnlm.neural.direct_tables) and the bf16 product (for information: it
 moves a trained net's perplexity by more than the 0.05% issue 37 allows).
 
@@ -53,9 +54,9 @@ def main() -> None:
     targets = corpus.train[:n].astype(np.int64)
     train_tokens = len(corpus.train)
 
-    def plain(shift: bool):
+    def plain(shift: bool, v_slice: int = model_module.V_SLICE):
         def score():
-            model_module.SHIFT_EVERY_COLUMN = shift
+            model_module.SHIFT_EVERY_COLUMN, model_module.V_SLICE = shift, v_slice
             lm.bf16 = False
             return lm.log_prob(ctx, targets)
         return score
@@ -67,12 +68,17 @@ def main() -> None:
         finally:
             lm.bf16 = False
 
+    default_slice = model_module.V_SLICE
+
     def tables():
-        model_module.SHIFT_EVERY_COLUMN = False
+        model_module.SHIFT_EVERY_COLUMN, model_module.V_SLICE = False, default_slice
         with lm.long_pass(train_tokens):  # builds them as a pass over the whole train split would
             return lm.log_prob(ctx, targets)
 
-    paths = {"before: plain fp32, max shift in every column": plain(True), "plain fp32, two passes": plain(False),
+    whole = len(corpus.vocab)
+    paths = {"before: plain fp32, max shift in every column": plain(True, whole),
+             "plain fp32, two passes": plain(False, whole),
+             f"plain fp32, two passes, V in slices of {model_module.V_SLICE}": plain(False),
              "bf16 product (information)": bf16}
     if not args.no_tables:
         paths["per-position tables (build included)"] = tables
@@ -85,13 +91,13 @@ def main() -> None:
             lp = score()
             best[name] = min(best.get(name, np.inf), time.process_time() - cpu)
             ppl[name] = float(np.exp(-lp.mean()))
-    model_module.SHIFT_EVERY_COLUMN = False
+    model_module.SHIFT_EVERY_COLUMN, model_module.V_SLICE = False, default_slice
     print(f"{what}: {n:,} train tokens, {args.threads} thread(s), best of {args.rounds} rounds, CPU seconds; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     first = next(iter(paths))
     for name in paths:
         rate = n / best[name]
-        print(f"  {name:46s} {best[name]:7.2f} s  {rate:9,.0f} tokens/CPU-s  {best[first] / best[name]:5.2f}x  "
+        print(f"  {name:52s} {best[name]:7.2f} s  {rate:9,.0f} tokens/CPU-s  {best[first] / best[name]:5.2f}x  "
               f"ppl {ppl[name]:.4f} ({ppl[name] / ppl[first] - 1:+.2e})")
     if not args.no_tables:  # the build is paid once per pass: what a whole train split would cost
         print(f"  (tables: their build is spread over these {n:,} tokens; a train-split pass spreads it over "

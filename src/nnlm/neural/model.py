@@ -39,6 +39,11 @@ SHIFT_EVERY_COLUMN = False  # True: the exact path subtracts each column's max b
 # issue 37, kept for benchmarks/exact_scoring.py), instead of only in the columns whose sum leaves SAFE_SUM
 
 
+V_SLICE = 512  # exact path: output rows per product, so that exp and the sum read a slice still in the cache
+# (512 x ~900 contexts x 4 bytes = 1.8 MB) instead of a 64 MB block from memory twice; >= |V|: all at once.
+# Brown MLP1, one thread, tokens per CPU-second: 256 rows 13.1k, 512 12.6k, 1024 12.5k, 4096 11.4k, all 10.6k
+
+
 def score_rows(vocab_size: int) -> int:
     """Rows per block of exact scoring: the [rows, |V|] fp32 buffer fills SCORE_BYTES (at least 16 rows)."""
     return max(16, SCORE_BYTES // (4 * vocab_size))
@@ -312,14 +317,15 @@ class NeuralLM(LanguageModel):
         return self._tables
 
     def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor | None, table: torch.Tensor) -> np.ndarray:
-        """The exact fp32 path: y^T = [W, U, b] [x, tanh(d + Hx), 1]^T as ONE product, |V| x rows -- the
-        orientation in which the CPU's GEMM runs at its large-matrix rate (rows x |V| ran ~1/3 slower at
-        MLP1's K = 290), b folded in as a column so no pass copies it into the buffer first -- into one
-        buffer reused for every block, then log Z of each column in two passes, exp in place and a sum,
-        as direct_tables.scores does: columns whose sum leaves SAFE_SUM (a logit above ~69, or all
-        below ~-69) are computed again with the max subtracted; elsewhere every term is accurate to fp32
-        rounding. (The max, subtract, exp, sum of every column, `SHIFT_EVERY_COLUMN`, took half the
-        time of a Brown MLP1 pass: docs/performance.md, "The main job".)
+        """The exact fp32 path: y^T = [W, U, b] [x, tanh(d + Hx), 1]^T as one product per V_SLICE output
+        rows, slice x rows -- the orientation in which the CPU's GEMM runs at its large-matrix rate (rows x
+        |V| ran ~1/3 slower at MLP1's K = 290), b folded in as a column so no pass copies it into the
+        buffer first -- into one buffer reused for every block; each slice is exponentiated in place and
+        summed into log Z while it is still in the cache, as direct_tables.scores does without the max:
+        columns whose sum leaves SAFE_SUM (a logit above ~69, or all below ~-69) are computed again with
+        the max subtracted; elsewhere every term is accurate to fp32 rounding. The target's logit is its
+        own dot product. (The whole |V| x rows product then max, subtract, exp and sum from memory,
+        `SHIFT_EVERY_COLUMN`, scored a Brown MLP1 pass 1.5x slower: docs/performance.md, "The main job".)
         The same formula as `logits_from_features`, its products summed in one (fp32 rounding).
         targets=None gives log Z = log sum_w exp(y_w) of each context instead."""
         net = self.net
@@ -341,14 +347,24 @@ class NeuralLM(LanguageModel):
             x = net.embed(ctx[lo:lo + rows], table)
             zs, _ = net.output_operands_from_features(x)
             z = torch.cat([*zs, ones[:len(x)]], dim=1)
-            y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
-            torch.mm(weights, z.t(), out=y)
-            picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
+            if SHIFT_EVERY_COLUMN or V_SLICE >= v:
+                y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
+                torch.mm(weights, z.t(), out=y)
+                picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
             if SHIFT_EVERY_COLUMN:
                 top = y.amax(dim=0, keepdim=True)
                 lse = y.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
             else:
-                lse = y.exp_().sum(dim=0)
+                if V_SLICE >= v:
+                    lse = y.exp_().sum(dim=0)
+                else:  # the product a slice of V at a time, each slice exponentiated and summed while cached
+                    picked = None if targets is None else (weights[targets[lo:lo + rows]] * z).sum(dim=1)
+                    lse = torch.zeros(len(x), dtype=weights.dtype, device=weights.device)
+                    for start in range(0, v, V_SLICE):
+                        part = weights[start:start + V_SLICE]
+                        y = flat[:len(part) * len(x)].view(len(part), len(x))
+                        torch.mm(part, z.t(), out=y)
+                        lse += y.exp_().sum(dim=0)
                 redo = ~((lse > SAFE_SUM[0]) & (lse < SAFE_SUM[1]))  # (NaN included)
                 lse.log_()
                 if bool(redo.any()):
