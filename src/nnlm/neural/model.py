@@ -347,7 +347,7 @@ class NeuralLM(LanguageModel):
             x = net.embed(ctx[lo:lo + rows], table)
             zs, _ = net.output_operands_from_features(x)
             z = torch.cat([*zs, ones[:len(x)]], dim=1)
-            if SHIFT_EVERY_COLUMN or V_SLICE >= v:
+            if SHIFT_EVERY_COLUMN or v <= V_SLICE:
                 y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
                 torch.mm(weights, z.t(), out=y)
                 picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
@@ -355,7 +355,7 @@ class NeuralLM(LanguageModel):
                 top = y.amax(dim=0, keepdim=True)
                 lse = y.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
             else:
-                if V_SLICE >= v:
+                if v <= V_SLICE:
                     lse = y.exp_().sum(dim=0)
                 else:  # the product a slice of V at a time, each slice exponentiated and summed while cached
                     picked = None if targets is None else (weights[targets[lo:lo + rows]] * z).sum(dim=1)
