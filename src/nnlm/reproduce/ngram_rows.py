@@ -137,12 +137,22 @@ def class_rates(job: Job) -> tuple[float, float]:
     return per_class, tail or CLASS_TAIL_SECONDS
 
 
+def to_cluster(job: Job, c: int) -> int:
+    """The classes a row still has to find: none once complete classes for c are saved (the second
+    process clustered them, or an earlier call), else c."""
+    if c == 0:
+        return 0
+    saved = load_word_classes(job.out / "clusters" / f"c{c}.npz")
+    return 0 if saved is not None and saved[0].complete and len(saved[0].classes) == len(job.corpus.vocab) else c
+
+
 def late_needs(job: Job) -> list[planner.Need]:
     """What the class rows after the nets still need (for the nets' plan, and their own), then the
     nets' train-split scoring, which comes last."""
     per_class, tail = class_rates(job)
     by_id = {row.id: row for row in job.table.ngram_rows}
-    needs = [planner.clustering_need(i, by_id[i].classes or 0, per_class, tail) for i in job.table.after_nets
+    needs = [planner.clustering_need(i, to_cluster(job, by_id[i].classes or 0), per_class, tail)
+             for i in job.table.after_nets
              if i in by_id and job.results.pending(i) and (by_id[i].classes or 0) <= len(job.corpus.vocab)]
     return needs + [planner.scoring_need(f"{net}-train", len(job.corpus.train), job.rates[net].score)
                     for net in job.nets if job.results.rows.get(net, {}).get("train_pending") and net in job.rates]
