@@ -292,16 +292,49 @@ def test_report_only_without_results_is_one_line_error(tmp_path, capsys):
     assert "holds no results.json" in capsys.readouterr().err
 
 
+def test_the_late_class_rows_are_clustered_in_a_second_process_with_the_classes_of_one(
+        random_corpus, tmp_path, monkeypatch):
+    """The class counts after the nets are clustered by the child process from the start of the call; the
+    rows read the classes it saved (the parent clusters none of them), and they are the classes the
+    parent would have found itself."""
+    import nnlm.reproduce.table as table
+    from nnlm.data.corpus import load_corpus
+    from nnlm.ngram.clusters import exchange_clusters, load_word_classes
+
+    rp = small_class_rows(monkeypatch)
+    monkeypatch.setattr(table, "NGRAM_BUILD_ORDER", tuple(i for i in table.NGRAM_BUILD_ORDER
+                                                          if i not in ("class4-3", "class8-3", "class8-4", "class8-5")))
+    monkeypatch.setattr(table, "NGRAM_AFTER_NETS", ("class4-3", "class8-3"))
+    clustered: list[int] = []
+    real_cluster = rp.exchange_clusters
+    monkeypatch.setattr(rp, "exchange_clusters", lambda train, v, c, **o: clustered.append(c) or real_cluster(
+        train, v, c, **o))
+    lines: list[str] = []
+    out = tmp_path / "report"
+    reproduce(str(tmp_path / "rand"), out, None, "mlp7", True, "x", log=lines.append, progress=False, threads=1)
+    assert "clustering c = 4, 8 in a second process meanwhile" in lines
+    assert clustered == []  # the parent clustered nothing
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert rows["class4-3"]["status"] == rows["class8-3"]["status"] == "done"
+    corpus = load_corpus(str(tmp_path / "rand"))
+    for c in (4, 8):
+        saved, seconds = load_word_classes(out / "clusters" / f"c{c}.npz")
+        assert saved.complete and seconds > 0
+        assert (saved.classes == exchange_clusters(corpus.train, len(corpus.vocab), c, progress=False).classes).all()
+
+
 def test_a_class_row_left_no_clustering_time_is_skipped_not_built_from_unclustered_classes(
         random_corpus, tmp_path, monkeypatch):
     """Classes after no exchange pass are the initial assignment (far worse than any real row): a late
-    class row granted no clustering time is skipped with the planner's figures, and nothing is clustered."""
+    class row granted no clustering time is skipped with the planner's figures, and nothing is clustered
+    (here without the second process, which would have clustered it meanwhile: the next test)."""
     import dataclasses
 
     import nnlm.reproduce.planner as planner
     import nnlm.reproduce.table as table
 
     rp = small_class_rows(monkeypatch)
+    monkeypatch.setattr(rp, "start_background_clusterings", lambda job: None)
     monkeypatch.setattr(table, "NGRAM_BUILD_ORDER", tuple(i for i in table.NGRAM_BUILD_ORDER if i != "class4-3"))
     monkeypatch.setattr(table, "NGRAM_AFTER_NETS", ("class4-3",))
     clustered: list[int] = []

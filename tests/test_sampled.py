@@ -325,3 +325,21 @@ def test_the_running_figure_of_a_sampled_run_is_not_called_a_perplexity(rand_dir
     epoch_line = {loss: next(line for line in lines if line.startswith("epoch 1:")) for loss, lines in logs.items()}
     assert "train ppl" in epoch_line["full"] and "exp(objective)" not in epoch_line["full"]
     assert "train exp(objective)" in epoch_line["sampled"] and "train ppl" not in epoch_line["sampled"]
+
+
+def test_the_compiled_row_adam_follows_the_torch_op_one_in_float32():
+    nets = [tiny_net().float(), tiny_net().float()]
+    ctx, tgt = torch.randint(0, 13, (8, 2)), torch.randint(0, 13, (8,))
+    losses = [SampledLoss("sampled", skewed(13), 5) for _ in nets]
+    optimizers = [RowAdam(net, loss, 0.01, 0.05, fused=fused)
+                  for net, loss, fused in zip(nets, losses, (True, False), strict=True)]
+    for step in range(4):
+        for net, loss, optimizer in zip(nets, losses, optimizers, strict=True):
+            torch.manual_seed(step)  # the same draws for both
+            net.zero_grad(set_to_none=True)
+            loss(net, ctx, tgt).backward()
+            optimizer.step(0, 8)
+    for (name, a), (_, b) in zip(nets[0].named_parameters(), nets[1].named_parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    for name in optimizers[0].m:
+        torch.testing.assert_close(optimizers[0].v[name], optimizers[1].v[name], rtol=1e-5, atol=1e-9)

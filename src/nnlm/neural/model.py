@@ -26,6 +26,7 @@ from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState, text_contexts
+from nnlm.neural.dropout import dropout as seeded_dropout
 from nnlm.neural.model_config import ModelConfig
 
 __all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "NeuralLM", "score_rows"]
@@ -34,6 +35,13 @@ EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distr
 SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):
 # larger blocks keep the output product near the CPU's large-matrix rate; one buffer for the whole call costs
 # no page faults (a fresh 73 MB tensor per block was mmap'd and faulted anew every time)
+SHIFT_EVERY_COLUMN = False  # True: the exact path subtracts each column's max before exp (the path before
+# issue 37, kept for benchmarks/exact_scoring.py), instead of only in the columns whose sum leaves SAFE_SUM
+
+
+V_SLICE = 512  # exact path: output rows per product, so that exp and the sum read a slice still in the cache
+# (512 x ~900 contexts x 4 bytes = 1.8 MB) instead of a 64 MB block from memory twice; >= |V|: all at once.
+# Brown MLP1, one thread, tokens per CPU-second: 256 rows 13.1k, 512 12.6k, 1024 12.5k, 4096 11.4k, all 10.6k
 
 
 def score_rows(vocab_size: int) -> int:
@@ -109,7 +117,7 @@ class NPLMParameters(nn.Module):
             else:
                 out = torch.tanh(torch.addmm(d, a, H.t()))
             if dropout and self.dropout_h > 0:
-                out = F.dropout(out, self.dropout_h, training=True)
+                out = seeded_dropout(out, self.dropout_h)
             a = a + out if self.config.residual and index > 0 else out
         return a
 
@@ -129,7 +137,7 @@ class NPLMParameters(nn.Module):
         """(zs, ws) with y = b + sum_j zs[j] ws[j]^T: x with W, the hidden output with U; dropout on x and
         on the hidden layers when training. The one place the hidden layers are computed."""
         if self.training and self.dropout_x > 0:
-            x = F.dropout(x, self.dropout_x, training=True)
+            x = seeded_dropout(x, self.dropout_x)
         zs, ws = ([x], [self.W]) if self.W is not None else ([], [])
         if self.H is not None:
             zs.append(self.hidden_output(x, dropout=self.training))
@@ -232,7 +240,7 @@ class NeuralLM(LanguageModel):
         self.log_z_sink: list[np.ndarray] | None = None  # if a list: the exact path appends each block's log Z
         self._tables = None  # direct_tables.PositionTables during a long pass that builds them
         self._stepper = None  # (weights version, stepper.NeuralStepper): the stateful API's terms and cache
-        self._joined = None   # (key, [W, U]): the exact path's output matrix, joined once per weights version
+        self._joined = None   # (key, [W, U, b]): the exact path's output matrix, joined once per weights version
         self.step_cache_bytes: int | None = None  # the stepper's direct-rows cache budget (None: its default)
 
     def parameter_count(self) -> int:
@@ -309,11 +317,16 @@ class NeuralLM(LanguageModel):
         return self._tables
 
     def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor | None, table: torch.Tensor) -> np.ndarray:
-        """The exact fp32 path: y^T = b + [W, U] [x, tanh(d + Hx)]^T as ONE product, |V| x rows -- the
-        orientation in which the CPU's GEMM runs at its large-matrix rate (rows x |V| ran ~1/3 slower at
-        MLP1's K = 290) -- into one buffer reused for every block, then the log-sum-exp of each column
-        in place (max, subtract, exp, sum: torch.logsumexp made two |V|-wide temporaries).
-        The same formula as `logits_from_features`, its two products summed in one (fp32 rounding).
+        """The exact fp32 path: y^T = [W, U, b] [x, tanh(d + Hx), 1]^T as one product per V_SLICE output
+        rows, slice x rows -- the orientation in which the CPU's GEMM runs at its large-matrix rate (rows x
+        |V| ran ~1/3 slower at MLP1's K = 290), b folded in as a column so no pass copies it into the
+        buffer first -- into one buffer reused for every block; each slice is exponentiated in place and
+        summed into log Z while it is still in the cache, as direct_tables.scores does without the max:
+        columns whose sum leaves SAFE_SUM (a logit above ~69, or all below ~-69) are computed again with
+        the max subtracted; elsewhere every term is accurate to fp32 rounding. The target's logit is its
+        own dot product. (The whole |V| x rows product then max, subtract, exp and sum from memory,
+        `SHIFT_EVERY_COLUMN`, scored a Brown MLP1 pass 1.5x slower: docs/performance.md, "The main job".)
+        The same formula as `logits_from_features`, its products summed in one (fp32 rounding).
         targets=None gives log Z = log sum_w exp(y_w) of each context instead."""
         net = self.net
         tables = self._tables_for(table)
@@ -322,32 +335,53 @@ class NeuralLM(LanguageModel):
 
             sink = self.log_z_sink if targets is not None else None
             return scores(net, tables, table, ctx, targets, sink).numpy()
+        from nnlm.neural.direct_tables import SAFE_SUM
+
         rows, v, n = score_rows(len(net.b)), len(net.b), len(ctx)
         out = torch.empty(n, dtype=torch.float64)
-        weights = self._output_weights()  # [|V|, K], zs' order
-        bias = net.b[:, None]
+        weights = self._output_weights()  # [|V|, K + 1], zs' order, then b
         flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
+        ones = torch.ones(min(rows, n), 1, dtype=weights.dtype, device=weights.device)
         for lo in range(0, n, rows):
             threads.check()
             x = net.embed(ctx[lo:lo + rows], table)
             zs, _ = net.output_operands_from_features(x)
-            y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
-            torch.addmm(bias, weights, torch.cat(zs, dim=1).t(), out=y)
-            picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
-            top = y.amax(dim=0, keepdim=True)
-            y.sub_(top).exp_()
-            lse = y.sum(dim=0).log_().add_(top[0])
+            z = torch.cat([*zs, ones[:len(x)]], dim=1)
+            if SHIFT_EVERY_COLUMN or v <= V_SLICE:
+                y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
+                torch.mm(weights, z.t(), out=y)
+                picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
+            if SHIFT_EVERY_COLUMN:
+                top = y.amax(dim=0, keepdim=True)
+                lse = y.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
+            else:
+                if v <= V_SLICE:
+                    lse = y.exp_().sum(dim=0)
+                else:  # the product a slice of V at a time, each slice exponentiated and summed while cached
+                    picked = None if targets is None else (weights[targets[lo:lo + rows]] * z).sum(dim=1)
+                    lse = torch.zeros(len(x), dtype=weights.dtype, device=weights.device)
+                    for start in range(0, v, V_SLICE):
+                        part = weights[start:start + V_SLICE]
+                        y = flat[:len(part) * len(x)].view(len(part), len(x))
+                        torch.mm(part, z.t(), out=y)
+                        lse += y.exp_().sum(dim=0)
+                redo = ~((lse > SAFE_SUM[0]) & (lse < SAFE_SUM[1]))  # (NaN included)
+                lse.log_()
+                if bool(redo.any()):
+                    again = weights @ z[redo].t()
+                    top = again.amax(dim=0, keepdim=True)
+                    lse[redo] = again.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
             out[lo:lo + len(x)] = (lse if picked is None else picked - lse).double().cpu()
             if self.log_z_sink is not None and picked is not None:  # log Z comes free with log P
                 self.log_z_sink.append(lse.double().cpu().numpy())
         return out.numpy()
 
     def _output_weights(self) -> torch.Tensor:
-        """[W, U] as one [|V|, K] matrix, joined once for the weights as they are (a 20 MB copy at every
+        """[W, U, b] as one [|V|, K + 1] matrix, joined once for the weights as they are (a 20 MB copy at every
         log_prob call for MLP1 otherwise, which dominated short calls: a decoder's beam, a server's request).
         Keyed by each matrix's storage and in-place version, so training or a move to another device
         makes a new one."""
-        mats = [w for w in (self.net.W, self.net.U) if w is not None]
+        mats = [w for w in (self.net.W, self.net.U) if w is not None] + [self.net.b[:, None]]
         key = tuple((w.data_ptr(), w._version, str(w.device)) for w in mats)
         if self._joined is None or self._joined[0] != key:
             self._joined = key, torch.cat([w.detach() for w in mats], dim=1)

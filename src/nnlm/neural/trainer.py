@@ -138,11 +138,14 @@ class Trainer:
 
     def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel | None:
         """What this process scores for the per-epoch validation, or None if it takes no part. Here
-        the writer scores the whole model alone (bf16 products for a bf16 run, see NeuralLM)."""
+        the writer scores the whole model alone: bf16 products for a full-softmax bf16 run (see NeuralLM),
+        the exact fp32 path for a sampled or NCE run, whose step has no bf16 product and for which the
+        exact path (log Z in two passes) scored Brown MLP1 1.2x faster than the bf16 product on the AMX
+        host (benchmarks/exact_scoring.py; docs/performance.md, "The main job")."""
         if not self.writer:
             return None
         return language_model(whole_net, corpus.vocab, corpus.pad_token, device=next(whole_net.parameters()).device,
-                              bf16=bool(self.run.bf16))
+                              bf16=bool(self.run.bf16) and self.run.loss == "full")
 
     def close(self) -> None:
         """Release what the trainer started (worker processes); called when training ends, however it ends."""

@@ -68,13 +68,19 @@ def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None,
 
 def run_table(job: Job) -> None:
     """The order of a table's work: the cheap n-gram rows and the trigram, the nets and their mixes, the
-    class rows the nets leave time for, the nets' train split; then the report."""
+    class rows the nets leave time for (their clusterings in a second process from the start), the nets'
+    train split; then the report."""
     from nnlm.reproduce import net_rows, ngram_rows
     from nnlm.reproduce.report import write_report
 
-    trigram = ngram_rows.early_rows(job)
-    net_rows.neural_rows(job, trigram)
-    ngram_rows.late_rows(job)
+    ngram_rows.start_background_clusterings(job)
+    try:
+        trigram = ngram_rows.early_rows(job)
+        net_rows.neural_rows(job, trigram)
+        ngram_rows.late_rows(job)
+    finally:
+        if job.background is not None:
+            job.background.stop()
     net_rows.train_split_rows(job)
     write_report(job.out)
     left = job.left()

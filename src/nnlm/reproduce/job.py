@@ -13,6 +13,7 @@ import numpy as np
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
 from nnlm.ngram.clusters import WordClasses
+from nnlm.reproduce.background_clusters import BackgroundClusters
 from nnlm.reproduce.planner import Rates
 from nnlm.reproduce.results import Results, requested_options
 from nnlm.reproduce.table import Row
@@ -59,6 +60,7 @@ class Job:
         self.rates: dict[str, Rates] = {}  # net -> measured this call
         self._scored: dict[tuple[str, str], np.ndarray] = {}
         self.classes: dict[int, WordClasses] = {}  # c -> found (or cut) in this call
+        self.background: BackgroundClusters | None = None  # the class rows' clusterings in a second process
         self.ngrams: dict[str, LanguageModel] = {}  # n-gram rows built in this call (mixing partners)
         self.shapes: dict[str, dict] = {}  # net -> the ModelConfig fields it trains with apart from its preset
         self.shape_notes: dict[str, str] = {}  # net -> why it trains in another shape than its preset's

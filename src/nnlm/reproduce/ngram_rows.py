@@ -22,11 +22,32 @@ SECONDS_PER_CLASS = 0.05
 CLASS_TAIL_SECONDS = 5.0
 MIN_CLUSTERING_SECONDS = 1.0  # a class row granted less, with no exchange pass saved, is skipped, not built
 
+def start_background_clusterings(job: Job) -> None:
+    """Cluster the class counts of the rows after the nets in a second process from now on
+    (`background_clusters`), those not already complete in OUT/clusters from an earlier call."""
+    from nnlm.reproduce.background_clusters import BackgroundClusters
+
+    by_id = {row.id: row for row in job.table.ngram_rows}
+    counts = []
+    for row in (by_id[i] for i in job.table.after_nets if i in by_id):
+        c = row.classes
+        if c is None or c > len(job.corpus.vocab) or c in counts or not job.results.pending(row.id):
+            continue
+        saved = load_word_classes(job.out / "clusters" / f"c{c}.npz")
+        if saved is None or not saved[0].complete:
+            counts.append(c)
+    if counts:
+        job.background = BackgroundClusters(job.corpus.train, len(job.corpus.vocab), counts, job.out / "clusters")
+        job.log(f"clustering c = {', '.join(map(str, counts))} in a second process meanwhile")
+
+
 def word_classes(job: Job, c: int, deadline: float | None) -> WordClasses:
     """Exchange-algorithm classes for c (they do not depend on the order): found once per call, kept in
     OUT/clusters/c{c}.npz (with the seconds they took); a clustering a budget cut short is continued."""
     if c in job.classes:  # complete, or cut by a deadline that is past for every later row
         return job.classes[c]
+    if job.background is not None:  # clustered in the second process: saved there when it is done
+        job.background.wait(c, deadline)
     path = job.out / "clusters" / f"c{c}.npz"
     found, saved_seconds = load_word_classes(path) or (None, 0.0)
     if found is not None and len(found.classes) != len(job.corpus.vocab):
@@ -117,12 +138,22 @@ def class_rates(job: Job) -> tuple[float, float]:
     return per_class, tail or CLASS_TAIL_SECONDS
 
 
+def to_cluster(job: Job, c: int) -> int:
+    """The classes a row still has to find: none once complete classes for c are saved (the second
+    process clustered them, or an earlier call), else c."""
+    if c == 0:
+        return 0
+    saved = load_word_classes(job.out / "clusters" / f"c{c}.npz")
+    return 0 if saved is not None and saved[0].complete and len(saved[0].classes) == len(job.corpus.vocab) else c
+
+
 def late_needs(job: Job) -> list[planner.Need]:
     """What the class rows after the nets still need (for the nets' plan, and their own), then the
     nets' train-split scoring, which comes last."""
     per_class, tail = class_rates(job)
     by_id = {row.id: row for row in job.table.ngram_rows}
-    needs = [planner.clustering_need(i, by_id[i].classes or 0, per_class, tail) for i in job.table.after_nets
+    needs = [planner.clustering_need(i, to_cluster(job, by_id[i].classes or 0), per_class, tail)
+             for i in job.table.after_nets
              if i in by_id and job.results.pending(i) and (by_id[i].classes or 0) <= len(job.corpus.vocab)]
     return needs + [planner.scoring_need(f"{net}-train", len(job.corpus.train), job.rates[net].score)
                     for net in job.nets if job.results.rows.get(net, {}).get("train_pending") and net in job.rates]
