@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -200,10 +201,6 @@ class EnergyLM(NeuralLM):
     EVAL_ROWS contexts with the word terms computed once per call; `unnormalized=True` scores -E(target)
     alone (h tanh units a token). States step through LanguageModel's default path."""
 
-    def __init__(self, net: EnergyNPLM, vocab, pad_token: str, device: str | torch.device = "cpu",
-                 unnormalized: bool = False, bf16: bool = False) -> None:
-        super().__init__(net, vocab, pad_token, device, unnormalized, bf16)  # type: ignore[arg-type]
-
     @property
     def bf16(self) -> bool:
         return False
@@ -234,9 +231,7 @@ class EnergyLM(NeuralLM):
             yield lo, self.net.logits_from_features(self.net.embed(ctx[lo:lo + EVAL_ROWS], table), terms)
 
     @torch.no_grad()
-    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor):
-        import numpy as np
-
+    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
         out = np.empty(len(targets), dtype=np.float64)
         if self.unnormalized:
             self.net.eval()
@@ -254,10 +249,8 @@ class EnergyLM(NeuralLM):
         return out
 
     @torch.no_grad()
-    def log_partition(self, contexts):
+    def log_partition(self, contexts: np.ndarray) -> np.ndarray:
         """log Z = log sum_w exp(-E(w, context)), float64 [N]."""
-        import numpy as np
-
         ctx = self._check(contexts)
         out = np.empty(len(ctx), dtype=np.float64)
         for lo, y in self._blocks(ctx, self.net.C.detach()):
@@ -265,9 +258,7 @@ class EnergyLM(NeuralLM):
         return out
 
     @torch.no_grad()
-    def distribution(self, contexts):
-        import numpy as np
-
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
         ctx = self._check(contexts)
         out = np.empty((len(ctx), len(self.vocab)), dtype=np.float64)
         for lo, y in self._blocks(ctx, self.net.C.detach()):
