@@ -14,8 +14,9 @@ import torch
 
 from nnlm.neural.batches import epoch_order
 from nnlm.neural.pipeline import prepare, trainer_spec
-from nnlm.neural.recipes import epoch_lr
+from nnlm.neural.schedules import epoch_lr
 from nnlm.neural.trainer import Clock, Trainer, TrainingSetup
+from nnlm.progress import Silent
 
 CPU = torch.device("cpu")
 NEVER = 1e9  # minutes: no checkpoint is due while a benchmark trains
@@ -62,7 +63,7 @@ class TrainingPath:
             wanted = math.ceil(left / self.trainer.batch) if left is not None else self.epoch_batches
             self.trainer.n_batches = min(self.epoch_batches, self.state["batch"] + wanted)
             try:
-                out_of_time = self.trainer.run_batches(self.state, self.order, clock, lambda: None, None)
+                out_of_time = self.trainer.run_batches(self.state, self.order, clock, lambda: None, Silent())
             finally:
                 self.trainer.n_batches = self.epoch_batches
             if out_of_time:

@@ -50,3 +50,49 @@ def test_bad_arguments(args, fragment):
 def test_bad_text_dir(toy_dir):
     (toy_dir / "train.txt").write_bytes(b"\xff\xfe\x00\x00binary")
     assert_one_line_error(run("stats", "--corpus", str(toy_dir), "--no-cache"), "binary")
+
+
+def test_version_names_the_package_version():
+    from importlib.metadata import version
+
+    proc = run("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"nnlm {version('nnlm')}") and len(proc.stdout.splitlines()) == 1
+
+
+def _fake_repository(root, sha, packed=False):
+    git = root / ".git"
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/work\n")
+    if packed:
+        (git / "packed-refs").write_text(f"# pack-refs with: peeled\n{'0' * 40} refs/heads/other\n"
+                                         f"{sha} refs/heads/work\n")
+    else:
+        (git / "refs" / "heads" / "work").write_text(sha + "\n")
+    return git
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_checkout_commit_reads_the_branch_head_without_git(tmp_path, packed):
+    from nnlm.cli.version import checkout_commit
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    _fake_repository(tmp_path, sha, packed)
+    assert checkout_commit(tmp_path) == sha[:12]
+
+
+def test_checkout_commit_of_a_worktree_and_a_detached_head(tmp_path):
+    from nnlm.cli.version import checkout_commit
+
+    sha = "89abcdef0123456789abcdef0123456789abcdef"
+    main = _fake_repository(tmp_path / "main", sha)
+    own = main / "worktrees" / "wt"
+    own.mkdir(parents=True)
+    (own / "HEAD").write_text("ref: refs/heads/work\n")
+    (own / "commondir").write_text("../..\n")
+    (tmp_path / "wt").mkdir()
+    (tmp_path / "wt" / ".git").write_text(f"gitdir: {own}\n")
+    assert checkout_commit(tmp_path / "wt") == sha[:12]
+    (own / "HEAD").write_text("fedcba9876543210fedcba9876543210fedcba98\n")
+    assert checkout_commit(tmp_path / "wt") == "fedcba987654"
+    assert checkout_commit(tmp_path / "nowhere") is None  # an installed package: the version alone

@@ -3,6 +3,7 @@ the parsers, so that a new option without a described default fails here."""
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -55,3 +56,21 @@ def test_the_parallel_choices_are_the_registered_trainers():
 
     (action,) = [a for a in commands()["train"]._actions if a.dest == "parallel"]
     assert tuple(action.choices) == MODES
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_no_option_states_its_default_as_none(name):
+    """A default of None is resolved later (from the preset, the recipe, the corpus): the help says from what."""
+    vague = ["/".join(a.option_strings) for a in commands()[name]._actions if "default: None" in (a.help or "")]
+    assert not vague, f"nnlm {name}: options whose help says 'default: None': {vague}"
+
+
+def test_the_recipe_help_lists_every_registered_recipe_and_its_values():
+    from nnlm.neural.recipes import RECIPE_KEYS, RECIPES
+
+    actions = {a.dest: a for a in commands()["train"]._actions}
+    assert all(name in actions["recipe"].help for name in RECIPES)
+    for key in RECIPE_KEYS:  # each field's default: every recipe named once, after the value it gives
+        stated = actions[key].help.split("(default: the recipe's: ")[1]
+        named = [name for group in re.findall(r"\(([^()]*)\)", stated) for name in group.split(", ")]
+        assert sorted(named) == sorted(RECIPES), (key, stated)

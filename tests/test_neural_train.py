@@ -183,9 +183,9 @@ def test_bad_input_is_one_line_and_exit_2(rand_dir, tmp_path, capsys):
     base = ["train", "--corpus", str(rand_dir), "--no-progress", "--threads", "1"]
     for extra, message in [
         (["--preset", "mlp99"], "unknown preset"),
-        (["--order", "1"], "argument --order: must be between 2 and 64, got 1"),
-        (["--features", "0"], "argument --features: must be between 1"),
-        (["--hidden", "-1"], "argument --hidden: must be between 0"),
+        (["--order", "1"], "argument --order: must be an integer in [2, 64], got 1"),
+        (["--features", "0"], "argument --features: must be an integer in [1, 100,000]"),
+        (["--hidden", "-1"], "argument --hidden: must be an integer in [0, 100,000]"),
         (["--recipe", "magic"], "unknown recipe"),
     ]:
         code, err = cli(base + ["--out", str(tmp_path / "x"), *extra], capsys)

@@ -109,7 +109,6 @@ def test_newbob_undoes_a_stalled_epoch_then_anneals_and_resumes_exactly(gen_dir,
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--min-improvement", "1"], "--min-improvement must be"),
     (["--recipe", "paper", "--lr-schedule", "plateau"], "--lr-schedule with recipe paper must be paper"),
     (["--recipe", "paper", "--dropout", "0.1"], "--dropout applies to the Adam recipes"),
     (["--lr-schedule", "newbob", "--parallel", "hogwild"], "newbob restores the best weights"),
@@ -125,6 +124,7 @@ def test_bad_recipe_values_are_one_line_and_exit_2(gen_dir, tmp_path, capsys, ex
 @pytest.mark.parametrize("extra, flag", [
     (["--dropout", "1.5"], "--dropout"), (["--lr", "-1"], "--lr"), (["--weight-decay", "nan"], "--weight-decay"),
     (["--lr-factor", "0"], "--lr-factor"), (["--plateau-patience", "0"], "--plateau-patience"),
+    (["--min-improvement", "1"], "--min-improvement"),
 ])
 def test_out_of_range_recipe_options_are_refused_at_parse_time(tmp_path, capsys, extra, flag):
     out = tmp_path / "x"
@@ -140,15 +140,15 @@ def test_out_of_range_recipe_options_are_refused_at_parse_time(tmp_path, capsys,
     ({"lr": -1.0}, "--lr must be a finite number"),
     ({"weight_decay": float("nan")}, "--weight-decay must be a finite number"),
     ({"lr_factor": 0.0}, "--lr-factor must be a finite number in (0, 1]"),
-    ({"plateau_patience": 0}, "--plateau-patience must be an integer of at least 1"),
+    ({"plateau_patience": 0}, "--plateau-patience must be an integer >= 1"),
 ])
 def test_recipe_values_from_elsewhere_are_checked_too(values, message):
     """The library checks what did not come through the CLI's parser (Python callers, nnlm tune)."""
     from nnlm.errors import NnlmError
-    from nnlm.neural.recipes import check_recipe_values
+    from nnlm.neural.config import RunOptions
 
     with pytest.raises(NnlmError, match=re.escape(message)):
-        check_recipe_values({"recipe": "adaptive"} | values)
+        RunOptions(recipe="adaptive", **values).check()
 
 
 def test_generated_corpus_limit_is_the_source_log_prob_of_the_written_test_text(gen_dir):

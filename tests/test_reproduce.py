@@ -264,10 +264,10 @@ def test_the_report_names_each_nets_own_options(tmp_path):
 
     rows = {"mlp1": {"perplexity": {"train": None, "valid": 300.0, "test": 290.0}, "parameters": 10, "seconds": 5.0,
                      "status": "done", "note": "", "cut": False,
-                     "options": requested_options("sampled", None, None, 100, "cpu")},
+                     "options": requested_options("sampled", None, None, 100, "cpu"), "run": "runs/mlp1-0a1b2c3d"},
             "mlp3": {"perplexity": {"train": None, "valid": 320.0, "test": 310.0}, "parameters": 9, "seconds": 5.0,
                      "status": "done", "note": "", "cut": False,
-                     "options": requested_options("full", None, 2, 100, "cpu")},
+                     "options": requested_options("full", None, 2, 100, "cpu"), "run": "runs/mlp3-4e5f6a7b"},
             "mlp4": {"perplexity": {}, "parameters": 9, "seconds": 0.0, "status": "skipped", "cut": True,
                      "note": "skipped for lack of budget: it needs at least 9.0 min (8.2 min of scoring, 0.8 min "
                              "of training), 3.1 min left of 12.0 min after the rows before it"}}
@@ -281,6 +281,7 @@ def test_the_report_names_each_nets_own_options(tmp_path):
     assert "- MLP1: `nnlm train`'s sampled recipe" in text and "`--loss sampled`" in text
     assert "- MLP3: `nnlm train`'s adaptive recipe" in text and "by 2 asynchronous Hogwild workers" in text
     assert "**Skipped for lack of budget**: MLP4 (MLP3 + trigram, 0.5) (n = 5)" in text
+    assert "Their run directories" in text and "`runs/mlp1-0a1b2c3d`, `runs/mlp3-4e5f6a7b`" in text
     assert "| skipped | skipped for lack of budget: it needs at least 9.0 min" in text
     assert "reproduced on mine" in text
     assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "perplexities.png").stat().st_size > 0
@@ -320,3 +321,17 @@ def test_a_class_row_left_no_clustering_time_is_skipped_not_built_from_uncluster
     assert row["status"] == "skipped" and not row["perplexity"] and 4 not in clustered
     assert row["note"].startswith("skipped for lack of budget: no time left to cluster it (0.0 min of the ~1.0 min")
     assert "**Skipped for lack of budget**: " in (out / "README.md").read_text()
+
+
+def test_the_perplexity_bars_include_the_em_mixes():
+    """The EM mixes (no paper figure, often a table's best row) get their bar; the paper's place stays empty."""
+    from nnlm.reproduce.plots import bar_rows
+    from nnlm.reproduce.table import table_rows
+
+    rows = {"mlp1": {"perplexity": {"test": 280.0}, "status": "done"},
+            "mlp1-em": {"perplexity": {"test": 250.0}, "status": "done"}}
+    shown = {row.id: (paper, ours, mark) for row, paper, ours, mark in bar_rows(rows, table_rows(["mlp1"]), 300.0,
+                                                                                 320.0)}
+    assert shown["mlp1-em"] == (None, pytest.approx(250 / 300), "done")
+    assert shown["mlp1"] == (pytest.approx(268 / 320), pytest.approx(280 / 300), "done")
+    assert shown["kn5"] == (pytest.approx(321 / 320), None, "not run")

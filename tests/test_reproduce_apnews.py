@@ -101,7 +101,7 @@ def test_a_net_planned_with_low_rates_is_continued_with_its_own(random_corpus, t
     assert main(["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
                  "--budget-minutes", "0.5", "--threads", "1", "--no-progress"]) == 0
     log = capsys.readouterr().out
-    first = int(re.search(r"reached (\d+) epochs", log).group(1))
+    first = int(re.search(r"reached (\d+) epochs?", log).group(1))
     assert "planned again with the rates they measured" in log
     row = json.loads((out / "results.json").read_text())["rows"]["apnews"]
     assert row["epochs"] > first and row["plan"]["rates"]["train_tokens_per_s"] > 2 * slow.train
@@ -111,10 +111,14 @@ def test_a_net_planned_with_low_rates_is_continued_with_its_own(random_corpus, t
         assert "Shortened for lack of budget" not in text
 
 
-def test_a_net_that_cannot_fit_trains_without_direct_connections(random_corpus, tmp_path, monkeypatch, capsys):
+def test_a_net_that_cannot_fit_trains_with_the_class_output(random_corpus, tmp_path, monkeypatch, capsys):
     """Rates injected (no timing): the preset's exact scoring is far too slow for the budget, the same net
-    without direct connections fits, so that is the net the table trains, and the report says so."""
+    with the class-factored output layer fits, so that is the net the table trains (the full softmax's loss,
+    frequency classes), and the report says so."""
+    from nnlm.neural.model_config import ModelConfig
+    from nnlm.neural.output_clustering import default_class_count
     from nnlm.reproduce import rates
+    from nnlm.reproduce.apnews import CLASS_OUTPUT
     from nnlm.reproduce.planner import Rates
 
     def fake(net, corpus, device, threads, loss, samples, shape=None):
@@ -127,9 +131,35 @@ def test_a_net_that_cannot_fit_trains_without_direct_connections(random_corpus, 
     assert main(args) == 0
     data = json.loads((out / "results.json").read_text())
     net = data["rows"]["apnews"]
+    assert net["shape"] == CLASS_OUTPUT and net["options"]["shape"] == CLASS_OUTPUT
+    run = json.loads((out / net["run"] / "run.json").read_text())
+    k = default_class_count(40)
+    assert (run["loss"], run["output_layer"], run["model"]["output_classes"], run["model"]["direct"]) == \
+        ("full", "classes", k, True)
+    assert "trained with the class-factored output layer (frequency classes" in net["note"]
+    config = ModelConfig(vocab_size=40, order=6, hidden=60, features=100, direct=True, output_classes=k)
+    assert net["parameters"] == config.parameter_count()
+    assert "| MLP (AP News net) (class-factored output) | 6 | 60 | 100 | yes |" in (out / "README.md").read_text()
+
+
+def test_a_net_that_fits_only_without_direct_connections_trains_so(random_corpus, tmp_path, monkeypatch, capsys):
+    """Rates injected: only the net without direct connections fits; the table trains it, and says so."""
+    from nnlm.reproduce import rates
+    from nnlm.reproduce.planner import Rates
+
+    def fake(net, corpus, device, threads, loss, samples, shape=None):
+        return Rates(train=50_000.0, score=1e6 if shape == {"direct": False} else 1e-3, path="plain")
+
+    monkeypatch.setattr(rates, "measure", fake)
+    out = tmp_path / "ap"
+    args = ["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
+            "--budget-minutes", "0.3", "--threads", "1", "--no-progress", "--max-vocab", "40"]
+    assert main(args) == 0
+    data = json.loads((out / "results.json").read_text())
+    net = data["rows"]["apnews"]
     assert net["shape"] == {"direct": False} and net["options"]["shape"] == {"direct": False}
     assert json.loads((out / net["run"] / "run.json").read_text())["model"]["direct"] is False
-    assert "trained with no direct connections: the preset's net was" in net["note"]
+    assert "trained with no direct connections: the preset's net needs at least" in net["note"]
     assert data["call"]["vocabulary"] == {"size": 40, "min_count": 2, "max_vocab": 40}
     assert data["corpus_info"]["vocab"] == 40 and net["parameters"] == 40 * (100 + 1 + 60) + 60 * 501
     text = (out / "README.md").read_text()
@@ -167,5 +197,17 @@ def test_a_net_no_shape_of_which_fits_is_skipped_saying_what_each_needed(random_
     assert main(args) == 0
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["apnews"]["status"] == "skipped" and rows["apnews"]["shape"] == {}
-    assert "(and with no direct connections it needs at least" in rows["apnews"]["note"]
+    assert "(and with the class-factored output layer (frequency classes, the full softmax's loss) it needs at least" \
+        in rows["apnews"]["note"]
+    assert "with no direct connections it needs at least" in rows["apnews"]["note"]
     assert all(rows[r]["status"] == "skipped" for r in ("apnews-mix", "apnews-em", "apnews-kn5-em"))
+
+
+def test_the_class_output_shape_is_timed_on_its_own_path(random_corpus):
+    """The planner times the class-factored net itself (its training step with the full softmax's loss, its
+    own exact scoring), not the preset's |V|-wide product."""
+    from nnlm.reproduce import rates
+    from nnlm.reproduce.apnews import CLASS_OUTPUT
+
+    measured = rates.measure("apnews", random_corpus, "cpu", 1, "sampled", None, CLASS_OUTPUT)
+    assert measured.train > 0 and measured.score > 0 and measured.path == "plain"

@@ -181,7 +181,7 @@ def test_resume_removes_the_temp_files_a_kill_left(run_copy, nnlm):
     stale = run_copy / ".model.safetensors.k1ll3d.tmp"
     stale.write_bytes(b"half a file")
     code, out, err = nnlm("train", "--resume", "--out", run_copy, "--epochs", "1", "--no-progress")
-    assert code == 0 and "1 epochs done already" in out, err
+    assert code == 0 and "1 epoch done already" in out, err
     assert not stale.exists()
 
 
@@ -191,7 +191,7 @@ def test_resume_removes_the_temp_files_a_kill_left(run_copy, nnlm):
     (("generate", "{kn}", "--temperature", "nan"), "argument --temperature: expected a finite number"),
     (("generate", "{kn}", "--seed", "-1"), "argument --seed: must be between 0"),
     (("generate", "{kn}", "--tokens", "١٠"), "argument --tokens: expected an integer"),
-    (("train", "--out", "{tmp}/x", "--lr", "-1"), "argument --lr: must be > 0"),
+    (("train", "--out", "{tmp}/x", "--lr", "-1"), "argument --lr: must be a finite number in (0, 10], got -1"),
     (("train", "--out", "{tmp}/x", "--seed", "-1"), "argument --seed"),
     (("train", "--out", "{tmp}/x", "--workers", "1000000"), "argument --workers: must be between 1 and 256"),
     (("reproduce", "--out", "{tmp}/x", "--budget-minutes", "nan"), "argument --budget-minutes"),

@@ -288,7 +288,7 @@ def test_resume_of_a_sampled_run_after_kill_9_is_exact(rand_dir, tmp_path):
 def test_bad_values_are_one_line_and_exit_2(rand_dir, tmp_path, capsys):
     base = ["train", "--corpus", str(rand_dir), "--no-progress", "--threads", "1", "--preset", "mlp7"]
     for extra, message in [
-        (["--loss", "sampled", "--samples", "0"], "argument --samples: must be at least 1"),
+        (["--loss", "sampled", "--samples", "0"], "argument --samples: must be an integer >= 1"),
         (["--loss", "nce", "--samples", "100000"], "exceeds the vocabulary size"),
         (["--loss", "magic"], "invalid choice"),
         (["--samples", "5"], "--samples applies to --loss sampled or nce"),

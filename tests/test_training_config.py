@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,13 +64,13 @@ def test_every_train_option_of_the_cli_comes_from_a_field_and_its_help_states_th
 def test_bad_values_are_one_line_errors():
     with pytest.raises(NnlmError, match="unknown recipe 'fancy'"):
         RunOptions(recipe="fancy").check()
-    with pytest.raises(NnlmError, match="--batch-size must be at least 1"):
+    with pytest.raises(NnlmError, match=r"--batch-size must be an integer in \[1, 16,777,216\], got 0"):
         RunOptions(recipe="adaptive", batch_size=0).check()
     with pytest.raises(NnlmError, match="--samples applies to --loss sampled"):
         RunOptions(recipe="adaptive", samples=4).check()
     with pytest.raises(NnlmError, match="trains with the modern recipe"):
         RunOptions(recipe="paper", loss="nce").check()
-    with pytest.raises(NnlmError, match="--threads must be at least 1"):
+    with pytest.raises(NnlmError, match=r"--threads must be an integer in \[1, 1,024\]"):
         SessionOptions(threads=0).check()
     with pytest.raises(dataclasses.FrozenInstanceError):
         RunOptions().seed = 1  # type: ignore[misc]
@@ -97,3 +98,41 @@ def test_trainers_are_chosen_by_name():
         trainer_spec("vocab").check("sampled")
     with pytest.raises(NnlmError, match="runs on the CPU"):
         trainer_spec("hogwild").check("full", "cuda")
+
+
+# (field, a value just inside its bounds, one just outside): the command line, the library and the run.json
+# reader must agree on each -- they once disagreed (--lr <= 1e6 / <= 10 / any > 0, dropout [0, 1] / [0, 1)).
+EDGES = [("lr", 10.0, 10.5), ("lr", 1e-9, 0.0), ("weight_decay", 100.0, 100.5), ("dropout", 0.99, 1.0),
+         ("lr_factor", 1.0, 1.01), ("min_improvement", 0.0, 1.0), ("seed", 2**63 - 1, 2**63),
+         ("batch_size", 1, 0), ("samples", 1, 0), ("plateau_patience", 1, 0), ("order", 64, 65)]
+
+
+@pytest.mark.parametrize("name, inside, outside", EDGES)
+def test_every_face_applies_the_same_bounds(name, inside, outside):
+    from nnlm.neural.checkpoint import RUN_SCHEMA
+    from nnlm.neural.config import add_train_options, check_values
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_train_options(parser)
+    flag = "--" + name.replace("_", "-")
+    assert getattr(parser.parse_args([flag, str(inside)]), name) == inside  # the command line takes it ...
+    with pytest.raises(argparse.ArgumentError):
+        parser.parse_args([flag, str(outside)])  # ... and refuses the other
+    check_values(RunOptions, {name: inside})  # the library: the same
+    with pytest.raises(NnlmError, match=f"{flag} must be"):
+        check_values(RunOptions, {name: outside})
+    _, holds, what = RUN_SCHEMA[name]  # run.json: the same
+    assert holds(inside) and not holds(outside), what
+
+
+def test_losses_are_declared_once():
+    from nnlm.cli.main import build_parser
+    from nnlm.neural import config
+    from nnlm.neural.checkpoint import RUN_SCHEMA
+
+    _, holds, _ = RUN_SCHEMA["loss"]
+    assert all(holds(name) for name in config.LOSSES) and not holds("hinge")
+    source = "\n".join(p.read_text() for p in Path(config.__file__).parents[1].rglob("*.py"))
+    assert source.count('"full", "sampled", "nce"') == 1  # the one declaration
+    tune = build_parser()._subparsers._group_actions[0].choices["tune"]
+    assert next(a for a in tune._actions if a.dest == "loss").choices == config.LOSSES

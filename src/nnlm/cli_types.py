@@ -29,6 +29,10 @@ def _float(text: str) -> float:
     return value
 
 
+parse_int = _int  # the number parsers, for nnlm.bounds (which checks the limits itself)
+parse_float = _float
+
+
 def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
     """An integer in [lo, hi] (hi None: no upper bound)."""
     def parse(text: str) -> int:
@@ -58,7 +62,6 @@ def _span(lo: int, hi: int | None) -> str:
 
 
 positive_int = int_range(1)
-nonnegative_int = int_range(0)
 seed = int_range(0, SEED_MAX)
 threads = int_range(1, 1024)
 procs = int_range(1, 256)         # local processes (--workers, --hogwild): a typo must not fork a million

@@ -194,25 +194,44 @@ def sample(model: LanguageModel, prompt: list[str], tokens: int, temperature: fl
     return _draw(model, list(prompt), tokens, temperature, top_k, np.random.default_rng(seed))
 
 
+UNIFORM_BLOCK = 4096  # uniforms drawn at once: the numbers one draw per token would give, in the same order
+
+
 def _draw(model: LanguageModel, history: list[str], tokens: int, temperature: float, top_k: int | None,
           rng: np.random.Generator) -> Iterator[str]:
+    """One model call per token (each token is the next one's context: a text has no batch to form);
+    the rest is vectorized: the uniforms come in blocks, and each word is drawn by inverse CDF."""
     k = model.context_size
-    for _ in range(tokens):  # one model call per generated token: generation is sequential
+    uniforms = np.empty(0)
+    for i in range(tokens):
+        if i % UNIFORM_BLOCK == 0:
+            uniforms = rng.random(min(UNIFORM_BLOCK, tokens - i))
         p = model.distribution(next_context(model, history)[None, :])[0]
-        if not np.all(np.isfinite(p)):
-            raise NnlmError("the model gives a non-finite probability: its weights are damaged")
-        logits = np.log(np.maximum(p, 1e-300))
-        with np.errstate(over="ignore"):  # a tiny temperature sends all but the top to -inf: greedy, as meant
-            logits = (logits - logits.max()) / temperature  # <= 0, the top at 0: never nan at any temperature
-        if top_k is not None:
-            cut = np.partition(logits, -top_k)[-top_k]
-            logits = np.where(logits >= cut, logits, -np.inf)
-        q = np.exp(logits)
-        q /= q.sum()
-        word = model.vocab.tokens[int(rng.choice(len(q), p=q))]
+        word = model.vocab.tokens[draw_index(p, temperature, top_k, uniforms[i % UNIFORM_BLOCK])]
         history.append(word)
         del history[:-k - 1]  # only the last words are context: memory stays flat for any --tokens
         yield word
+
+
+def draw_index(p: np.ndarray, temperature: float, top_k: int | None, uniform: float) -> int:
+    """The index a uniform number in [0, 1) picks from the distribution p reshaped by temperature and top-k:
+    the first whose cumulative weight exceeds it (numpy's `Generator.choice` with p, without its checks of p)."""
+    if not np.isfinite(p.sum()):  # one pass: a nan or inf anywhere makes the sum non-finite
+        raise NnlmError("the model gives a non-finite probability: its weights are damaged")
+    if temperature == 1.0 and top_k is None:
+        weights, kept = p, None
+    else:
+        clipped = np.maximum(p, 1e-300)
+        # top-k: only the k most likely (and those tied with the k-th) get a weight, computed for them alone
+        kept = None if top_k is None else np.flatnonzero(clipped >= np.partition(clipped, -top_k)[-top_k])
+        logits = np.log(clipped if kept is None else clipped[kept])
+        with np.errstate(over="ignore"):  # a tiny temperature sends all but the top to -inf: greedy, as meant
+            logits = (logits - np.log(clipped.max())) / temperature  # <= 0, the top at 0: never nan
+        weights = np.exp(logits)
+    cdf = np.cumsum(weights)  # over the kept words in vocabulary order: the others would add exact zeros
+    cdf /= cdf[-1]  # exactly 1 at the end, so a uniform below 1 never passes it
+    index = int(np.searchsorted(cdf, uniform, side="right"))
+    return index if kept is None else int(kept[index])
 
 
 def render_stream(tokens: Iterable[str]) -> Iterator[str]:

@@ -14,6 +14,7 @@ from nnlm.cli import decode, export, features, mix, ngram, reproduce, rescore, s
 from nnlm.cli import eval as eval_command
 from nnlm.cli.common import Parser
 from nnlm.cli.crash import report_unexpected
+from nnlm.cli.version import add_version_option
 from nnlm.errors import NnlmError
 from nnlm.neural.stop_signals import StoppedBySignal
 
@@ -25,6 +26,7 @@ REGISTER = (stats.add_parser, ngram.add_parser, train.add_parser, eval_command.a
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="nnlm", description="Neural and n-gram language models (Bengio et al. 2003).")
+    add_version_option(parser)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for register in REGISTER:
         register(sub)

@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "class model and the trigram (default: off)")
     p.add_argument("--beyond-minutes", type=T.minutes, default=None,
                    help="wall-clock budget of the --beyond section, apart from Table 1's (default 60; --full: none)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, a plain line a minute in a log)")
     p.add_argument("--report-only", action="store_true",
                    help="rewrite OUT/README.md and its plots from OUT/results.json; build and train nothing "
                         "(default: off)")

@@ -4,10 +4,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from nnlm import cli_types as T
-from nnlm.cli.common import add_json_option, emit
+from nnlm.cli.common import THREADS_HELP, add_json_option, emit, govern_threads
 from nnlm.errors import NnlmError
+
+if TYPE_CHECKING:
+    from nnlm.progress import Silent
+    from nnlm.threads import ThreadGovernor
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +26,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=T.positive_int, default=None,
                    help="draw only among the k most likely words (default: all words)")
     p.add_argument("--seed", type=T.seed, default=0, help="random seed: the same seed gives the same text (default 0)")
+    p.add_argument("--threads", type=T.threads, default=None, help=THREADS_HELP)
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (default: shown while the text goes to a file or pipe, not to a "
+                        "terminal, where it is its own progress: tokens/s and the time left)")
     p.set_defaults(handler=run_generate)
 
     p = sub.add_parser("next", help="the most likely next words after a context")
@@ -33,19 +43,32 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def run_generate(args: argparse.Namespace) -> int:
     from nnlm.data.tokenize import prompt_tokens
     from nnlm.loading import load
+    from nnlm.progress import is_terminal, show_progress
     from nnlm.use import render_stream, sample
 
     model = load(args.model)
     prompt = prompt_tokens(args.prompt)  # nnlm.data.tokenize's rule, as every face
     if prompt and all(w not in model.vocab for w in prompt):
         raise NnlmError("every word of the prompt is outside the model's vocabulary")
+    governor = govern_threads(args)  # one context per call: extra threads only wait on each other under load
     tokens = sample(model, prompt, args.tokens, args.temperature, args.top_k, args.seed)
-    for i, piece in enumerate(render_stream(itertools.chain(prompt, tokens))):  # printed as it is drawn
-        sys.stdout.write(piece)
-        if i % 64 == 63:
-            sys.stdout.flush()
+    with show_progress(args.tokens, "generating", "tok",
+                       enabled=not args.no_progress and not is_terminal(sys.stdout)) as bar:
+        for i, piece in enumerate(render_stream(itertools.chain(prompt, drawn(tokens, bar, governor)))):
+            sys.stdout.write(piece)  # printed as it is drawn
+            if i % 64 == 63:
+                sys.stdout.flush()
     print()
     return 0
+
+
+def drawn(tokens: Iterator[str], bar: Silent, governor: ThreadGovernor | None) -> Iterator[str]:
+    """The tokens as they are drawn, counted on the progress display; the thread count re-checked as it goes."""
+    for i, token in enumerate(tokens):
+        yield token
+        bar.update(1)
+        if governor is not None and i % 64 == 63:
+            governor.check()
 
 
 def run_next(args: argparse.Namespace) -> int:

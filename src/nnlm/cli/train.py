@@ -26,13 +26,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=T.procs, help="local processes for --parallel (default 2; torchrun sets its own)")
     p.add_argument("--dist-timeout", type=T.seconds, default=600.0, metavar="SECONDS",
                    help="ddp/vocab: how long a rank waits for the others before stopping with an error (default 600)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (default: a bar on a terminal, a plain line a minute in a log)")
     p.add_argument("--json", action="store_true", help="print the final state as one JSON object (default: text)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.data.provenance import default_min_count
     from nnlm.io import guard_outputs
     from nnlm.neural.distributed import under_torchrun
     from nnlm.neural.train import train
@@ -40,8 +40,6 @@ def run(args: argparse.Namespace) -> int:
     recorded = corpus_path(args.corpus, args.out if args.resume else None)
     guard_outputs(directories=[("--out", args.out)], inputs=[recorded])
     requested = requested_options(args)
-    if not args.resume and args.corpus not in (None, "brown") and args.min_count is None:
-        requested["min_count"] = default_min_count(args.corpus)  # recorded in run.json; a resume keeps it
     if getattr(args, "parallel", None) not in (None, "none") or getattr(args, "workers", None) is not None \
             or under_torchrun():
         from nnlm.neural.parallel import train_parallel

@@ -28,7 +28,12 @@ def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: b
 
     fp32: plain autograd through `net`. bf16: the output layer and its softmax run as one fused
     step in bf16 (`softmax_loss`), everything else and all weights stay fp32: it saves the passes
-    over [B, |V|] that autocast with an fp32 log-softmax (which it replaced) made."""
+    over [B, |V|] that autocast with an fp32 log-softmax (which it replaced) made.
+    A class-factored output layer (nnlm.neural.class_output) has its own loss, always fp32."""
+    if net.config.output_classes:
+        from nnlm.neural.class_output import class_output_loss
+
+        return class_output_loss(net, contexts, targets)
     if not bf16 or (net.W is None and net.H is None):  # (y = b alone has no product to fuse)
         return F.cross_entropy(net(contexts), targets)
     zs, ws = net.output_operands(contexts)

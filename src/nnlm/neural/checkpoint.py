@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
+from nnlm.neural.config import LOSSES, bounds_of
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.nets import build_net, language_model
 
@@ -106,6 +107,14 @@ def _number(lo: float, optional: bool = False, positive: bool = False) -> Check:
                                                   and math.isfinite(v) and v >= lo and (not positive or v > lo))
 
 
+def _option(name: str, optional: bool = True) -> tuple[Check, str]:
+    """The check and wording of a training option's value, from its declared bounds (nnlm.neural.config):
+    run.json is held to the limits the command line and the library apply."""
+    bounds = bounds_of(name)
+    what = ("null or " if optional else "") + bounds.describe()
+    return (lambda v: (optional and v is None) or bounds.holds(v)), what
+
+
 def _text(v: Any) -> bool:
     return isinstance(v, str) and v != ""
 
@@ -126,30 +135,32 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "vocab_from": (True, _one_of("train", "all"), "'train' or 'all'"),
     "preset": (True, _text, "a preset name"),
     "recipe": (True, lambda v: _text(v) or isinstance(v, dict), "a recipe name"),
-    "batch_size": (True, _int(1), "an integer >= 1"),
-    "seed": (True, _int(0, 2**64 - 1), "an integer in [0, 2^64)"),
-    "patience": (True, _int(1), "an integer >= 1"),
+    "batch_size": (True, *_option("batch_size", optional=False)),
+    "seed": (True, *_option("seed", optional=False)),
+    "patience": (True, *_option("patience", optional=False)),
     "model": (True, lambda v: isinstance(v, dict), "an object (the model config)"),
     "vocab_fingerprint": (True, _text, "a vocabulary fingerprint"),
     "pad_token": (True, _text, "a token"),
-    "order": (False, _int(2, optional=True), "null or an integer >= 2"),
-    "hidden": (False, _int(0, optional=True), "null or an integer >= 0"),
-    "features": (False, _int(1, optional=True), "null or an integer >= 1"),
+    "order": (False, *_option("order")),
+    "hidden": (False, *_option("hidden")),
+    "features": (False, *_option("features")),
     "direct": (False, _bool(optional=True), "null, true or false"),
-    "lr": (False, _number(0.0, optional=True, positive=True), "null or a finite number > 0"),
+    "lr": (False, *_option("lr")),
     "bf16": (False, _bool(optional=True), "null, true or false"),
-    "loss": (False, _one_of("full", "sampled", "nce"), "'full', 'sampled' or 'nce'"),
-    "samples": (False, _int(1, optional=True), "null or an integer >= 1"),
+    "loss": (False, _one_of(*LOSSES), " or ".join(map(repr, LOSSES))),
+    "samples": (False, *_option("samples")),
+    "output_layer": (False, _one_of("full", "classes"), "'full' or 'classes'"),
+    "output_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
+    "output_clustering": (False, _one_of(None, "exchange", "frequency"), "null, 'exchange' or 'frequency'"),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
     # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
     "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "newbob", "constant"),
                     "null, 'paper', 'epoch', 'plateau', 'newbob' or 'constant'"),
-    "lr_factor": (False, lambda v: v is None or (_number(0.0, positive=True)(v) and v <= 1.0),
-                  "null or a number in (0, 1]"),
-    "weight_decay": (False, _number(0.0, optional=True), "null or a finite number >= 0"),
-    "dropout": (False, lambda v: v is None or (_number(0.0)(v) and v < 1.0), "null or a number in [0, 1)"),
-    "min_improvement": (False, lambda v: v is None or (_number(0.0)(v) and v < 1.0), "null or a number in [0, 1)"),
-    "plateau_patience": (False, _int(1, optional=True), "null or an integer >= 1"),
+    "lr_factor": (False, *_option("lr_factor")),
+    "weight_decay": (False, *_option("weight_decay")),
+    "dropout": (False, *_option("dropout")),
+    "min_improvement": (False, *_option("min_improvement")),
+    "plateau_patience": (False, *_option("plateau_patience")),
 }
 STATE_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "step": (True, _int(0), "an integer >= 0"),
@@ -187,9 +198,11 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path) -> None:
-    """The weights must be exactly the parameters the config describes, with their shapes."""
-    expected = {name: tuple(p.shape) for name, p in build_net(ModelConfig(**net_config.to_dict()))
-                .to("meta").named_parameters()}
+    """The weights must be exactly the parameters the config describes, with their shapes (and the
+    class map of a class-factored net, integer class ids: its values are checked when it is loaded)."""
+
+    shapes = build_net(ModelConfig(**net_config.to_dict())).to("meta").state_dict()
+    expected = {name: tuple(t.shape) for name, t in shapes.items()}
     got = {name: tuple(t.shape) for name, t in tensors.items()}
     if set(got) != set(expected):
         raise NnlmError(f"{source} does not match the model config: it holds {sorted(got)}, "
@@ -198,9 +211,10 @@ def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], sou
         if got[name] != shape:
             raise NnlmError(f"{source} does not match the model config: {name} is {list(got[name])}, "
                             f"the config needs {list(shape)}")
-        if not tensors[name].is_floating_point():
-            raise NnlmError(f"{source}: {name} is not a floating-point tensor")
-        if not bool(torch.isfinite(tensors[name]).all()):
+        if shapes[name].is_floating_point() != tensors[name].is_floating_point():
+            kind = "a floating-point" if shapes[name].is_floating_point() else "an integer"
+            raise NnlmError(f"{source}: {name} is not {kind} tensor")
+        if tensors[name].is_floating_point() and not bool(torch.isfinite(tensors[name]).all()):
             raise NnlmError(f"{source}: {name} holds NaN or infinite values (a damaged or diverged model)")
 
 
@@ -227,9 +241,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], Vocabulary, ModelConfig]:
 def load_weights(net: NPLM, path: Path) -> dict[str, str]:
     tensors, meta = load_tensors(path)
     check_weights(net.config, tensors, path)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            p.copy_(tensors[name].to(p.dtype))
+    net.load_state_dict(tensors)  # (copied into the net's own dtypes)
     return meta
 
 
@@ -239,6 +251,7 @@ def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
     run, vocab, config = read_run(run_dir)
     if not (run_dir / WEIGHTS).exists():
         raise NnlmError(f"{run_dir} holds no trained model yet ({WEIGHTS} is written after the first epoch)")
+
     net = build_net(config)
     load_weights(net, run_dir / WEIGHTS)
     return language_model(net.to(device), vocab, run["pad_token"], device=device)

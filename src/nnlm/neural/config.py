@@ -18,21 +18,30 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from nnlm import cli_types as T
+from nnlm.bounds import Bounds
 from nnlm.errors import NnlmError
+from nnlm.neural.recipes import RECIPE_KEYS, RECIPES, recipe_defaults
 
-LOSSES = ("full", "sampled", "nce")  # nnlm.neural.sampled.LOSSES, repeated: this module stays torch-free
+LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.sampled builds them); declared here once
+OUTPUT_LAYERS = ("full", "classes")
+CLUSTERINGS = ("exchange", "frequency")  # nnlm.neural.output_clustering.CLUSTERINGS, repeated (numpy-free)
 DEVICES = ("auto", "cpu", "cuda")
+MINUTES = Bounds(0.0, 60.0 * 24 * 365, lo_open=True)  # at most a year
+BUDGET_MINUTES = Bounds(0.0, 60.0 * 24 * 365)  # 0: one batch, then stop and checkpoint (how tests cut a run short)
 RECIPE_GROUP = "recipe fields (default: the recipe's; stored in run.json, kept by --resume)"
 
 
-def option(default: Any, help: str, *, parse: Callable[[str], Any] | None = None, choices: tuple | None = None,
-           flag: bool = False, shown: str | None = None, metavar: str | None = None, group: str | None = None,
-           cli: bool = True) -> Any:
-    """A dataclass field that is also a command-line option. `shown`: how the help states the default
-    (when the bare value would not say it); `flag`: a --x/--no-x switch; `cli` False: not on the
-    command line (set by other options or by the library)."""
-    meta = {"help": help, "parse": parse, "choices": choices, "flag": flag, "shown": shown, "metavar": metavar,
-            "group": group, "cli": cli}
+def option(default: Any, help: str, *, bounds: Bounds | None = None, parse: Callable[[str], Any] | None = None,
+           choices: tuple | None = None, flag: bool = False, shown: str | None = None, metavar: str | None = None,
+           group: str | None = None, cli: bool = True) -> Any:
+    """A dataclass field that is also a command-line option. `bounds`: a number's limits, which the
+    command line, the library (`check_values`) and the run.json reader all apply; `parse`: another
+    argparse type; `shown`: how the help states the default (when the bare value would not say it);
+    `flag`: a --x/--no-x switch; `cli` False: not on the command line (set by other options or by the library)."""
+    if bounds is not None and parse is None:
+        parse = bounds.parser()
+    meta = {"help": help, "bounds": bounds, "parse": parse, "choices": choices, "flag": flag, "shown": shown,
+            "metavar": metavar, "group": group, "cli": cli}
     return field(default=default, metadata=meta)
 
 
@@ -46,92 +55,166 @@ class RunOptions:
     max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
     vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
     preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
-                                   "energy network, docs/experiments/energy.md), or wide-context, deep-context or "
-                                   "long-context (past the paper, docs/experiments/beyond.md)")
-    order: int | None = option(None, "n, overriding the preset", parse=T.int_range(2, 64), shown="the preset's")
-    hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset", parse=T.int_range(0, 100_000),
-                                shown="the preset's")
-    features: int | None = option(None, "m, overriding the preset", parse=T.int_range(1, 100_000),
+                                   "energy network, docs/experiments/energy.md), wide-context, deep-context or "
+                                   "long-context (past the paper, docs/experiments/beyond.md), or mlp1-classes (MLP1 "
+                                   "with the class-factored output layer)")
+    order: int | None = option(None, "n, overriding the preset", bounds=Bounds(2, 64, integer=True),
+                               shown="the preset's")
+    hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset",
+                                bounds=Bounds(0, 100_000, integer=True), shown="the preset's")
+    features: int | None = option(None, "m, overriding the preset", bounds=Bounds(1, 100_000, integer=True),
                                   shown="the preset's")
     direct: bool | None = option(None, "direct connections W, overriding the preset", flag=True,
                                  shown="the preset's")
-    layers: int | None = option(None, "hidden layers of h units, overriding the preset", parse=T.int_range(1, 16),
-                                shown="the preset's (1 in the paper)")
+    layers: int | None = option(None, "hidden layers of h units, overriding the preset",
+                                bounds=Bounds(1, 16, integer=True), shown="the preset's (1 in the paper)")
     layer_norm: bool | None = option(None, "layer normalisation in each hidden layer, overriding the preset",
                                      flag=True, shown="the preset's (off in the paper)")
     residual: bool | None = option(None, "hidden layers after the first add their input back (needs --layers 2 or "
                                          "more), overriding the preset", flag=True, shown="the preset's (off)")
     local: int | None = option(None, "0: all n-1 context words concatenated; k: only the k nearest, the older ones "
                                      "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
-                                     "overriding the preset", parse=T.int_range(0, 64), shown="the preset's (0)")
+                                     "overriding the preset", bounds=Bounds(0, 64, integer=True),
+                                shown="the preset's (0)")
     energy: bool | None = option(None, "the paper's energy-minimization network (section 5.1): the output word's "
                                        "features enter the hidden layer, P(w | context) = softmax(-E); "
                                        "overriding the preset", flag=True, shown="the preset's (off but for energy)")
     energy_shared_v: bool | None = option(None, "--energy: one output vector v for every word instead of v_w",
                                           flag=True, shown="off")
-    recipe: str | None = option(None, "adaptive, adaptive-sampled, paper, modern or sampled",
-                                shown="adaptive with --loss full, sampled with --loss sampled / nce")
-    batch_size: int = option(256, "examples per update", parse=T.int_range(1, 1 << 24))
-    seed: int = option(0, "random seed", parse=T.seed)
-    lr: float | None = option(None, "learning rate", parse=T.learning_rate, shown="the recipe's")
-    patience: int = option(3, "early stopping: epochs without a better valid perplexity", parse=T.count)
+    output_layer: str | None = option(None, "full: one softmax over V (the paper); classes: P(class | h) x "
+                                            "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word",
+                                      choices=OUTPUT_LAYERS, shown="the preset's: full, classes for mlp1-classes")
+    output_classes: int | None = option(None, "--output-layer classes: the number of word classes K",
+                                        bounds=Bounds(2, 1 << 24, integer=True), metavar="K", shown="about sqrt(|V|)")
+    output_clustering: str | None = option(None, "--output-layer classes: exchange (the class-based n-gram's "
+                                                 "clustering of train) or frequency (bins of equal token mass)",
+                                           choices=CLUSTERINGS, shown="exchange")
+    recipe: str | None = option(None, "how the net is trained, one of " + ", ".join(RECIPES),
+                                shown="adaptive with --loss full; sampled with --loss sampled / nce, "
+                                      "sampled-large for the presets past the paper")
+    batch_size: int = option(256, "examples per update", bounds=Bounds(1, 1 << 24, integer=True))
+    seed: int = option(0, "random seed", bounds=Bounds(0, T.SEED_MAX, integer=True))
+    lr: float | None = option(None, "learning rate", bounds=Bounds(0.0, 10.0, lo_open=True))
+    patience: int = option(3, "early stopping: epochs without a better valid perplexity",
+                         bounds=Bounds(1, integer=True))
     bf16: bool | None = option(None, "bf16 output layer and softmax in training", flag=True,
                                shown="the recipe's, on bf16 hardware")
     loss: str = option("full", "output layer in training: full softmax, sampled (importance-sampled softmax) or "
                                "nce (noise-contrastive estimation); validation and eval are always exact",
                        choices=LOSSES)
     samples: int | None = option(None, "--loss sampled/nce: words drawn per batch from unigram^0.75",
-                                 parse=T.positive_int, metavar="K", shown="128, at most |V|")
+                                 bounds=Bounds(1, integer=True), metavar="K", shown="128, at most |V|")
     lr_schedule: str | None = option(None, "epoch: lr x --lr-factor after every epoch; plateau: x --lr-factor when "
                                            "validation stalls; newbob: on a stall the best weights back, then x "
                                            "--lr-factor every epoch; constant (the paper recipe has its own eps_t)",
                                      choices=("epoch", "plateau", "newbob", "constant"), group=RECIPE_GROUP)
-    lr_factor: float | None = option(None, "the schedule's factor, in (0, 1]", group=RECIPE_GROUP,
-                                     parse=T.float_range(0.0, 1.0, lo_open=True))
+    lr_factor: float | None = option(None, "the schedule's factor", group=RECIPE_GROUP,
+                                     bounds=Bounds(0.0, 1.0, lo_open=True))
     weight_decay: float | None = option(None, "(decoupled) weight decay on C, H, U, W", group=RECIPE_GROUP,
-                                        parse=T.float_range(0.0, 1e3))
-    dropout: float | None = option(None, "dropout on x and on the hidden layer, in [0, 1)", group=RECIPE_GROUP,
-                                   parse=T.float_range(0.0, 1.0))
+                                        bounds=Bounds(0.0, 100.0))
+    dropout: float | None = option(None, "dropout on x and on the hidden layer", group=RECIPE_GROUP,
+                                   bounds=Bounds(0.0, 1.0, hi_open=True))
     min_improvement: float | None = option(None, "an epoch counts as better only if valid perplexity < best x "
                                                  "(1 - FRACTION)", group=RECIPE_GROUP, metavar="FRACTION",
-                                           parse=T.float_range(0.0, 1.0))
+                                           bounds=Bounds(0.0, 1.0, hi_open=True))
     plateau_patience: int | None = option(None, "plateau: epochs without a --min-improvement better validation "
-                                                "before the rate drops", group=RECIPE_GROUP, parse=T.count)
+                                                "before the rate drops", group=RECIPE_GROUP,
+                                          bounds=Bounds(1, integer=True))
 
     def check(self) -> None:
         """Values no run can have -> one-line NnlmError (before anything is read or written)."""
         from nnlm.neural.recipes import RECIPES, check_recipe_values
-        from nnlm.neural.sampled import check_loss
 
         recipe = self.recipe
         if recipe not in RECIPES:
             raise NnlmError(f"unknown recipe {recipe!r}; choose from {', '.join(RECIPES)}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise NnlmError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.patience < 1:
-            raise NnlmError(f"--patience must be at least 1, got {self.patience}")
+        check_values(RunOptions, dataclasses.asdict(self))
         check_loss(self.loss, self.samples)
         check_recipe_values(dataclasses.asdict(self))
+        self.check_output_layer()
         if self.loss != "full" and RECIPES[recipe].optimizer != "adam":
             raise NnlmError(f"--loss {self.loss} trains with the modern recipe (Adam on the touched rows), "
                             f"not {recipe!r}")
+
+    def check_output_layer(self) -> None:
+        """--output-layer and its options agree with each other and with --loss and --bf16."""
+        from nnlm.neural.presets import has_class_output
+
+        if self.output_layer not in (None, *OUTPUT_LAYERS):
+            raise NnlmError(f"unknown --output-layer {self.output_layer!r}; choose from {', '.join(OUTPUT_LAYERS)}")
+        if self.output_clustering not in (None, *CLUSTERINGS):
+            raise NnlmError(f"unknown --output-clustering {self.output_clustering!r}; choose from "
+                            f"{', '.join(CLUSTERINGS)}")
+        classes = self.output_layer == "classes" or (self.output_layer is None and has_class_output(self.preset))
+        if not classes:
+            for name in ("output_classes", "output_clustering"):
+                if getattr(self, name) is not None:
+                    raise NnlmError(f"--{name.replace('_', '-')} applies to --output-layer classes only")
+            return
+        if self.loss != "full":
+            raise NnlmError(f"--loss {self.loss} samples the full softmax; --output-layer classes computes its two "
+                            "exact softmaxes instead: choose one of them")
+        if self.bf16:
+            raise NnlmError("--bf16 applies to the full softmax's output layer; the class-factored one trains in "
+                            "fp32 (its products are small)")
+
+
+def output_layer_of(requested: dict[str, Any]) -> str:
+    """The output layer a requested-options dict asks for: its --output-layer, else its preset's."""
+    from nnlm.neural.presets import has_class_output
+
+    layer = requested.get("output_layer")
+    if layer is not None:
+        return layer
+    return "classes" if has_class_output(requested.get("preset", RunOptions.preset)) else "full"
 
 
 @dataclass(frozen=True)
 class SessionOptions:
     """The options of one invocation: they may change when a run is resumed."""
 
-    epochs: int = option(30, "stop after this many epochs", parse=T.int_range(1, 1_000_000))
-    time_budget: float | None = option(None, "stop after this much training time", parse=T.minutes,
+    epochs: int = option(30, "stop after this many epochs", bounds=Bounds(1, 1_000_000, integer=True))
+    time_budget: float | None = option(None, "stop after this much training time", bounds=BUDGET_MINUTES,
                                        metavar="MINUTES", shown="none")
-    threads: int | None = option(None, "torch CPU threads", parse=T.threads,
+    threads: int | None = option(None, "torch CPU threads", bounds=Bounds(1, 1024, integer=True),
                                  shown="the cores other processes leave free, re-checked as the load changes")
     device: str = option("auto", "auto: CUDA when present", choices=DEVICES)
-    checkpoint_minutes: float = option(5.0, "checkpoint every this many minutes", parse=T.minutes)
+    checkpoint_minutes: float = option(5.0, "checkpoint every this many minutes", bounds=MINUTES)
 
     def check(self) -> None:
-        if self.threads is not None and self.threads < 1:
-            raise NnlmError(f"--threads must be at least 1, got {self.threads}")
+        check_values(SessionOptions, dataclasses.asdict(self))
+
+
+def check_loss(loss: str, samples: int | None, vocab_size: int | None = None) -> None:
+    """Bad --loss / --samples -> NnlmError (vocab_size None: the |V| bound is checked later)."""
+    if loss not in LOSSES:
+        raise NnlmError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+    if loss == "full":
+        if samples is not None:
+            raise NnlmError("--samples applies to --loss sampled or nce, not to the full softmax")
+        return
+    if samples is None and vocab_size is None:
+        return  # the default, min(DEFAULT_SAMPLES, |V|), is filled in once |V| is known
+    bounds_of("samples").check("--samples", samples)
+    if vocab_size is not None and samples > vocab_size:
+        raise NnlmError(f"--samples {samples} exceeds the vocabulary size {vocab_size}")
+
+
+def check_values(options: type, values: dict[str, Any]) -> None:
+    """Each value of a field of `options` that declares bounds (None: not given) within them, else a
+    one-line NnlmError naming the option: the same limits as the command line's."""
+    for f in fields(options):
+        bounds = f.metadata.get("bounds")
+        if bounds is not None and values.get(f.name) is not None:
+            bounds.check("--" + f.name.replace("_", "-"), values[f.name])
+
+
+def bounds_of(name: str) -> Bounds | None:
+    """The declared limits of a RunOptions or SessionOptions field (None: not a number)."""
+    for f in fields(RunOptions) + fields(SessionOptions):
+        if f.name == name:
+            return f.metadata["bounds"]
+    raise KeyError(name)
 
 
 def defaults(options: type) -> dict[str, Any]:
@@ -156,19 +239,21 @@ def session_options(requested: dict[str, Any]) -> SessionOptions:
 
 
 def help_text(f: dataclasses.Field) -> str:
-    """The field's help with its default, as `--help` shows it."""
-    shown = f.metadata["shown"] or ("on" if f.default is True else "off" if f.default is False else f.default)
+    """The field's help with its default, as `--help` shows it: a recipe field's, each recipe's value."""
+    shown = f.metadata["shown"] or (recipe_defaults(f.name) if f.name in RECIPE_KEYS
+                                    else "on" if f.default is True else "off" if f.default is False else f.default)
     return f"{f.metadata['help']} (default: {shown})"
 
 
-def add_train_options(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """Every command-line field of RunOptions and SessionOptions as an option of `parser`. Each
-    option's argparse default is None, so that only what was given reaches `requested` (a resume
-    compares exactly those with the run's); the help states the real default."""
+def add_train_options(parser: argparse.ArgumentParser, skip: tuple[str, ...] = (),
+                      only: tuple[str, ...] | None = None) -> None:
+    """Every command-line field of RunOptions and SessionOptions (or `only` these) as an option of
+    `parser`. Each option's argparse default is None, so that only what was given reaches `requested` (a
+    resume compares exactly those with the run's); the help states the real default."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in fields(RunOptions) + fields(SessionOptions):
         meta = f.metadata
-        if not meta["cli"] or f.name in skip:
+        if not meta["cli"] or f.name in skip or (only is not None and f.name not in only):
             continue
         target = parser if meta["group"] is None else groups.setdefault(meta["group"],
                                                                          parser.add_argument_group(meta["group"]))

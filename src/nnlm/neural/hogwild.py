@@ -39,6 +39,7 @@ from nnlm.neural.recipes import Recipe
 from nnlm.neural.sampled import RowAdam, SampledLoss
 from nnlm.neural.stop_signals import ignore_interrupts_in_worker
 from nnlm.neural.trainer import Clock, Trainer, TrainingDiverged, TrainingSetup, TrainingState, divergence_message
+from nnlm.progress import Silent
 
 
 def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps, recipe: Recipe,
@@ -131,10 +132,10 @@ class HogwildTrainer(Trainer):
         return f"batch {self.batch}, --parallel hogwild with {len(self.procs)} worker processes (1 thread each)"
 
     def run_batches(self, state: TrainingState, order: torch.Tensor, clock: Clock,
-                    save: Callable[[], None], bar: Any) -> bool:
+                    save: Callable[[], None], bar: Silent) -> bool:
         """The workers do the epoch's remaining batches, in `order` (shared with them); checkpoints
-        wait for the epoch's end (`save` is not called: the workers do not pause for it), and the
-        bar, if any, moves once they are done."""
+        wait for the epoch's end (`save` is not called: the workers do not pause for it). The bar
+        (nnlm.progress) follows the shared count of examples done while the parent waits."""
         self.order.copy_(order)
         next_batch, examples, steps, stop = self.counters
         next_batch.value, examples.value, steps.value, stop.value = state["batch"], state["examples"], state["step"], 0
@@ -142,20 +143,24 @@ class HogwildTrainer(Trainer):
         for _ in self.procs:
             self.commands.put((state["epoch"], self.optimizer.lr, deadline))
 
-        def stop_on_signal() -> None:  # the workers finish their batch and report; the parent saves
-            if clock.signalled():
+        shown = state["examples"]
+
+        def while_waiting() -> None:
+            nonlocal shown
+            if clock.signalled():  # the workers finish their batch and report; the parent saves
                 stop.value = 1
+            now = examples.value
+            bar.update(now - shown)
+            shown = now
 
         failures = []
         for _ in self.procs:
-            _, loss_sum, count, failure = _collect(self.results, self.procs, stop_on_signal)
+            _, loss_sum, count, failure = _collect(self.results, self.procs, while_waiting)
             state["loss_sum"] += loss_sum
             state["loss_count"] += count
             failures += [failure] if failure else []
-        done = examples.value - state["examples"]
+        bar.update(examples.value - shown)
         state.update(batch=next_batch.value, examples=examples.value, step=steps.value)
-        if bar is not None:
-            bar.update(done)
         if failures:
             raise TrainingDiverged(divergence_message(self.out, state, failures[0]))
         return state["batch"] < self.n_batches

@@ -12,6 +12,9 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   k nearest, and the n-1-k older words enter as one m-vector, a learned weighted sum of their features
   (weights A, one per position, starting at the average): a wide context for the price of one more word,
   the cheap second branch of Sun & Iyyer (2021, "Revisiting Simple Neural Probabilistic Language Models").
+- `output_classes`: 0 is the paper's softmax over V; K > 0 factors the output layer through K word classes,
+  P(w | h) = P(class(w) | h) P(w | class(w), h), each factor an exact softmax with the paper's
+  y = b + W x + U a (nnlm.neural.class_output): O(K + |V|/K) per word instead of O(|V|).
 - `energy`: the paper's energy-minimization network (its section 5.1; nnlm.neural.energy): the candidate
   output word's features enter the hidden layer too, and P(w | context) is the softmax of -E(w, context),
   E = v_w . tanh(d + H x + H_0 C(w)) + b_w (+ W_w . x with direct connections). One hidden layer, all
@@ -25,7 +28,8 @@ from dataclasses import asdict, dataclass, fields
 from nnlm.errors import NnlmError
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
-VARIANTS = ("layers", "layer_norm", "residual", "local", "energy", "energy_shared_v")  # optional in a stored config
+VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",
+            "energy_shared_v")  # optional in a stored config
 
 
 @dataclass(frozen=True)
@@ -42,11 +46,12 @@ class ModelConfig:
     layer_norm: bool = False
     residual: bool = False
     local: int = 0
+    output_classes: int = 0
     energy: bool = False
     energy_shared_v: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "order", "hidden", "features", "layers", "local"):
+        for name in ("vocab_size", "order", "hidden", "features", "layers", "local", "output_classes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise NnlmError(f"model {name} must be an integer, got {value!r}")
@@ -75,6 +80,8 @@ class ModelConfig:
         if self.energy and (self.hidden == 0 or self.layers > 1 or self.layer_norm or self.residual or self.local):
             raise NnlmError("--energy needs one plain hidden layer (h > 0) over every context word: it does not "
                             "combine with --layers, --layer-norm, --residual or --local")
+        if self.energy and self.output_classes:
+            raise NnlmError("--energy and --output-layer classes are two different output layers: choose one")
 
     @property
     def distant(self) -> int:
@@ -88,7 +95,8 @@ class ModelConfig:
 
     def parameter_count(self) -> int:
         """The paper's count |V|(1+nm+h) + h(1+(n-1)m) (minus |V|(n-1)m when W is off) for the paper's
-        net; in general C, b, W, U over |V| rows, H and d, and the variants' H_l, d_l, g_l and A."""
+        net; in general C, b, W, U over |V| rows, H and d, the variants' H_l, d_l, g_l and A, and the class
+        factor's b, W, U over K rows."""
         v, m, h, k = self.vocab_size, self.features, self.hidden, self.input_size
         if self.energy:  # C, b; H over the n-1 context words and H_0 over the output word; d; v (v_w or shared); W
             output = h if self.energy_shared_v else v * h
@@ -96,6 +104,8 @@ class ModelConfig:
         count = v * (m + 1 + h) + h * (k + 1) + (v * k if self.direct else 0)
         if h:
             count += (self.layers - 1) * (h * h + h) + (self.layers * h if self.layer_norm else 0)
+        if self.output_classes:
+            count += self.output_classes * (1 + h + (k if self.direct else 0))
         return count + self.distant
 
     def to_dict(self) -> dict:

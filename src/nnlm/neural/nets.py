@@ -1,6 +1,8 @@
 """Which net a ModelConfig describes, and its LanguageModel adapter: the one place that chooses between the
-NPLM (nnlm.neural.model) and the section 5.1 energy network (nnlm.neural.energy), so that training,
-checkpoints and every command build either without knowing which.
+NPLM with the paper's softmax over V (nnlm.neural.model), its class-factored version (`output_classes` > 0,
+nnlm.neural.class_output) and the section 5.1 energy network (`energy`, nnlm.neural.energy). Every place
+that builds a net from a config (training, parallel ranks, loading) asks here, so each kind goes through
+the same training loop, checkpoints and commands without knowing which it is.
 """
 from __future__ import annotations
 
@@ -8,22 +10,34 @@ import torch
 from torch import nn
 
 from nnlm.data.vocab import Vocabulary
-from nnlm.neural.energy import EnergyLM, EnergyNPLM
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 
 __all__ = ["build_net", "language_model"]
 
 
 def build_net(config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.0) -> nn.Module:
-    """The net a config describes: an NPLM, or the energy network (config.energy)."""
+    """A freshly initialised net of this architecture (torch's global RNG)."""
     if config.energy:
+        from nnlm.neural.energy import EnergyNPLM
+
         return EnergyNPLM(config, dropout_x, dropout_h)
+    if config.output_classes:
+        from nnlm.neural.class_output import ClassNPLM
+
+        return ClassNPLM(config, dropout_x, dropout_h)
     return NPLM(config, dropout_x, dropout_h)
 
 
 def language_model(net: nn.Module, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
                    unnormalized: bool = False, bf16: bool = False) -> NeuralLM:
-    """`net` (from `build_net`) behind the LanguageModel interface: NeuralLM, or EnergyLM for an energy net."""
+    """`net` (from `build_net`) behind the LanguageModel interface: NeuralLM, ClassNeuralLM (always exact fp32
+    scoring) or EnergyLM."""
     if net.config.energy:
+        from nnlm.neural.energy import EnergyLM
+
         return EnergyLM(net, vocab, pad_token, device, unnormalized, bf16)
+    if net.config.output_classes:
+        from nnlm.neural.class_lm import ClassNeuralLM
+
+        return ClassNeuralLM(net, vocab, pad_token, device=device)
     return NeuralLM(net, vocab, pad_token, device, unnormalized, bf16)

@@ -43,8 +43,9 @@ from nnlm.lm import LanguageModel
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
 from nnlm.neural.batches import batch_loss
-from nnlm.neural.config import session_options
-from nnlm.neural.model import NPLM, NeuralLM
+from nnlm.neural.config import output_layer_of, session_options
+from nnlm.neural.model import NPLM
+from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.pipeline import TRAINERS, build_optimizer, nothing_left_to_do, prepare
 from nnlm.neural.presets import energy_requested
 from nnlm.neural.run_config import Run, open_corpus, pick_device
@@ -68,6 +69,7 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
         raise NnlmError(f"--parallel must be one of {', '.join(MODES)}, got {mode!r}")
     if mode != "none":  # before anything is written
         TRAINERS[mode].check(requested.get("loss", "full"), lr_schedule=requested.get("lr_schedule"),
+                             output_layer=output_layer_of(requested),
                              energy=energy_requested(requested))
     if mode == "none":
         if dd.under_torchrun():
@@ -84,7 +86,7 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if mode == "hogwild":
         if dd.under_torchrun():
             raise NnlmError("--parallel hogwild shares memory between local processes: run it without torchrun")
-        return train_with("hogwild", out, requested, resume=resume, progress=False, log=log, workers=workers or 2)
+        return train_with("hogwild", out, requested, resume=resume, progress=progress, log=log, workers=workers or 2)
     if dd.under_torchrun():
         if workers is not None and workers != int(os.environ["WORLD_SIZE"]):
             raise NnlmError("under torchrun the number of processes is torchrun's (--nproc-per-node x --nnodes); "
@@ -185,7 +187,7 @@ def rank_model(whole: dict[str, torch.Tensor], run: Run, mode: str, rank: int, w
     model_part = {k[len("model."):]: v for k, v in whole.items() if k.startswith("model.")}
     optim_part = {k: v for k, v in whole.items() if k.startswith("optim.")}
     if mode == "ddp":
-        net = NPLM(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
+        net = build_net(config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h)
         net.load_state_dict(model_part)
         net.to(device)
     else:
@@ -274,7 +276,7 @@ class DDPTrainer(_RankTrainer):
 
     def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel:
         """Every rank scores its share of the validation positions with its replica (a collective)."""
-        lm = NeuralLM(self.net, corpus.vocab, corpus.pad_token, device=self.device, bf16=bool(self.run.bf16))
+        lm = language_model(self.net, corpus.vocab, corpus.pad_token, device=self.device, bf16=bool(self.run.bf16))
         return RowShardedLM(lm, self.device)
 
     def describe(self) -> str:

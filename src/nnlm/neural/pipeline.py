@@ -25,10 +25,12 @@ from nnlm.neural.config import SessionOptions, run_part, session_options
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net
 from nnlm.neural.optim import Adam, PaperSGD
+from nnlm.neural.output_clustering import output_classes
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.run_config import Run, open_run
 from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
 from nnlm.neural.trainer import Trainer, TrainingSetup, TrainingState
+from nnlm.wording import counted
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class TrainerSpec:
     name: str
     where: str                 # "module:Class", imported when the trainer is chosen
     full_softmax_only: bool    # ddp and vocab split the exact softmax; hogwild takes any loss
+    takes_class_output: bool = True  # vocab slices the |V| output rows, which a class-factored layer groups
     cpu_only: bool = False     # hogwild shares memory between local processes
     restores_best: bool = False  # the newbob schedule puts the best weights back: one process only
 
@@ -45,9 +48,13 @@ class TrainerSpec:
         module, name = self.where.split(":")
         return getattr(importlib.import_module(module), name)
 
-    def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None, energy: bool = False) -> None:
-        """What this trainer cannot do -> one-line NnlmError, before anything is written (and again
-        when a run trained otherwise is resumed)."""
+    def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None,
+              output_layer: str | None = None, energy: bool = False) -> None:
+        """What this trainer cannot do -> one-line NnlmError. Asked once per run, by `prepare` through
+        `open_run`: on a new run's resolved options before anything is written, on a resumed run's own."""
+        if output_layer == "classes" and not self.takes_class_output:
+            raise NnlmError(f"--parallel {self.name} slices the full softmax's output rows over the ranks; "
+                            "--output-layer classes trains in one process or with --parallel hogwild or ddp")
         if energy and self.name != "single":
             raise NnlmError(f"the energy network (--energy) trains in one process, not with --parallel {self.name}")
         if self.full_softmax_only and loss != "full":
@@ -64,7 +71,7 @@ TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
     TrainerSpec("single", "nnlm.neural.trainer:Trainer", full_softmax_only=False, restores_best=True),
     TrainerSpec("hogwild", "nnlm.neural.hogwild:HogwildTrainer", full_softmax_only=False, cpu_only=True),
     TrainerSpec("ddp", "nnlm.neural.parallel:DDPTrainer", full_softmax_only=True),
-    TrainerSpec("vocab", "nnlm.neural.parallel:VocabTrainer", full_softmax_only=True),
+    TrainerSpec("vocab", "nnlm.neural.parallel:VocabTrainer", full_softmax_only=True, takes_class_output=False),
 )}
 
 
@@ -80,14 +87,15 @@ def build_optimizer(net: torch.nn.Module, recipe: Recipe, lr: float) -> PaperSGD
     return Adam(net, lr, recipe.weight_decay)
 
 
-def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device, optimizer: Any,
+def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device,
                lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
-    """The run's batch loss and the optimizer that goes with it (full softmax: `batch_loss` and the recipe's).
+    """The run's batch loss and the one optimizer that goes with it: `batch_loss` and the recipe's for the
+    full softmax; the sampled loss and RowAdam (Adam on the rows a batch touched) for sampled / nce.
     Called before a resume loads its checkpoint, which then replaces the sampled runs' initial b."""
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
-        return batch_loss, optimizer
-    energy = run.model_config.energy  # the energy net (nnlm.neural.energy): b enters the logits as -b
+        return batch_loss, build_optimizer(net, run.training_recipe, lr)
+    energy = net.config.energy  # the energy net (nnlm.neural.energy): b enters the logits as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss
     loss = (EnergySampledLoss if energy else SampledLoss)(run.loss, proposal(corpus.train, len(corpus.vocab)),
@@ -109,15 +117,17 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     """The run (created, or re-opened and checked), the seeded model with its optimizer and loss, and
     the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG)."""
     session = session or session_options(requested)
-    run, corpus = open_run(out, run_part(requested), resume, device)
-    spec.check(run.loss, lr_schedule=run.training_recipe.lr_schedule,  # (a resumed run trained otherwise)
-               energy=run.model_config.energy)
+    run, corpus = open_run(out, run_part(requested), resume, device, check=lambda run: spec.check(
+        run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy))
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
-    optimizer = build_optimizer(net, recipe, run.learning_rate)
-    loss_fn, optimizer = build_loss(run, net, corpus, device, optimizer, run.learning_rate)
-    state = (ck.load_training_state(out, net, optimizer) if resume else None) or fresh_state()
+    loss_fn, optimizer = build_loss(run, net, corpus, device, run.learning_rate)
+    state = ck.load_training_state(out, net, optimizer) if resume else None
+    if state is None and run.model_config.output_classes:  # a fresh class-factored net: the run's classes
+        net.set_classes(output_classes(run.output_clustering, corpus.train, len(corpus.vocab),
+                                       run.model_config.output_classes))
+    state = state or fresh_state()
     return TrainingSetup(out, run, session, corpus, device, net, optimizer, loss_fn, state, resume, workers)
 
 
@@ -129,7 +139,7 @@ def nothing_left_to_do(setup: TrainingSetup, log: Callable[[str], None]) -> bool
         log(f"{out}: this run already finished ({state['stop_reason']}); nothing to do")
         return True
     if setup.resume and state["epoch"] >= session.epochs:
-        log(f"{out}: {state['epoch']} epochs done already; give a larger --epochs to continue")
+        log(f"{out}: {counted(state['epoch'], 'epoch')} done already; give a larger --epochs to continue")
         return True
     if setup.resume and session.time_budget is not None and state["elapsed"] >= 60.0 * session.time_budget:
         log(f"{out}: the time budget of {session.time_budget} minutes is used already "

@@ -1,7 +1,9 @@
 """Named nets: Table 1's (Brown) n, h, m and direct connections for MLP1 ... MLP10, Table 2's AP News
 net (`apnews`), larger nets of the same feed-forward family that go past the paper (`BEYOND`,
-issue 22; docs/experiments/beyond.md), and the paper's own proposed extension (`EXTENSIONS`: `energy`,
-its section 5.1 energy-minimization network, docs/experiments/energy.md).
+issue 22; docs/experiments/beyond.md), the paper's own proposed extension (`EXTENSIONS`: `energy`, its
+section 5.1 energy-minimization network, docs/experiments/energy.md), and Table 1 nets with the
+class-factored output layer (`CLASS_OUTPUT`: K = about sqrt(|V|) classes, nnlm.neural.class_output;
+docs/experiments/class-output.md).
 
 Even-numbered Table 1 nets are the odd net just before them, mixed 0.5/0.5 with the interpolated
 trigram. The architecture is the same, so both names map to it here; the mixing itself is
@@ -9,10 +11,12 @@ done by the mixtures module, not by the network or its trainer.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from nnlm.errors import NnlmError
 from nnlm.neural.model import ModelConfig
+from nnlm.neural.output_clustering import default_class_count
 
 _TABLE1 = {  # name: (n, h, m, direct)
     "mlp1": (5, 50, 60, True),
@@ -40,6 +44,14 @@ BEYOND: dict[str, dict[str, Any]] = {
                          residual=True),
 }
 
+# A Table 1 net with the class-factored output layer: name -> the net it factors.
+CLASS_OUTPUT: dict[str, str] = {"mlp1-classes": "mlp1"}
+
+
+def has_class_output(name: str) -> bool:
+    """Whether the named preset has the class-factored output layer."""
+    return name.lower() in CLASS_OUTPUT
+
 
 # The paper's section 5.1: MLP1's n, h, m with the output word's features in the hidden layer and E's
 # formula as the paper writes it (no direct connections; `--energy` on mlp1 keeps them).
@@ -49,12 +61,16 @@ EXTENSIONS: dict[str, dict[str, Any]] = {
 
 
 def preset(name: str, vocab_size: int) -> ModelConfig:
-    """The ModelConfig of a named net (Table 1, BEYOND or EXTENSIONS) for a vocabulary of `vocab_size` words."""
+    """The ModelConfig of a named net (Table 1, BEYOND, EXTENSIONS or CLASS_OUTPUT) for `vocab_size` words."""
     key = name.lower()
     if key in BEYOND or key in EXTENSIONS:
         return ModelConfig(vocab_size=vocab_size, **(BEYOND.get(key) or EXTENSIONS[key]))
+    if key in CLASS_OUTPUT:
+        return dataclasses.replace(preset(CLASS_OUTPUT[key], vocab_size),
+                                   output_classes=default_class_count(vocab_size))
     if key not in PRESETS:
-        raise NnlmError(f"unknown preset {name!r}; choose from {', '.join([*PRESETS, *BEYOND, *EXTENSIONS])}")
+        raise NnlmError(f"unknown preset {name!r}; choose from "
+                        f"{', '.join([*PRESETS, *BEYOND, *EXTENSIONS, *CLASS_OUTPUT])}")
     n, h, m, direct = PRESETS[key]
     return ModelConfig(vocab_size=vocab_size, order=n, hidden=h, features=m, direct=direct)
 
@@ -64,11 +80,13 @@ def run_name(preset_name: str, config: ModelConfig) -> str:
     variants after it: -l2-ln-res-local4), so that a run trained with its own --order/--hidden/--features
     (or variant options) is not reported as the preset it started from."""
     key = preset_name.lower()
-    if (key in PRESETS or key in BEYOND or key in EXTENSIONS) and preset(key, config.vocab_size) == config:
+    if (key in PRESETS or key in BEYOND or key in EXTENSIONS or key in CLASS_OUTPUT) \
+            and preset(key, config.vocab_size) == config:
         return preset_name
     name = f"n{config.order}-h{config.hidden}-m{config.features}" + ("-direct" if config.direct else "")
     return name + (f"-l{config.layers}" if config.layers > 1 else "") + ("-ln" if config.layer_norm else "") \
         + ("-res" if config.residual else "") + (f"-local{config.local}" if config.local else "") \
+        + (f"-classes{config.output_classes}" if config.output_classes else "") \
         + ("-energy" if config.energy else "") + ("-shared-v" if config.energy_shared_v else "")
 
 

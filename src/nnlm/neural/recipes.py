@@ -1,7 +1,8 @@
 """Training recipes: the optimizer, learning-rate schedule and regularisation of a run.
 
 A recipe is a frozen set of values; a run stores them (`recipe_values`) in run.json and rebuilds its
-recipe from there (`run_recipe`), so a resume trains on with the values it started with.
+recipe from there (`run_recipe`), so a resume trains on with the values it started with. It imports no
+torch at the top, so that the command-line help can list the recipes and their values from `RECIPES`.
 
 - `paper`: stochastic gradient ascent on the log-likelihood, eps_t = eps_0 / (1 + r t) with
   eps_0 = 1e-3, r = 1e-8 and t the number of training examples seen, and weight decay
@@ -35,14 +36,10 @@ recipe from there (`run_recipe`), so a resume trains on with the values it start
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from nnlm.errors import NnlmError
-from nnlm.neural import checkpoint as ck
 
 LR_SCHEDULES = ("paper", "epoch", "plateau", "newbob", "constant")
 BEST_OPTIMIZER = "best-optimizer.safetensors"  # the optimizer state that goes with model.safetensors (newbob)
@@ -143,6 +140,20 @@ def recipe_values(recipe: Recipe, scale: float = 1.0) -> dict[str, Any]:
             "min_improvement": recipe.min_improvement, "plateau_patience": recipe.plateau_patience}
 
 
+def recipe_defaults(key: str) -> str:
+    """How `--help` states a recipe field's default (a run.json key of RECIPE_KEYS): each value with the
+    recipes that give it, e.g. "0.7 (modern, sampled), 0.5 (adaptive)"; a scaled recipe's weight decay
+    and dropout are "or less" (`regularisation_scale`)."""
+    by_value: dict[str, list[str]] = {}
+    for name, recipe in RECIPES.items():
+        value = recipe_values(recipe)[key]
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+        if recipe.scaled and key in ("weight_decay", "dropout") and value:
+            text += " or less"
+        by_value.setdefault(text, []).append(name)
+    return "the recipe's: " + ", ".join(f"{text} ({', '.join(names)})" for text, names in by_value.items())
+
+
 def run_recipe(run: dict[str, Any]) -> Recipe:
     """The recipe a run trains with: its named recipe with the values stored in run.json (a run from
     before they were stored gets its named recipe's, which have not changed)."""
@@ -152,25 +163,8 @@ def run_recipe(run: dict[str, Any]) -> Recipe:
 
 
 def check_recipe_values(run: dict[str, Any]) -> None:
-    """Out-of-range recipe options -> one-line NnlmError (checked before anything is written)."""
-    def number(key: str, low: float, high: float, low_open: bool, high_open: bool) -> None:
-        value = run.get(key)
-        if value is None:
-            return
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value < low or (low_open and value == low) or value > high or (high_open and value == high):
-            span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-            raise NnlmError(f"{flag} must be a finite number in {span}, got {value!r}")
-
-    number("lr", 0.0, 10.0, True, False)
-    number("lr_factor", 0.0, 1.0, True, False)
-    number("weight_decay", 0.0, 100.0, False, False)
-    number("dropout", 0.0, 1.0, False, True)
-    number("min_improvement", 0.0, 1.0, False, True)
-    patience = run.get("plateau_patience")
-    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
-        raise NnlmError(f"--plateau-patience must be an integer of at least 1, got {patience!r}")
+    """Recipe options that do not go together -> one-line NnlmError (checked before anything is written).
+    Each value's own limits are its option's (nnlm.neural.config), checked there."""
     schedule = run.get("lr_schedule")
     if schedule is not None:
         adam = RECIPES[run["recipe"]].optimizer == "adam"
@@ -183,43 +177,3 @@ def check_recipe_values(run: dict[str, Any]) -> None:
 
 def learning_rate(run: dict[str, Any]) -> float:
     return run["lr"] if run.get("lr") is not None else RECIPES[run["recipe"]].lr
-
-
-def epoch_lr(recipe: Recipe, state: dict[str, Any]) -> float:
-    """The learning rate of the epoch state["epoch"]: a function of the epoch for the `epoch` schedule,
-    the state's own (lowered by `end_epoch` on a plateau, checkpointed) for `plateau`."""
-    if recipe.lr_schedule == "epoch":
-        return recipe.lr * recipe.lr_factor ** state["epoch"]
-    if recipe.lr_schedule in ("plateau", "newbob") and state.get("lr") is not None:
-        return state["lr"]
-    return recipe.lr  # constant; paper (PaperSGD applies its eps_t itself); a plateau run's first epoch
-
-
-def keep_best_optimizer(out: Path, optimizer: Any, recipe: Recipe) -> None:
-    """With model.safetensors (a better validation), the optimizer state that goes with it: newbob restores both."""
-    if recipe.lr_schedule == "newbob":
-        ck.save_tensors(out / BEST_OPTIMIZER, optimizer.state_tensors())
-
-
-def next_rate(out: Path, net: Any, optimizer: Any, recipe: Recipe, state: dict[str, Any], lr: float,
-              improved: bool, real: bool, log: Callable[[str], None]) -> None:
-    """After a whole epoch (state["epoch"] already advanced): the plateau and newbob schedules' next rate.
-
-    plateau: x lr_factor after `plateau_patience` epochs without a real improvement.
-    newbob (the schedule of speech recognition and RNNLM training): the same test, but a stalled epoch
-    is undone -- the best weights and the optimizer state saved with them are put back -- before the
-    rate is lowered, and from the first stall on the rate is lowered after every epoch (annealing).
-    An epoch that overfits at a rate too high for the data is then not the starting point of the slower
-    epochs. The restored tensors are checkpointed with the state, so a resume continues exactly."""
-    if recipe.lr_schedule not in ("plateau", "newbob"):
-        return
-    state["lr_stalls"] = 0 if real else state.get("lr_stalls", 0) + 1
-    stalled = state["lr_stalls"] >= recipe.plateau_patience
-    if recipe.lr_schedule == "newbob" and stalled and not improved:
-        ck.load_weights(net, out / ck.WEIGHTS)
-        tensors, _ = ck.load_tensors(out / BEST_OPTIMIZER)
-        optimizer.load_state_tensors(tensors)
-        log(f"validation stalled: the best weights and optimizer state (epoch {state['best']['epoch']}) restored")
-    if stalled or (recipe.lr_schedule == "newbob" and state.get("annealing")):
-        state.update(lr=lr * recipe.lr_factor, lr_stalls=0, annealing=recipe.lr_schedule == "newbob")
-        log(f"{'validation stalled' if stalled else 'annealing'}: learning rate {lr:.3g} -> {state['lr']:.3g}")

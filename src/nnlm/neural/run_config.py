@@ -9,6 +9,7 @@ still load: `Run.from_json` fills it the way the code of that time behaved.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,13 @@ from typing import Any
 import torch
 
 from nnlm.data.corpus import Corpus, load_corpus
+from nnlm.data.provenance import default_min_count
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
-from nnlm.neural.config import RUN_DEFAULTS, RunOptions
+from nnlm.neural.config import RUN_DEFAULTS, RunOptions, check_loss
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.model_config import VARIANTS
+from nnlm.neural.output_clustering import CLUSTERINGS, class_count_limit, default_class_count
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import (
     RECIPES,
@@ -31,7 +34,8 @@ from nnlm.neural.recipes import (
     regularisation_scale,
     run_recipe,
 )
-from nnlm.neural.sampled import DEFAULT_SAMPLES, check_loss
+from nnlm.neural.sampled import DEFAULT_SAMPLES
+from nnlm.wording import counted
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class Run(RunOptions):
     def from_json(cls, data: dict[str, Any]) -> Run:
         """A run.json's values (already checked by `checkpoint.read_run`); fields it lacks get the values
         runs of that time trained with: the full softmax, and their named recipe's values."""
-        data = {"loss": "full", "samples": None} | data  # runs from before the --loss option
+        data = {"loss": "full", "samples": None, "output_layer": "full"} | data  # runs from before these options
         if data["recipe"] not in RECIPES:
             raise NnlmError(f"this version lacks recipe {data['recipe']!r}")
         data |= {k: v for k, v in recipe_values(RECIPES[data["recipe"]]).items() if data.get(k) is None}
@@ -95,10 +99,16 @@ def bf16_is_fast(device: torch.device) -> bool:
 
 def model_config(run: dict[str, Any] | RunOptions, vocab_size: int) -> ModelConfig:
     """The preset's architecture, with any of n, h, m, direct and the variant fields given explicitly
-    taking precedence."""
+    taking precedence; --output-layer full / classes (with --output-classes K, default about sqrt(|V|))
+    sets `output_classes`."""
     values = run if isinstance(run, dict) else dataclasses.asdict(run)
     base = preset(values["preset"], vocab_size)
     picks = {k: values[k] for k in ("order", "hidden", "features", "direct", *VARIANTS) if values.get(k) is not None}
+    if values.get("output_layer") == "full":
+        picks["output_classes"] = 0
+    elif values.get("output_layer") == "classes" or base.output_classes:
+        picks["output_classes"] = (values.get("output_classes") or base.output_classes
+                                   or default_class_count(vocab_size))
     return ModelConfig(**(base.to_dict() | picks))
 
 
@@ -112,12 +122,13 @@ def open_corpus(run: RunOptions) -> Corpus:
     return load_corpus(run.corpus, min_count=run.min_count, max_vocab=run.max_vocab, vocab_from=run.vocab_from)
 
 
-def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device) -> tuple[Run, Corpus]:
+def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device,
+             check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """The run in `out`: created from the requested run options, or re-opened (--resume) and checked
     against them. Nothing is written when an option is refused."""
     if "corpus" in requested:
         requested = requested | {"corpus": corpus_key(requested["corpus"])}
-    return reopen_run(out, requested) if resume else create_run(out, requested, device)
+    return reopen_run(out, requested, check) if resume else create_run(out, requested, device, check)
 
 
 def refuse_existing(out: Path) -> None:
@@ -125,21 +136,26 @@ def refuse_existing(out: Path) -> None:
     if (out / ck.RUN).exists():
         state = ck.read_state(out)
         if state.get("finished") or (out / ck.WEIGHTS).exists():
-            raise NnlmError(f"{out} already holds a trained model ({state.get('epoch', 0)} epochs); it is not "
+            trained = counted(state.get("epoch", 0), "epoch")
+            raise NnlmError(f"{out} already holds a trained model ({trained}); it is not "
                             "overwritten: continue it with --resume, or choose another --out")
         raise NnlmError(f"{out} holds an unfinished run; continue it with --resume or choose another --out")
     if out.exists() and any(out.iterdir()):
         raise NnlmError(f"{out} exists and is not empty; choose another --out")
 
 
-def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tuple[Run, Corpus]:
+def create_run(out: Path, requested: dict[str, Any], device: torch.device,
+               check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
     refuse_existing(out)
     options = RunOptions(**requested)
+    if options.min_count is None and options.corpus != "brown":  # every face: the CLI, nnlm.train(), tune
+        options = dataclasses.replace(options, min_count=default_min_count(options.corpus))
     if options.recipe is None:
         options = dataclasses.replace(options, recipe=default_recipe(options.loss, options.preset))
     options.check()
-    energy = model_config(options, 2).energy  # unknown preset or impossible shapes: said before the corpus loads
+    # unknown preset or impossible shapes: said before the corpus is loaded (K is checked against |V| once known)
+    energy = model_config(dataclasses.replace(options, output_classes=None), 2).energy
     recipe = RECIPES[options.recipe]
     if options.bf16 and energy:
         raise NnlmError("--bf16 is for the MLP's output product; the energy network (--energy) trains in fp32")
@@ -147,6 +163,7 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
         options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device) and not energy)
     corpus = open_corpus(options)
     model = model_config(options, len(corpus.vocab))
+    options, model = resolve_output_layer(options, model, corpus)
     if options.loss != "full" and options.samples is None:
         options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, len(corpus.vocab)))
     check_loss(options.loss, options.samples, len(corpus.vocab))
@@ -154,13 +171,33 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device) -> tu
     values = {k: v for k, v in recipe_values(recipe, scale).items() if getattr(options, k) is None}
     run = Run(**dataclasses.asdict(options) | values, model=model.to_dict(), corpus_name=corpus.name,
               vocab_fingerprint=corpus.vocab.fingerprint, pad_token=corpus.pad_token)
+    if check is not None:  # what the trainer cannot do with this run (one line), before anything is written
+        check(run)
     out.mkdir(parents=True, exist_ok=True)
     corpus.vocab.save(out / ck.VOCAB)
     ck.write_json(out / ck.RUN, run.to_json())
     return run, corpus
 
 
-def reopen_run(out: Path, requested: dict[str, Any]) -> tuple[Run, Corpus]:
+def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus) -> tuple[RunOptions, ModelConfig]:
+    """The output layer's options as run.json stores them: full, or classes with K and the clustering
+    (a default K the clustering cannot make -- more classes than train has distinct words -- is lowered;
+    an explicit one is refused). A class-factored layer trains in fp32."""
+    if not model.output_classes:
+        return dataclasses.replace(options, output_layer="full"), model
+    clustering = options.output_clustering or CLUSTERINGS[0]
+    limit = class_count_limit(clustering, corpus.train, len(corpus.vocab))
+    if model.output_classes > limit:
+        if options.output_classes is not None:
+            raise NnlmError(f"--output-classes {options.output_classes}: the {clustering} clustering of this corpus "
+                            f"can make at most {limit} classes")
+        model = dataclasses.replace(model, output_classes=limit)
+    return dataclasses.replace(options, output_layer="classes", output_classes=model.output_classes,
+                               output_clustering=clustering, bf16=False), model
+
+
+def reopen_run(out: Path, requested: dict[str, Any],
+               check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
     """The saved run, if every requested run option agrees with it, and its corpus (same vocabulary)."""
     if not (out / ck.RUN).exists():
         raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
@@ -168,6 +205,8 @@ def reopen_run(out: Path, requested: dict[str, Any]) -> tuple[Run, Corpus]:
     if saved["recipe"] not in RECIPES:
         raise NnlmError(f"--resume: {out} was trained with recipe {saved['recipe']!r}, which this version lacks")
     run = Run.from_json(saved)
+    if check is not None:  # (a resumed run may have been trained otherwise than this call asks)
+        check(run)
     for key, value in requested.items():
         if key in RUN_DEFAULTS and getattr(run, key) != value:
             raise NnlmError(f"--resume: {out} was started with {key} = {getattr(run, key)!r}, not {value!r}")

@@ -34,30 +34,14 @@ import torch
 import torch.nn.functional as F
 
 from nnlm.errors import NnlmError
+from nnlm.neural.config import check_loss
 from nnlm.neural.model import NPLM
 from nnlm.neural.optim import adam_state_tensors, load_adam_state
 
-LOSSES = ("full", "sampled", "nce")
 DEFAULT_SAMPLES = 128  # Brown, MLP1: 2.4x faster steps than K = 512 and a lower valid perplexity (README)
 PROPOSAL_POWER = 0.75  # unigram^0.75 (Mikolov et al. 2013's smoothing): frequent words less dominant
 SELF_NORMALIZATION = 0.1  # alpha of the sampled loss's (log Z^)^2 term (Devlin et al. 2014 used 0.1)
 ROWS = ("C", "W", "U", "b")  # the |V|-row parameters, updated only where a batch touched them
-
-
-def check_loss(loss: str, samples: int | None, vocab_size: int | None = None) -> None:
-    """Bad --loss / --samples -> NnlmError (vocab_size None: the |V| bound is checked later)."""
-    if loss not in LOSSES:
-        raise NnlmError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
-    if loss == "full":
-        if samples is not None:
-            raise NnlmError("--samples applies to --loss sampled or nce, not to the full softmax")
-        return
-    if samples is None and vocab_size is None:
-        return  # the default, min(DEFAULT_SAMPLES, |V|), is filled in once |V| is known
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise NnlmError(f"--samples must be at least 1, got {samples!r}")
-    if vocab_size is not None and samples > vocab_size:
-        raise NnlmError(f"--samples {samples} exceeds the vocabulary size {vocab_size}")
 
 
 def proposal(train_ids: np.ndarray, vocab_size: int, power: float = PROPOSAL_POWER) -> torch.Tensor:

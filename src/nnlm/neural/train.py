@@ -44,10 +44,12 @@ from nnlm.neural import presets
 from nnlm.neural.batches import epoch_order
 from nnlm.neural.config import SessionOptions, session_options
 from nnlm.neural.pipeline import TrainerSpec, nothing_left_to_do, prepare, trainer_spec
-from nnlm.neural.recipes import epoch_lr, keep_best_optimizer, next_rate
 from nnlm.neural.run_config import Run, open_run, pick_device
+from nnlm.neural.schedules import epoch_lr, keep_best_optimizer, next_rate
 from nnlm.neural.stop_signals import Interrupted, StoppedBySignal, StopRequest
 from nnlm.neural.trainer import Clock, Trainer, TrainingSetup, TrainingState, running_label
+from nnlm.progress import show_progress
+from nnlm.wording import counted
 
 __all__ = ["prepare_run", "run_epochs", "train", "train_with"]
 CPU = torch.device("cpu")  # the default device of prepare_run
@@ -75,8 +77,6 @@ def train_with(name: str, out: Path | str, requested: dict[str, Any], resume: bo
     process (single, or hogwild with `workers` processes); returns the final state."""
     spec = trainer_spec(name)
     session = session_options(requested)
-    spec.check(requested.get("loss", "full"), session.device, requested.get("lr_schedule"),
-               energy=presets.energy_requested(requested))
     device = CPU if spec.cpu_only else pick_device(session.device)
     # --threads, or the cores free now (re-checked while training); the caller's settings back afterwards
     with threads.governing(session.threads, device) if not spec.cpu_only else nullcontext():
@@ -121,6 +121,8 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
         f"recipe {recipe.name}{' (bf16 output layer)' if run.bf16 and run.loss == 'full' else ''}, "
         + (f"{run.loss} loss with {run.samples} samples, " if run.loss != "full" else "")
+        + (f"class-factored output ({config.output_classes} {run.output_clustering} classes), "
+           if config.output_classes else "")
         + trainer.describe())
     first_step, stop = state["step"], None
     while stop is None and state["epoch"] < session.epochs:
@@ -131,16 +133,10 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         trainer.optimizer.lr = epoch_lr(recipe, state)
         order = epoch_order(run.seed, epoch, trainer.n_examples)
         trainer.net.train()
-        bar = None
-        if progress and trainer.writer:
-            from tqdm import tqdm
-
-            bar = tqdm(total=trainer.n_examples, initial=min(state["batch"] * trainer.batch, trainer.n_examples),
-                       unit="tok", unit_scale=True, desc=f"epoch {epoch + 1}", leave=False, dynamic_ncols=True)
-        if trainer.run_batches(state, order.to(trainer.device), clock, save, bar):
-            stop = out_of_time
-        if bar is not None:
-            bar.close()
+        with show_progress(trainer.n_examples, f"epoch {epoch + 1}", "tok", enabled=progress and trainer.writer,
+                           initial=min(state["batch"] * trainer.batch, trainer.n_examples)) as bar:
+            if trainer.run_batches(state, order.to(trainer.device), clock, save, bar):
+                stop = out_of_time
         if trainer.agree([float(clock.signalled())])[0]:  # every rank stops where it is, the writer saves
             save()
             raise StoppedBySignal(*stopped_message(out, state, stop_request, log))
@@ -163,7 +159,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         save(whole)
         if trainer.writer:
             write_metrics(out, state["history"], run.loss == "full")
-    stop = stop or f"reached {session.epochs} epochs"
+    stop = stop or f"reached {counted(session.epochs, 'epoch')}"
     state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
     state["stop_reason"] = stop
     save()
@@ -216,7 +212,7 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, s
     if state["bad_epochs"] >= run.patience:
         better = (f"{100 * recipe.min_improvement:g}% better than the best" if recipe.min_improvement
                   else "better")
-        return False, f"early stopping: no {better} validation perplexity for {run.patience} epochs"
+        return False, f"early stopping: no {better} validation perplexity for {counted(run.patience, 'epoch')}"
     next_rate(out, net, optimizer, recipe, state, lr, improved, real, log)
     return False, None
 

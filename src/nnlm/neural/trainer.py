@@ -28,6 +28,7 @@ from nnlm.neural.model import ModelConfig
 from nnlm.neural.nets import language_model
 from nnlm.neural.run_config import Run
 from nnlm.neural.stop_signals import StopRequest
+from nnlm.progress import Silent
 
 CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every RECHECK_SECONDS)
 
@@ -147,8 +148,9 @@ class Trainer:
         """Release what the trainer started (worker processes); called when training ends, however it ends."""
 
     def run_batches(self, state: TrainingState, order: torch.Tensor, clock: Clock,
-                    save: Callable[[], None], bar: Any) -> bool:
-        """The epoch's batches from state["batch"] on; True if the time budget stopped them."""
+                    save: Callable[[], None], bar: Silent) -> bool:
+        """The epoch's batches from state["batch"] on, shown on `bar` (nnlm.progress); True if the time budget
+        stopped them."""
         threads.check()
         while state["batch"] < self.n_batches:
             rows = batch_rows(self.padded, order, state["batch"], self.batch, self.window)
@@ -167,13 +169,12 @@ class Trainer:
             state["loss_count"] += len(rows)
             if state["batch"] % CHECK_THREADS_EVERY == 0:
                 threads.check()  # other processes' load may have changed (a clock read unless due)
-            if bar is not None:
-                bar.update(len(rows))
-                if state["batch"] % 20 == 0:
-                    left = ("" if clock.budget is None
-                            else f", budget left {max(clock.budget - clock.elapsed(), 0) / 60:.1f} min")
-                    running = math.exp(state["loss_sum"] / state["loss_count"])
-                    bar.set_postfix_str(f"{running_label(self.run)} {running:.1f}{left}")
+            bar.update(len(rows))
+            if state["batch"] % 20 == 0:
+                left = ("" if clock.budget is None
+                        else f", budget left {max(clock.budget - clock.elapsed(), 0) / 60:.1f} min")
+                running = math.exp(state["loss_sum"] / state["loss_count"])
+                bar.note(f"{running_label(self.run)} {running:.1f}{left}")
             if out_of_time:
                 return True
             if save_due:

@@ -30,6 +30,7 @@ from nnlm.neural.config import RUN_DEFAULTS, SESSION_DEFAULTS
 from nnlm.neural.recipes import RECIPE_KEYS
 from nnlm.neural.run_config import corpus_key
 from nnlm.neural.train import train
+from nnlm.wording import counted
 
 TUNE_FILE = "tune.json"
 SEARCH = "successive halving"
@@ -92,7 +93,8 @@ def open_record(out: Path, base: dict[str, Any], minutes: float, trials: int) ->
         raise NnlmError(f"{out} holds a search with other options ({record['requested']}); "
                         "continue it with the same options or choose another --out")
     if (record["minutes"], record["trial_count"]) != (minutes, trials):
-        raise NnlmError(f"{out} holds a search of {record['trial_count']} trials in {record['minutes']:g} minutes; "
+        raise NnlmError(f"{out} holds a search of {counted(record['trial_count'], 'trial')} in "
+                        f"{record['minutes']:g} minutes; "
                         "continue it with the same --trials and --minutes or choose another --out")
     return record
 
@@ -129,7 +131,8 @@ def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int
             record["rounds"].append(list(range(trials)) if r == 0 else ranked(record["rounds"][r - 1], results)[:size])
             save()
         members = record["rounds"][r]
-        log(f"round {r + 1}/{len(sizes)}: {len(members)} trial(s), {budgets[r]:.2f} minutes of training each in all")
+        log(f"round {r + 1}/{len(sizes)}: {counted(len(members), 'trial')}, "
+            f"{budgets[r]:.2f} minutes of training each in all")
         for i in members:
             done = results.get(i)
             if done is not None and (done["round"] >= r or not can_continue(done)):

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from nnlm.errors import NnlmError
 from nnlm.ngram import cluster_kernels as kernels
+from nnlm.progress import show_progress
 
 MAX_PASSES = 15
 STOP_MOVED_FRACTION = 0.005  # stop once a pass moves fewer than this share of the words
@@ -297,8 +297,7 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
     ex = _CompiledExchange(st.counts, classes, k, st.seen)
     history.append(ex.mean_log_likelihood())
     passes_left = max_passes - len(moved_per_pass)
-    bar = tqdm(total=passes_left * len(order), desc=f"clustering into {k} classes", unit="word",
-               disable=not progress, leave=False)
+    bar = show_progress(passes_left * len(order), f"clustering into {k} classes", "word", enabled=progress)
     complete = True
     for _ in range(passes_left):
         ex.state[0] = 0
@@ -315,7 +314,7 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
         if complete or i > 0:  # a pass the deadline cut counts as one if it visited any word
             history.append(ex.mean_log_likelihood())
             moved_per_pass.append(moved)
-        bar.set_postfix(moved=moved, log_likelihood=f"{history[-1]:.4f}")
+        bar.note(f"pass {len(moved_per_pass)}: {moved:,} moved, log-likelihood {history[-1]:.4f}")
         if not complete or moved < STOP_MOVED_FRACTION * len(order):
             break
     bar.close()

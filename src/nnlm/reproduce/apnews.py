@@ -16,8 +16,12 @@ PAPER_BEST_NGRAM_TEST = 117.0  # Kneser-Ney back-off, n = 5 (Table 2)
 NET_FLOOR_EPOCHS = 0.1
 # With a natural vocabulary (|V| > 100k) the direct connections make exact scoring cost |V| (h + (n-1) m)
 # per token (66 M multiply-adds at 117k, over an hour for valid and test on 2 cores) and their per-position
-# tables ((n-1) |V|^2 floats) do not fit: the net then trains without them, |V| h per token, 9x less.
-NET_SHAPES: tuple[dict, ...] = ({}, {"direct": False})
+# tables ((n-1) |V|^2 floats) do not fit. The net then keeps its shape with the class-factored output
+# layer (K ~ sqrt(|V|) frequency classes, two exact softmaxes: (K + |V|/K)(h + (n-1) m) per token, ~170x
+# less at 117k; the full softmax, which it trains with: a sampled loss has nothing to sample there), and
+# failing that trains without direct connections, |V| h per token, 9x less.
+CLASS_OUTPUT = {"output_layer": "classes", "output_clustering": "frequency", "loss": "full"}
+NET_SHAPES: tuple[dict, ...] = ({}, CLASS_OUTPUT, {"direct": False})
 
 NGRAM_ROWS: tuple[NgramRow, ...] = (
     NgramRow("interpolated", "deleted interpolation trigram", 3, (None, 126, 132), kind="interpolated"),

@@ -30,7 +30,7 @@ class Job:
                  samples: int | None = None, hogwild: int | None = None, table: str = DEFAULT_TABLE,
                  min_count: int | None = None, max_vocab: int | None = None) -> None:
         from nnlm.data.provenance import corpus_options, load_recorded_corpus
-        from nnlm.neural.sampled import check_loss
+        from nnlm.neural.config import check_loss
 
         if hogwild is not None and hogwild < 1:
             raise NnlmError(f"--hogwild must be at least 1 worker, got {hogwild}")

@@ -18,6 +18,7 @@ from nnlm.reproduce.ngram_rows import late_needs
 from nnlm.reproduce.results import RowResult
 from nnlm.reproduce.table import Row
 from nnlm.threads import govern
+from nnlm.wording import counted
 
 if TYPE_CHECKING:
     from nnlm.reproduce.job import Job
@@ -71,8 +72,9 @@ def choose_shape(job: Job, i: int) -> planner.Grant | None:
         grant = plan_net(job, i)
         if grant is None or grant.status != "skipped":
             if tried:
-                job.shape_notes[net] = (f"trained {describe_shape(shape)}: the preset's net was "
-                                        + tried[0][1].reason.removeprefix("skipped for lack of budget: "))
+                why = tried[0][1].reason.removeprefix("skipped for lack of budget: ")
+                why = why.removeprefix("it ") if why.startswith("it ") else f"was skipped: {why}"
+                job.shape_notes[net] = f"trained {describe_shape(shape)}: the preset's net {why}"
                 job.log(f"    the preset's net does not fit ({tried[0][1].reason}); trained {describe_shape(shape)}")
             return grant
         job.log(f"    {describe_shape(shape)}: {grant.reason}")
@@ -88,6 +90,9 @@ def describe_shape(shape: dict) -> str:
     """A shape override in words, for the notes."""
     if not shape:
         return "as its preset"
+    if shape.get("output_layer") == "classes":
+        return (f"with the class-factored output layer ({shape.get('output_clustering', 'exchange')} classes, "
+                f"the full softmax's loss)")
     return "with " + ", ".join("no direct connections" if k == "direct" and v is False else f"{k} = {v}"
                                for k, v in shape.items())
 
@@ -165,7 +170,7 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
             break
         job.log(f"    budget left after its epochs: planned again with the rates they measured "
                 f"({seen.train:,.0f} training, {seen.score:,.0f} scoring tokens/s) and continued to "
-                f"{limits['epochs']} epochs; {grant.reason}")
+                f"{counted(limits['epochs'], 'epoch')}; {grant.reason}")
         plan = plan_record(job, net, grant)
         state = net_run.train(job, run, limits, job.row_log(net), resume=True)
     model = trained(job, net)

@@ -95,7 +95,7 @@ def train(job: Job, run: NetRun, session: dict[str, Any], log, resume: bool | No
     requested: dict[str, Any] = {"corpus": job.corpus_source, "preset": run.preset, "device": job.device,
                                  "epochs": MAX_EPOCHS, "threads": job.threads, "loss": run.loss,
                                  **run.request, **session}
-    if job.samples is not None:
+    if job.samples is not None and requested["loss"] != "full":  # (a shape may train the full softmax)
         requested["samples"] = job.samples
     return train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
                           resume=(where / ck.RUN).exists() if resume is None else resume, progress=job.progress,

@@ -10,6 +10,7 @@ from nnlm.ngram.clusters import WordClasses, exchange_clusters, load_word_classe
 from nnlm.reproduce import planner
 from nnlm.reproduce.results import RowResult
 from nnlm.reproduce.table import NgramRow
+from nnlm.wording import counted
 
 if TYPE_CHECKING:
     from nnlm.reproduce.job import Job
@@ -51,7 +52,7 @@ def build_row(job: Job, row: NgramRow, deadline: float | None, why: str = "") ->
         options = {"clusters": classes}
         if not classes.complete:
             status = "shortened"
-            note = (f"shortened: the budget stopped the clustering after {classes.passes} passes"
+            note = (f"shortened: the budget stopped the clustering after {counted(classes.passes, 'pass')}"
                     + (f" ({why})" if why else "") + "; a new call continues it")
         elif row.n != 3:
             note = f"the classes of class{row.classes}-3, reused"

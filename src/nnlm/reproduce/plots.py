@@ -1,7 +1,8 @@
 """The report's two plots: the nets' learning curves, and test ratios against the paper's.
 
 Rows that were skipped stay in both, marked, so a missing bar is never mistaken for a row that
-does not exist: the paper's bar is drawn and ours says "skipped" (or "not run")."""
+does not exist: the paper's bar is drawn and ours says "skipped" (or "not run"). The rows past the paper
+(the EM mixes, often the best of a table) have only our bar, the paper's place marked "not in the paper"."""
 from __future__ import annotations
 
 import json
@@ -66,24 +67,32 @@ def curves(out: Path, rows: dict[str, dict[str, Any]], nets: list[str], corpus_n
     plt.close(fig)
 
 
-def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id: str, best: float | None,
-         paper_best: float = PAPER_BEST_NGRAM_TEST) -> None:
-    """Test perplexity / the best n-gram's, paper vs ours, for every row the paper reports; the axis
-    spans just the ratios, so a few percent show."""
-    plt = _pyplot()
+def bar_rows(rows: dict[str, dict[str, Any]], ordered: list[Row], best: float | None,
+             paper_best: float) -> list[tuple[Row, float | None, float | None, str]]:
+    """The bars' rows: (row, the paper's test ratio or None, ours or None, its status or "not run"), for the
+    rows the paper reports and the EM mixes it does not."""
     shown = []
     for row in ordered:
-        if not row.paper[2]:
+        if not row.paper[2] and row.mix != "EM":
             continue
         res = rows.get(row.id) or {}
         test = (res.get("perplexity") or {}).get("test")
         ours = test / best if (test and best) else None
         mark = res.get("status", "") if ours is not None else ("not run" if not res else res.get("status", "not run"))
-        shown.append((row, row.paper[2] / paper_best, ours, mark))
+        shown.append((row, row.paper[2] / paper_best if row.paper[2] else None, ours, mark))
+    return shown
+
+
+def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id: str, best: float | None,
+         paper_best: float = PAPER_BEST_NGRAM_TEST) -> None:
+    """Test perplexity / the best n-gram's, paper vs ours, for every row of the table (the paper's rows and
+    the EM mixes it has no figure for); the axis spans just the ratios, so a few percent show."""
+    plt = _pyplot()
+    shown = bar_rows(rows, ordered, best, paper_best)
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(shown)), 4.5))
     x = np.arange(len(shown))
-    paper = ax.bar(x - 0.2, [p for _, p, _, _ in shown], 0.4, label=f"paper (best n-gram {paper_best:.0f})")
-    ax.bar_label(paper, [f"{p:.2f}" for _, p, _, _ in shown], fontsize=6, rotation=90, padding=2)
+    paper = ax.bar(x - 0.2, [p or 0.0 for _, p, _, _ in shown], 0.4, label=f"paper (best n-gram {paper_best:.0f})")
+    ax.bar_label(paper, [f"{p:.2f}" if p else "" for _, p, _, _ in shown], fontsize=6, rotation=90, padding=2)
     ours = ax.bar(x + 0.2, [o or 0.0 for _, _, o, _ in shown], 0.4,
                   label=f"nnlm (best n-gram {best_id or 'none'}, {best or 0:.1f})")
     ax.bar_label(ours, [f"{o:.2f}" if o else "" for _, _, o, _ in shown], fontsize=6, rotation=90, padding=2)
@@ -94,7 +103,10 @@ def bars(out: Path, rows: dict[str, dict[str, Any]], ordered: list[Row], best_id
     low = min(min(ratios, default=1.0), 1.0) - 0.05
     high = max(ratios, default=1.0)
     ax.set_ylim(low, high + 0.15 * (high - low) + 0.02)  # room for the value labels
-    for i, (_, _, o, mark) in enumerate(shown):
+    for i, (_, p, o, mark) in enumerate(shown):
+        if p is None:
+            ax.text(i - 0.2, low + 0.01, "not in the paper", rotation=90, ha="center", va="bottom", fontsize=7,
+                    color="dimgray")
         if o is None:
             ax.text(i + 0.2, low + 0.01, mark, rotation=90, ha="center", va="bottom", fontsize=7, color="firebrick")
     ax.axhline(1.0, color="black", linewidth=0.8)

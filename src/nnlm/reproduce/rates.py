@@ -35,6 +35,8 @@ def scoring_path(lm, tokens: int) -> str:
     from nnlm.neural import direct_tables
 
     net = lm.net
+    if net.config.output_classes or net.config.energy:  # their own exact paths: no |V|-wide product to tabulate
+        return "plain"
     return "tables" if direct_tables.tables_pay(net, len(net.C), tokens, lm.device) else "plain"
 
 
@@ -59,15 +61,27 @@ def time_tables(lm, ctx: np.ndarray, targets: np.ndarray, tokens: int) -> float:
     return finite(tokens / (build + tokens * per_token))
 
 
+def new_net(config, corpus: Corpus, dropout_x: float = 0.0, dropout_h: float = 0.0):
+    """A fresh net of `config` to time (a class-factored one with frequency classes of train: instant, and
+    the cost of a step does not depend on which words share a class)."""
+    from nnlm.neural.nets import build_net
+    from nnlm.neural.output_clustering import frequency_classes
+
+    net = build_net(config, dropout_x, dropout_h)
+    if config.output_classes:
+        net.set_classes(frequency_classes(corpus.train, len(corpus.vocab), config.output_classes))
+    return net
+
+
 def scoring_rate(net: str, corpus: Corpus, device: str, shape: dict | None = None) -> tuple[float, str]:
     """(tokens per second, path) of exact scoring of a pass over the validation split, on the path that
     pass will take, timed on a slice of it."""
-    from nnlm.neural.model import NPLM, NeuralLM
+    from nnlm.neural.nets import language_model
     from nnlm.neural.run_config import model_config
 
     config = model_config({"preset": net} | (shape or {}), len(corpus.vocab))
     with torch.random.fork_rng(devices=[]):
-        lm = NeuralLM(NPLM(config), corpus.vocab, corpus.pad_token, device=device)
+        lm = language_model(new_net(config, corpus), corpus.vocab, corpus.pad_token, device=device)
     valid = corpus.split("valid")
     n = min(len(valid), SCORE_TOKENS)
     start = corpus.split_offset("valid")
@@ -83,22 +97,20 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
     """Training examples per second: a few batches of the trainer's own step (its loss, optimizer, batch size)."""
     from nnlm.neural.batches import epoch_batches, padded_stream, update
     from nnlm.neural.config import RUN_DEFAULTS
-    from nnlm.neural.model import NPLM
-    from nnlm.neural.pipeline import build_loss, build_optimizer
+    from nnlm.neural.pipeline import build_loss
     from nnlm.neural.recipes import RECIPES, default_recipe
     from nnlm.neural.run_config import bf16_is_fast, model_config
     from nnlm.neural.sampled import DEFAULT_SAMPLES
 
     dev = torch.device(device)
+    loss = (shape or {}).get("loss", loss)  # a shape may train another loss (the class output: the full softmax)
     run = dict(RUN_DEFAULTS) | {"preset": net, "loss": loss, "recipe": default_recipe(loss, net),
                                     "samples": samples or min(DEFAULT_SAMPLES, len(corpus.vocab))} | (shape or {})
     recipe = RECIPES[run["recipe"]]
     bf16 = recipe.bf16 and bf16_is_fast(dev)
     with torch.random.fork_rng(devices=[]):
-        model = NPLM(model_config(run, len(corpus.vocab)), dropout_x=recipe.dropout_x,
-                     dropout_h=recipe.dropout_h).to(dev)
-        optimizer = build_optimizer(model, recipe, recipe.lr)
-        loss_fn, optimizer = build_loss(run, model, corpus, dev, optimizer, recipe.lr)
+        model = new_net(model_config(run, len(corpus.vocab)), corpus, recipe.dropout_x, recipe.dropout_h).to(dev)
+        loss_fn, optimizer = build_loss(run, model, corpus, dev, recipe.lr)
         k, batch = model.config.order - 1, run["batch_size"]
         padded = padded_stream(corpus.train[: batch * (TRAIN_BATCHES + 2)], k, corpus.pad_id, dev)
         seen, t0 = 0, 0.0

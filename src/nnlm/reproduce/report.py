@@ -59,15 +59,20 @@ def training_text(options: dict[str, Any] | None) -> str:
 
 
 def nets_lines(rows: Rows, nets: list[str]) -> list[str]:
-    """The 'Nets:' paragraph: one line when every net shares its options, else one per net."""
+    """The 'Nets:' paragraph: one line when every net shares its options, else one per net; then where they are
+    (runs/<net>-<tag>, the tag naming the options)."""
     keyed = {net: rows[net].get("options") for net in nets if rows.get(net, {}).get("perplexity")}  # trained
     if not keyed:
         return []
     texts = {net: training_text(opts) for net, opts in keyed.items()}
     tail = "; `nnlm reproduce --loss full` trains them with the full softmax as the paper did."
+    runs = [f"`{rows[net]['run']}`" for net in keyed if rows[net].get("run")]
+    where = ["Their run directories, under this report's directory (for `nnlm eval`, `nnlm generate`, "
+             f"`nnlm.load`): {', '.join(runs)}.", ""] if runs else []
     if len(set(texts.values())) == 1:
-        return ["Nets: " + next(iter(texts.values())) + tail, ""]
-    return ["Nets, each with its own options:", "", *(f"- {net.upper()}: {text}" for net, text in texts.items()), ""]
+        return ["Nets: " + next(iter(texts.values())) + tail, "", *where]
+    return ["Nets, each with its own options:", "", *(f"- {net.upper()}: {text}" for net, text in texts.items()), "",
+            *where]
 
 
 def budget_lines(rows: Rows, ordered: list[Row], call: dict[str, Any]) -> list[str]:
@@ -143,7 +148,8 @@ def shaped(row: Row, rows: Rows) -> Row:
         return row
     fields = {"direct": shape.get("direct", row.direct), "h": shape.get("hidden", row.h),
               "m": shape.get("features", row.m), "n": shape.get("order", row.n)}
-    label = row.label + (" (no direct connections)" if shape.get("direct") is False and row.id == row.net else "")
+    label = row.label + ("" if row.id != row.net else " (no direct connections)" if shape.get("direct") is False
+                         else " (class-factored output)" if shape.get("output_layer") == "classes" else "")
     return dataclasses.replace(row, label=label, **fields)
 
 

@@ -1,0 +1,78 @@
+"""A class-factored net (nnlm.neural.class_output) behind the LanguageModel interface.
+
+`NeuralLM` with its scoring paths replaced by the exact factored one: log P(w | h) = log P(class | h)
++ log P(w | class, h), in blocks of SCORE_TOKENS contexts, each block's tokens grouped by class. It is
+always exact and normalized, in fp32: the bf16 product and the direct connections' per-position
+tables speed up the |V|-wide product, which this model does not compute, so a bf16 request scores
+exactly and no tables are built; `--unnormalized` (reading one score without the softmax sum) has no
+meaning here and is refused. The stateful API (begin_state/advance) takes the LanguageModel default,
+which scores each step through `log_prob`; `distribution` is the whole factored distribution.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from nnlm import threads
+from nnlm.errors import NnlmError
+from nnlm.neural.class_output import ClassNPLM
+from nnlm.neural.model import EVAL_ROWS, NeuralLM
+
+SCORE_TOKENS = 16384  # contexts per block: a class's product is then large enough to run near GEMM rate
+
+
+class ClassNeuralLM(NeuralLM):
+    """A ClassNPLM as a LanguageModel (module docstring)."""
+
+    def __init__(self, net: ClassNPLM, *args, **kwargs) -> None:
+        if not isinstance(net, ClassNPLM):
+            raise NnlmError("ClassNeuralLM scores a net with a class-factored output layer")
+        super().__init__(net, *args, **kwargs)
+
+    @property
+    def unnormalized(self) -> bool:
+        return False
+
+    @unnormalized.setter
+    def unnormalized(self, value: bool) -> None:
+        if value:
+            raise NnlmError("--unnormalized: this model's class-factored output layer is normalized exactly at "
+                            "the cost of K + |V|/K scores per word; score it without --unnormalized")
+
+    @property
+    def takes_exact_path(self) -> bool:
+        return False  # (NeuralLM's |V|-wide exact path; this model has its own, always exact)
+
+    @property
+    def steps_incrementally(self) -> bool:
+        return False
+
+    @contextmanager
+    def long_pass(self, tokens: int) -> Iterator[None]:
+        yield  # no per-position tables: the factored scoring never forms the |V|-wide product they speed up
+
+    @torch.no_grad()
+    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
+        """log P(target | context), float64, block by block (memory bounded, threads re-checked per block)."""
+        self.net.eval()
+        out = np.empty(len(targets), dtype=np.float64)
+        for lo in range(0, len(targets), SCORE_TOKENS):
+            threads.check()
+            x = self.net.embed(ctx[lo:lo + SCORE_TOKENS], table)
+            scores = self.net.target_log_probs_from_features(x, targets[lo:lo + SCORE_TOKENS])
+            out[lo:lo + len(x)] = scores.double().cpu().numpy()
+        return out
+
+    @torch.no_grad()
+    def log_partition(self, contexts: np.ndarray) -> np.ndarray:
+        """log sum_w P(w | h) of the fp32 factored probabilities: 0 up to rounding (normalized by construction)."""
+        ctx = self._check(contexts)
+        self.net.eval()
+        out = np.empty(len(ctx), dtype=np.float64)
+        for lo in range(0, len(ctx), EVAL_ROWS):
+            threads.check()
+            out[lo:lo + EVAL_ROWS] = torch.logsumexp(self.net(ctx[lo:lo + EVAL_ROWS]).double(), 1).cpu().numpy()
+        return out
