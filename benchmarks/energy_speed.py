@@ -27,7 +27,7 @@ from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
 from nnlm.neural.batches import batch_rows, epoch_order, padded_stream, update
 from nnlm.neural.nets import build_net, language_model
-from nnlm.neural.pipeline import build_loss, build_optimizer
+from nnlm.neural.pipeline import build_loss
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import RECIPES, default_recipe
 from nnlm.neural.run_config import Run, bf16_is_fast
@@ -56,8 +56,7 @@ class Training:
         run = Run(preset=name, loss=loss, samples=samples if loss != "full" else None, recipe=recipe_name,
                   batch_size=batch, bf16=self.bf16, model=config.to_dict())
         self.net = build_net(config, recipe.dropout_x, recipe.dropout_h)
-        optimizer = build_optimizer(self.net, recipe, recipe.lr)
-        self.loss, self.optimizer = build_loss(run, self.net, corpus, torch.device("cpu"), optimizer, recipe.lr)
+        self.loss, self.optimizer = build_loss(run, self.net, corpus, torch.device("cpu"), recipe.lr)
         self.k, self.batch = config.order - 1, batch
         self.padded = padded_stream(corpus.train, self.k, corpus.pad_id, torch.device("cpu"))
         self.order = epoch_order(0, 0, len(corpus.train))

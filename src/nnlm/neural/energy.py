@@ -8,14 +8,14 @@ H_0 is the block of the paper's H that multiplies the candidate word's own featu
 d + H x + H_0 C(w) = a(context) + g(w), the |V| x h table g = C H_0^T is computed once per parameter
 update (training) or per scoring call, and one context then costs |V| x h tanh units: the order of
 the first model's output layer, but in tanh units instead of multiply-adds. v is indexed by the
-output word (`v_w`, |V| x h), so the parameter count matches the first model's; `energy_shared_v`
+output word (`v_w`, |V| x h), so the parameter count is the first model's (plus H_0's h m); `energy_shared_v`
 (`--energy-shared-v`) shares one v of h numbers between all words. The logits the rest of nnlm sees
 are y = -E, so every loss and scorer that works on logits works here.
 
 Why a kernel of its own (`hidden_sums`): the tanh argument is [N, |V|, h] -- 3.6 MB per context for
 MLP1's shape on Brown. It is never built whole: a block of a few rows is summed one hidden unit at a
 time into [rows, |V|] (the buffer stays in the core's cache), and the backward pass recomputes the tanh
-instead of keeping it, so memory is O(N |V|) in training and O(rows |V|) in scoring. The sampled and
+instead of keeping it, so memory is O(N |V|) in training and O(EVAL_ROWS |V|) in scoring. The sampled and
 NCE losses (`EnergySampledLoss`) reuse nnlm.neural.sampled's draws, inclusion probabilities, objective
 and row-wise Adam; they need tanh units only at the batch's targets and the K sampled words.
 `EnergyLM` is the LanguageModel adapter (nnlm.neural.nets picks the net and adapter from the config):
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -200,10 +201,6 @@ class EnergyLM(NeuralLM):
     EVAL_ROWS contexts with the word terms computed once per call; `unnormalized=True` scores -E(target)
     alone (h tanh units a token). States step through LanguageModel's default path."""
 
-    def __init__(self, net: EnergyNPLM, vocab, pad_token: str, device: str | torch.device = "cpu",
-                 unnormalized: bool = False, bf16: bool = False) -> None:
-        super().__init__(net, vocab, pad_token, device, unnormalized, bf16)  # type: ignore[arg-type]
-
     @property
     def bf16(self) -> bool:
         return False
@@ -234,9 +231,7 @@ class EnergyLM(NeuralLM):
             yield lo, self.net.logits_from_features(self.net.embed(ctx[lo:lo + EVAL_ROWS], table), terms)
 
     @torch.no_grad()
-    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor):
-        import numpy as np
-
+    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
         out = np.empty(len(targets), dtype=np.float64)
         if self.unnormalized:
             self.net.eval()
@@ -254,10 +249,8 @@ class EnergyLM(NeuralLM):
         return out
 
     @torch.no_grad()
-    def log_partition(self, contexts):
+    def log_partition(self, contexts: np.ndarray) -> np.ndarray:
         """log Z = log sum_w exp(-E(w, context)), float64 [N]."""
-        import numpy as np
-
         ctx = self._check(contexts)
         out = np.empty(len(ctx), dtype=np.float64)
         for lo, y in self._blocks(ctx, self.net.C.detach()):
@@ -265,9 +258,7 @@ class EnergyLM(NeuralLM):
         return out
 
     @torch.no_grad()
-    def distribution(self, contexts):
-        import numpy as np
-
+    def distribution(self, contexts: np.ndarray) -> np.ndarray:
         ctx = self._check(contexts)
         out = np.empty((len(ctx), len(self.vocab)), dtype=np.float64)
         for lo, y in self._blocks(ctx, self.net.C.detach()):
