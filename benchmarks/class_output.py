@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
 import numpy as np
 import torch
+from host import cpu_name
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import perplexity_from_log_probs, split_log_probs
@@ -34,17 +34,6 @@ from nnlm.neural.pipeline import build_optimizer
 from nnlm.neural.recipes import RECIPES
 from nnlm.neural.run_config import bf16_is_fast, model_config
 from nnlm.neural.sampled import DEFAULT_SAMPLES, RowAdam, SampledLoss, initial_bias, proposal
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def padded_class_loss(net: ClassNPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool) -> torch.Tensor:

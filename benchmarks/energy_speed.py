@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
 import numpy as np
 import torch
+from host import cpu_name
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
@@ -31,17 +31,6 @@ from nnlm.neural.pipeline import build_loss
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import RECIPES, default_recipe
 from nnlm.neural.run_config import Run, bf16_is_fast
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 class Training:

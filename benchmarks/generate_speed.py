@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from collections.abc import Iterator
 
 import numpy as np
 import torch
+from host import cpu_name
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import LanguageModel
@@ -57,16 +57,6 @@ def timed(draw: Iterator[str]) -> tuple[list[str], float]:
     words = list(draw)
     return words, time.perf_counter() - start
 
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

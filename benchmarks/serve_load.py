@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from host import cpu_name
 from rescore_brown import paragraphs
 
 from nnlm.data.corpus import load_corpus
@@ -318,15 +319,6 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f} at end", flush=True)
     return 0
 
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":
