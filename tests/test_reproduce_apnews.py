@@ -1,6 +1,7 @@
 """`nnlm reproduce --table apnews`: Table 2's rows end to end on a tiny corpus, resumed by a second call."""
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -111,24 +112,29 @@ def test_a_net_planned_with_low_rates_is_continued_with_its_own(random_corpus, t
         assert "Shortened for lack of budget" not in text
 
 
+def table_with_scoring_rates(tmp_path, monkeypatch, score_of, extra=("--max-vocab", "40")) -> Path:
+    """Table 2 on the random corpus (a 0.3-minute budget) with the planner's rates injected, no timing:
+    training at 50k examples/s, scoring at `score_of(shape)` tokens/s; the report's directory."""
+    from nnlm.reproduce import rates
+    from nnlm.reproduce.planner import Rates
+
+    monkeypatch.setattr(rates, "measure", lambda net, corpus, device, threads, loss, samples, shape=None:
+                        Rates(train=50_000.0, score=score_of(shape), path="plain"))
+    out = tmp_path / "ap"
+    assert main(["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
+                 "--budget-minutes", "0.3", "--threads", "1", "--no-progress", *extra]) == 0
+    return out
+
+
 def test_a_net_that_cannot_fit_trains_with_the_class_output(random_corpus, tmp_path, monkeypatch, capsys):
     """Rates injected (no timing): the preset's exact scoring is far too slow for the budget, the same net
     with the class-factored output layer fits, so that is the net the table trains (the full softmax's loss,
     frequency classes), and the report says so."""
     from nnlm.neural.model_config import ModelConfig
     from nnlm.neural.output_clustering import default_class_count
-    from nnlm.reproduce import rates
     from nnlm.reproduce.apnews import CLASS_OUTPUT
-    from nnlm.reproduce.planner import Rates
 
-    def fake(net, corpus, device, threads, loss, samples, shape=None):
-        return Rates(train=50_000.0, score=1e-3 if not shape else 1e6, path="plain")
-
-    monkeypatch.setattr(rates, "measure", fake)
-    out = tmp_path / "ap"
-    args = ["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
-            "--budget-minutes", "0.3", "--threads", "1", "--no-progress", "--max-vocab", "40"]
-    assert main(args) == 0
+    out = table_with_scoring_rates(tmp_path, monkeypatch, lambda shape: 1e-3 if not shape else 1e6)
     data = json.loads((out / "results.json").read_text())
     net = data["rows"]["apnews"]
     assert net["shape"] == CLASS_OUTPUT and net["options"]["shape"] == CLASS_OUTPUT
@@ -144,17 +150,7 @@ def test_a_net_that_cannot_fit_trains_with_the_class_output(random_corpus, tmp_p
 
 def test_a_net_that_fits_only_without_direct_connections_trains_so(random_corpus, tmp_path, monkeypatch, capsys):
     """Rates injected: only the net without direct connections fits; the table trains it, and says so."""
-    from nnlm.reproduce import rates
-    from nnlm.reproduce.planner import Rates
-
-    def fake(net, corpus, device, threads, loss, samples, shape=None):
-        return Rates(train=50_000.0, score=1e6 if shape == {"direct": False} else 1e-3, path="plain")
-
-    monkeypatch.setattr(rates, "measure", fake)
-    out = tmp_path / "ap"
-    args = ["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
-            "--budget-minutes", "0.3", "--threads", "1", "--no-progress", "--max-vocab", "40"]
-    assert main(args) == 0
+    out = table_with_scoring_rates(tmp_path, monkeypatch, lambda shape: 1e6 if shape == {"direct": False} else 1e-3)
     data = json.loads((out / "results.json").read_text())
     net = data["rows"]["apnews"]
     assert net["shape"] == {"direct": False} and net["options"]["shape"] == {"direct": False}
@@ -186,15 +182,10 @@ def test_a_net_no_shape_of_which_fits_is_skipped_saying_what_each_needed(random_
                                                                          capsys):
     """Rates injected: neither the preset nor the net without direct connections fits; the row is skipped
     with both needs in its reason, its mixes are skipped, and no KN5 is built again for them."""
-    from nnlm.reproduce import net_rows, rates
-    from nnlm.reproduce.planner import Rates
+    from nnlm.reproduce import net_rows
 
-    monkeypatch.setattr(rates, "measure", lambda *a, **k: Rates(train=50_000.0, score=1e-3, path="plain"))
     monkeypatch.setattr(net_rows, "partner", lambda *a: pytest.fail("a partner built for a skipped net"))
-    out = tmp_path / "ap"
-    args = ["reproduce", "--table", "apnews", "--corpus", str(tmp_path / "rand"), "--out", str(out),
-            "--budget-minutes", "0.3", "--threads", "1", "--no-progress"]
-    assert main(args) == 0
+    out = table_with_scoring_rates(tmp_path, monkeypatch, lambda shape: 1e-3, extra=())
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["apnews"]["status"] == "skipped" and rows["apnews"]["shape"] == {}
     assert "(and with the class-factored output layer (frequency classes, the full softmax's loss) it needs at least" \
