@@ -10,9 +10,6 @@ which scores each step through `log_prob`; `distribution` is the whole factored 
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 
@@ -50,9 +47,8 @@ class ClassNeuralLM(NeuralLM):
     def steps_incrementally(self) -> bool:
         return False
 
-    @contextmanager
-    def long_pass(self, tokens: int) -> Iterator[None]:
-        yield  # no per-position tables: the factored scoring never forms the |V|-wide product they speed up
+    def builds_tables(self, tokens: int) -> bool:
+        return False  # no per-position tables: the factored scoring never forms the |V|-wide product they speed up
 
     @torch.no_grad()
     def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:

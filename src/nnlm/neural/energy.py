@@ -219,8 +219,8 @@ class EnergyLM(NeuralLM):
     def steps_incrementally(self) -> bool:
         return False
 
-    def long_pass(self, tokens: int):
-        return super(NeuralLM, self).long_pass(tokens)  # no per-position tables: LanguageModel's plain pass
+    def builds_tables(self, tokens: int) -> bool:
+        return False  # no per-position tables: its scores are tanh units per word, not one |V|-wide product
 
     def _blocks(self, ctx: torch.Tensor, table: torch.Tensor):
         """(lo, y = -E [rows, |V|]) for each block of contexts, the word terms computed once."""

@@ -297,13 +297,19 @@ class NeuralLM(LanguageModel):
         and frees them after it."""
         from nnlm.neural import direct_tables
 
-        if self._tables is None and not self.unnormalized and \
-                direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device):
+        if self._tables is None and self.builds_tables(tokens):
             self._tables = direct_tables.position_tables(self.net, self.net.C)
         try:
             yield
         finally:
             self._tables = None
+
+    def builds_tables(self, tokens: int) -> bool:
+        """Whether a long normalized pass over `tokens` tokens builds the per-position tables (they pay and
+        fit): what `long_pass` does, and what the reproduce planner times a pass by."""
+        from nnlm.neural import direct_tables
+
+        return not self.unnormalized and direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device)
 
     def _tables_for(self, table: torch.Tensor):
         """The per-position tables, if built from `table` and the weights as they are now."""

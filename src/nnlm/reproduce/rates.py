@@ -32,12 +32,7 @@ RECORDED_TO = 0.1  # seconds: the resolution of the times in a run's per-epoch r
 def scoring_path(lm, tokens: int) -> str:
     """"tables" when a pass over `tokens` tokens builds the per-position tables (the test the pass
     itself makes, memory included), else "plain"."""
-    from nnlm.neural import direct_tables
-
-    net = lm.net
-    if net.config.output_classes or net.config.energy:  # their own exact paths: no |V|-wide product to tabulate
-        return "plain"
-    return "tables" if direct_tables.tables_pay(net, len(net.C), tokens, lm.device) else "plain"
+    return "tables" if lm.builds_tables(tokens) else "plain"
 
 
 def time_plain(lm, ctx: np.ndarray, targets: np.ndarray) -> float:
