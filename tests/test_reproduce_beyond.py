@@ -116,3 +116,31 @@ def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypa
     run = json.loads((out / deep["run"] / "run.json").read_text())
     assert run["model"]["order"] == 9 and run["model"]["layers"] == 2 and run["model"]["local"] == 4
     assert done["beyond:deep-mlp7"]["perplexity"]["valid"] <= deep["perplexity"]["valid"] + 1e-9
+
+
+def test_beyond_section_trains_the_papers_extensions(random_corpus, tmp_path, monkeypatch):
+    """The section's rows for the paper's section-5 extensions (the energy network with direct connections,
+    MLP1 with the class-factored output trained with the full softmax's loss) train, score and mix."""
+    import nnlm.reproduce.beyond as beyond
+
+    mine = {r.id: r for r in BEYOND_ROWS if isinstance(r, NetRow)}
+    rows = (NetRow("mlp7-seed0", "MLP7, seed 0", "mlp7", twin="mlp7"), mine["energy-direct"], mine["mlp1-classes"],
+            MixRow("ext", "energy + classes + MLP7, EM", ("energy-direct", "mlp1-classes", "mlp7-seed0"), "em"))
+    monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
+    out = tmp_path / "report"
+    reproduce(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False,
+              threads=1, beyond=True, beyond_minutes=0.3)
+    done = json.loads((out / "results.json").read_text())["rows"]
+    energy, classes = done["beyond:energy-direct"], done["beyond:mlp1-classes"]
+    for row in (energy, classes):
+        assert row["status"] != "skipped", row.get("note")
+    model = json.loads((out / energy["run"] / "run.json").read_text())["model"]
+    assert model["energy"] and model["direct"]
+    run = json.loads((out / classes["run"] / "run.json").read_text())
+    assert run["model"]["output_classes"] > 0 and run["loss"] == "full"
+    assert "--loss full" in classes["command"] and "--preset energy-direct" in energy["command"]
+    # EM starts from equal weights and never loses likelihood, so the mix is at least as good as the worst part
+    # (20 steps from there need not reach the best part when one part is far ahead)
+    parts = [r["perplexity"]["valid"] for r in (energy, classes, done["beyond:mlp7-seed0"])]
+    assert done["beyond:ext"]["perplexity"]["valid"] < max(parts)
+    assert sum(done["beyond:ext"]["mean_weights"]) == pytest.approx(1.0, abs=1e-3)

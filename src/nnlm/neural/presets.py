@@ -54,9 +54,11 @@ def has_class_output(name: str) -> bool:
 
 
 # The paper's section 5.1: MLP1's n, h, m with the output word's features in the hidden layer and E's
-# formula as the paper writes it (no direct connections; `--energy` on mlp1 keeps them).
+# formula as the paper writes it (no direct connections); `energy-direct` keeps MLP1's direct connections
+# (`--preset mlp1 --energy`), the better of the two on Brown's validation (docs/experiments/energy.md).
 EXTENSIONS: dict[str, dict[str, Any]] = {
     "energy": dict(order=5, hidden=50, features=60, direct=False, energy=True),
+    "energy-direct": dict(order=5, hidden=50, features=60, direct=True, energy=True),
 }
 
 

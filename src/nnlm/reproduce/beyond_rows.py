@@ -63,6 +63,10 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
     NetRow("deep-context", "deep-context (n = 9, 2 residual layer-normed hidden layers)", "deep-context"),
     mlp1_seed(1),
     NetRow("wide-context", "wide-context (n = 9, one hidden layer)", "wide-context"),
+    # the paper's own extensions (section 5; issue 35): its energy network with MLP1's direct connections,
+    # and MLP1 with the class-factored output layer (both factors exact softmaxes: the full softmax's loss)
+    NetRow("energy-direct", "energy network (section 5.1) with MLP1's direct connections", "energy-direct"),
+    NetRow("mlp1-classes", "MLP1 with the class-factored output layer", "mlp1-classes", loss="full"),
     mlp1_seed(2),
     MixRow("long-mlp1-ngrams-em", "long-context + MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
            ("long-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
@@ -70,6 +74,11 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
            ("deep-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
     MixRow("long-deep-ngrams-em", "long-context + deep-context + MLP1 + KN5 + class c = 500 + trigram, EM by "
            "context frequency", ("long-context", "deep-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
+    MixRow("extensions-ngrams-em", "energy-direct + class-factored MLP1 + MLP1 + KN5 + class c = 500 + trigram, "
+           "EM by context frequency", ("energy-direct", "mlp1-classes", "mlp1-seed0", *NGRAMS), "em-buckets"),
+    MixRow("long-extensions-ngrams-em", "long-context + energy-direct + class-factored MLP1 + KN5 + class c = 500 "
+           "+ trigram, EM by context frequency", ("long-context", "energy-direct", "mlp1-classes", *NGRAMS),
+           "em-buckets"),
     MixRow("ens-context2", "ensemble of deep-context and wide-context, equal weights",
            ("deep-context", "wide-context"), "equal"),
     MixRow("all-nets-ngrams-em", "deep-context + wide-context + 2 MLP1 + KN5 + class c = 500 + trigram, "
