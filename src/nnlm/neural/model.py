@@ -206,18 +206,9 @@ class NeuralLM(LanguageModel):
 
     `scoring` (nnlm.neural.scoring) is chosen here, once: exact fp32 (the default), the bf16 product, or
     y[target] without the softmax sum; `with_scoring` gives an adapter over the same net that scores
-    another way. `distribution` is always the exact softmax, `log_partition` always exact fp32.
-
-    The bf16 product (fp32 accumulation, its log-sum-exp read straight into fp32) is 3x faster than fp32
-    on CPUs with bf16 units and within ~1e-4 of the fp32 perplexity on Brown (MLP1 after one epoch: valid
-    360.367 in 11.2 s, against 360.339 in 37.5 s in fp32). Training uses it for its per-epoch validation,
-    which otherwise costs as much as a sampled-softmax epoch, when the hardware has bf16 units
-    (`run_config.bf16_is_fast`; without them the bf16 product is several times slower than fp32).
-    `nnlm eval` and every reported figure stay fp32 unless `--precision bf16` is asked. bf16 asks for
-    speed, not for rounding: a long pass that can take the direct connections' per-position tables
-    (`long_pass`) is scored exactly from them, which is faster than the bf16 product. Unnormalized
-    scores are approximate, meant for self-normalized nets (trained with --loss sampled or nce, log Z
-    near 0; see `log_partition`): those "probabilities" do not sum to 1 exactly."""
+    another way. A long normalized pass (`long_pass`) is scored exactly from the direct connections'
+    per-position tables when they pay and fit, whatever the precision (faster than the bf16 product).
+    `distribution` is always the exact softmax, `log_partition` always exact fp32."""
 
     def __init__(self, net: NPLM, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
                  scoring: Scoring = EXACT) -> None:

@@ -5,6 +5,14 @@
                                    normalized over V, ~1e-4 from fp32, several times faster on bf16 units
     Scoring(normalized=False)      y[w] itself, no softmax sum: for self-normalized nets (--loss sampled, nce)
 
+The bf16 product (fp32 accumulation, its log-sum-exp read straight into fp32) is 3x faster than fp32 on
+CPUs with bf16 units and within ~1e-4 of the fp32 perplexity on Brown (MLP1 after one epoch: valid 360.367
+in 11.2 s, against 360.339 in 37.5 s in fp32). Training uses it for its per-epoch validation, which otherwise
+costs as much as a sampled-softmax epoch, when the hardware has bf16 units (`run_config.bf16_is_fast`;
+without them the bf16 product is several times slower than fp32). `nnlm eval` and every reported figure
+stay fp32 unless `--precision bf16` is asked. Unnormalized scores are approximate, meant for self-normalized
+nets (log Z near 0: `NeuralLM.log_partition`): those "probabilities" do not sum to 1 exactly.
+
 An adapter (NeuralLM, ClassNeuralLM, EnergyLM) takes its Scoring in its constructor (`load_neural(...,
 scoring=)`, `language_model(..., scoring=)`) and keeps it for its life; `lm.with_scoring(s)` gives another
 adapter over the same net (the weights shared, not copied) that scores the other way. An adapter refuses a
