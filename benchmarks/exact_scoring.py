@@ -1,6 +1,6 @@
 """Exact scoring of a split by a Table 1 net, path by path, in the same process (issue 37, item 2):
 the plain fp32 path with the max subtracted in every column (before), the plain path with two passes
-(`nnlm.neural.model.SHIFT_EVERY_COLUMN = False`), the same a slice of V at a time (`V_SLICE`, now), the
+(`nnlm.neural.scoring.SHIFT_EVERY_COLUMN = False`), the same a slice of V at a time (`V_SLICE`, now), the
 per-position tables (their build included,
 as a long pass pays it once; nnlm.neural.direct_tables) and the bf16 product (for information: it
 moves a trained net's perplexity by more than the 0.05% issue 37 allows).
@@ -24,7 +24,8 @@ import torch
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
-from nnlm.neural import model as model_module
+from nnlm.neural import scoring as scoring_module
+from nnlm.neural.scoring import BF16
 
 
 def main() -> None:
@@ -54,31 +55,28 @@ def main() -> None:
     targets = corpus.train[:n].astype(np.int64)
     train_tokens = len(corpus.train)
 
-    def plain(shift: bool, v_slice: int = model_module.V_SLICE):
+    def plain(shift: bool, v_slice: int = scoring_module.V_SLICE):
         def score():
-            model_module.SHIFT_EVERY_COLUMN, model_module.V_SLICE = shift, v_slice
-            lm.bf16 = False
+            scoring_module.SHIFT_EVERY_COLUMN, scoring_module.V_SLICE = shift, v_slice
             return lm.log_prob(ctx, targets)
         return score
 
-    def bf16():
-        lm.bf16 = True
-        try:
-            return lm.log_prob(ctx, targets)
-        finally:
-            lm.bf16 = False
+    low = lm.with_scoring(BF16)  # the same net, scored by the bf16 product
 
-    default_slice = model_module.V_SLICE
+    def bf16():
+        return low.log_prob(ctx, targets)
+
+    default_slice = scoring_module.V_SLICE
 
     def tables():
-        model_module.SHIFT_EVERY_COLUMN, model_module.V_SLICE = False, default_slice
+        scoring_module.SHIFT_EVERY_COLUMN, scoring_module.V_SLICE = False, default_slice
         with lm.long_pass(train_tokens):  # builds them as a pass over the whole train split would
             return lm.log_prob(ctx, targets)
 
     whole = len(corpus.vocab)
     paths = {"before: plain fp32, max shift in every column": plain(True, whole),
              "plain fp32, two passes": plain(False, whole),
-             f"plain fp32, two passes, V in slices of {model_module.V_SLICE}": plain(False),
+             f"plain fp32, two passes, V in slices of {scoring_module.V_SLICE}": plain(False),
              "bf16 product (information)": bf16}
     if not args.no_tables:
         paths["per-position tables (build included)"] = tables
@@ -91,7 +89,7 @@ def main() -> None:
             lp = score()
             best[name] = min(best.get(name, np.inf), time.process_time() - cpu)
             ppl[name] = float(np.exp(-lp.mean()))
-    model_module.SHIFT_EVERY_COLUMN, model_module.V_SLICE = False, default_slice
+    scoring_module.SHIFT_EVERY_COLUMN, scoring_module.V_SLICE = False, default_slice
     print(f"{what}: {n:,} train tokens, {args.threads} thread(s), best of {args.rounds} rounds, CPU seconds; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     first = next(iter(paths))

@@ -33,6 +33,7 @@ from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
 from nnlm.neural import direct_tables
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.scoring import BF16
 
 AP_NET = {"order": 6, "hidden": 60, "features": 100, "direct": True}
 
@@ -79,13 +80,13 @@ def main() -> None:
     timed = {}
     direct_tables.TOKENS_PER_TABLE_ROW = 0  # "tables": built for any length
     for precision in args.precision.split(","):
-        model.bf16 = precision == "bf16"
+        scorer = model.with_scoring(BF16) if precision == "bf16" else model  # (shares the net's weights)
         start = time.perf_counter()
-        with model.long_pass(n) if precision == "tables" else contextlib.nullcontext():
-            if precision == "tables" and model._tables is None:
+        with scorer.long_pass(n) if precision == "tables" else contextlib.nullcontext():
+            if precision == "tables" and scorer._tables is None:
                 raise SystemExit("tables: not built (no direct connections, or too little free memory)")
             built = time.perf_counter() - start
-            log_probs = model.log_prob(ctx, targets)
+            log_probs = scorer.log_prob(ctx, targets)
         if precision == "tables":
             print(f"  tables built in {built:.1f} s")
         timed[precision] = (time.perf_counter() - start, float(np.exp(-log_probs.mean())),

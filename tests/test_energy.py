@@ -24,6 +24,7 @@ from nnlm.neural.energy import EnergyLM, EnergyNPLM, EnergySampledLoss, hidden_s
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.presets import preset, run_name
+from nnlm.neural.scoring import BF16, UNNORMALIZED
 
 SHAPES = [  # (n, h, m, direct, shared v)
     (3, 4, 3, False, False),
@@ -164,7 +165,7 @@ def test_distributions_sum_to_one_and_agree_with_log_prob(shape):
 
 def test_unnormalized_scores_are_minus_the_target_energy():
     net = energy_net(12, 3, 4, 3, True, False).float()
-    lm = language_model(net, vocab_of(12), "<p>", unnormalized=True)
+    lm = language_model(net, vocab_of(12), "<p>", scoring=UNNORMALIZED)
     rng = np.random.default_rng(1)
     ctx, tgt = rng.integers(0, 12, (50, 2)), rng.integers(0, 12, 50)
     e = written_out(net.double(), torch.as_tensor(ctx)).detach().numpy()[np.arange(50), tgt]
@@ -185,7 +186,7 @@ def test_states_and_unknown_words_go_through_the_language_model_interface():
     scores = lm.log_prob_text(["w1", "never-seen", "w3", "never-seen", "w4"])
     assert scores.shape == (5,) and np.isfinite(scores).all()
     with pytest.raises(NnlmError, match="fp32"):
-        lm.bf16 = True
+        lm.with_scoring(BF16)
 
 
 @pytest.mark.parametrize("fields", [dict(hidden=0), dict(layers=2), dict(layer_norm=True), dict(local=1)])

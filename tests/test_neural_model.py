@@ -14,6 +14,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.presets import PRESETS, preset
+from nnlm.neural.scoring import BF16
 
 
 def tiny(v=11, n=4, h=5, m=3, direct=True, seed=0) -> NPLM:
@@ -184,7 +185,7 @@ def test_bf16_scoring_is_close_to_fp32_and_leaves_the_weights_alone():
     ctx = np.random.default_rng(0).integers(0, 300, size=(400, 3))
     targets = np.random.default_rng(1).integers(0, 300, size=400)
     exact = NeuralLM(net, vocab_of(300), "<p>").log_prob(ctx, targets)
-    fast = NeuralLM(net, vocab_of(300), "<p>", bf16=True).log_prob(ctx, targets)
+    fast = NeuralLM(net, vocab_of(300), "<p>", scoring=BF16).log_prob(ctx, targets)
     assert fast.dtype == np.float64 and not np.array_equal(fast, exact)  # bf16 products really were used
     np.testing.assert_allclose(fast, exact, atol=0.05)  # per token: bf16 rounding of logits
     assert abs(np.exp(-fast.mean()) / np.exp(-exact.mean()) - 1) < 5e-3  # (2e-5 for MLP1 on Brown)

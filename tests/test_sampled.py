@@ -34,6 +34,7 @@ from nnlm.neural.sampled import (
     initial_bias,
     log_partition_stats,
 )
+from nnlm.neural.scoring import UNNORMALIZED
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
@@ -238,7 +239,7 @@ def test_unnormalized_scores_are_the_logits_and_differ_from_exact_by_log_z(neura
     rng = np.random.default_rng(0)
     ctx, tgt = rng.integers(0, len(lm.vocab), (50, 2)), rng.integers(0, len(lm.vocab), 50)
     exact = lm.log_prob(ctx, tgt)
-    raw = NeuralLM(lm.net, lm.vocab, lm.pad_token, unnormalized=True).log_prob(ctx, tgt)
+    raw = NeuralLM(lm.net, lm.vocab, lm.pad_token, scoring=UNNORMALIZED).log_prob(ctx, tgt)
     with torch.no_grad():
         logits = lm.net(torch.as_tensor(ctx)).double().gather(1, torch.as_tensor(tgt)[:, None])[:, 0].numpy()
     np.testing.assert_allclose(raw, logits, rtol=1e-5, atol=1e-5)

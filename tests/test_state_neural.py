@@ -12,6 +12,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import LMState, stream_log_probs
 from nnlm.mixture import Mixture
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.scoring import BF16, UNNORMALIZED
 
 
 @pytest.fixture(autouse=True)
@@ -164,7 +165,7 @@ def test_fallback_paths_agree_with_log_prob(mode):
     """Models the partial sums do not serve step through log_prob (the default), with its numbers."""
     model = neural_lm(h=0, direct=False) if mode == "bias-only" else neural_lm(dtype=torch.float32)
     if mode != "bias-only":
-        setattr(model, mode, True)
+        model = model.with_scoring({"unnormalized": UNNORMALIZED, "bf16": BF16}[mode])
     assert not model.steps_incrementally
     ids = text(41, 30)
     state = model.begin_state(2)

@@ -31,10 +31,11 @@ class ScoresUnknownWords(Protocol):
 
 
 @runtime_checkable
-class Unnormalizable(Protocol):
-    """Can score y[word] without the softmax sum (self-normalized neural models)."""
+class ChoosesScoring(Protocol):
+    """Scores by a Scoring fixed when it was made (nnlm.neural.scoring: exact, bf16, unnormalized), and gives
+    the same model scoring another way as a new object sharing its weights: neural models."""
 
-    unnormalized: bool
+    def with_scoring(self, scoring: Any) -> Any: ...
 
 
 @runtime_checkable

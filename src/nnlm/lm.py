@@ -10,7 +10,7 @@ functions take a model, and this module knows nothing of them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,14 +200,18 @@ def text_contexts(ids: np.ndarray, context_size: int, pad_id: int, history: np.n
 
 
 def chunked_log_probs(model: LanguageModel, stream: np.ndarray, first: int, count: int, pad_id: int,
-                      since_start: np.ndarray | None = None, chunk: int = EVAL_CHUNK) -> np.ndarray:
+                      since_start: np.ndarray | None = None, chunk: int = EVAL_CHUNK,
+                      log_prob: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """ln P of the `count` tokens stream[first:first + count], each given the n-1 ids before it in `stream`
     (`pad_id` before the stream's start), in calls of `chunk` positions: memory bounded by the chunk however
     long the stream, and the numbers of scoring it whole. The one chunked scorer every face uses.
 
     `since_start` (int [count]): how many tokens of its own text come before each token, for texts laid end
-    to end that are each scored from their start: context words from before a token's text are `pad_id`."""
+    to end that are each scored from their start: context words from before a token's text are `pad_id`.
+    `log_prob` (contexts, targets) -> ln P scores each chunk instead of `model.log_prob` (a caller that keeps
+    something else the model computes on the way: `nnlm eval`'s log Z)."""
     k = model.context_size
+    log_prob = log_prob or model.log_prob
     out = np.empty(count, dtype=np.float64)
     for lo in range(0, count, chunk):
         positions = np.arange(first + lo, first + min(lo + chunk, count))
@@ -215,7 +219,7 @@ def chunked_log_probs(model: LanguageModel, stream: np.ndarray, first: int, coun
         if since_start is not None and k:
             before = since_start[lo:lo + len(positions), None] < np.arange(k, 0, -1)[None, :]
             ctx = np.where(before, pad_id, ctx)
-        out[lo:lo + len(positions)] = model.log_prob(ctx, stream[positions].astype(np.int64))
+        out[lo:lo + len(positions)] = log_prob(ctx, stream[positions].astype(np.int64))
     return out
 
 
@@ -227,8 +231,10 @@ def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray 
         return chunked_log_probs(model, text_stream(ids, k, pad, history), k, len(ids), pad, chunk=chunk)
 
 
-def split_log_probs(model: LanguageModel, corpus: Corpus, split: str, chunk: int = EVAL_CHUNK) -> np.ndarray:
-    """log P of every token of `split`, each predicted from the tokens before it in the stream."""
+def split_log_probs(model: LanguageModel, corpus: Corpus, split: str, chunk: int = EVAL_CHUNK,
+                    log_prob: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """log P of every token of `split`, each predicted from the tokens before it in the stream (scored by
+    `log_prob` instead of `model.log_prob` when given, as `chunked_log_probs`)."""
     if model.vocab.fingerprint != corpus.vocab.fingerprint:
         raise NnlmError(f"the model's vocabulary ({len(model.vocab)} words) is not the corpus "
                         f"{corpus.name}'s ({len(corpus.vocab)} words): give the corpus it was built on "
@@ -238,7 +244,7 @@ def split_log_probs(model: LanguageModel, corpus: Corpus, split: str, chunk: int
         raise NnlmError(f"the {split} split has {len(ids)} tokens, fewer than the model's order {model.order}")
     with model.long_pass(len(ids)):
         return chunked_log_probs(model, corpus.stream(), corpus.split_offset(split), len(ids), corpus.pad_id,
-                                 chunk=chunk)
+                                 chunk=chunk, log_prob=log_prob)
 
 
 def perplexity_from_log_probs(log_probs: np.ndarray) -> float:

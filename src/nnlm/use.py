@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnlm.capabilities import Unnormalizable
+from nnlm.capabilities import ChoosesScoring
 from nnlm.data.corpus import Corpus
 from nnlm.data.tokenize import prompt_tokens
 from nnlm.data.vocab import PARAGRAPH, TEXT
@@ -28,11 +28,14 @@ __all__ = ["SplitScore", "TextScore", "generate", "next_context", "next_words", 
            "use_unnormalized"]
 
 
-def use_unnormalized(model: LanguageModel) -> None:
-    """Score y[word] without the softmax sum from now on (self-normalized neural models only)."""
-    if not isinstance(model, Unnormalizable):
+def use_unnormalized(model: LanguageModel) -> LanguageModel:
+    """`model` scoring y[word] without the softmax sum (self-normalized neural models only): a new model
+    sharing its weights (`with_scoring`); `model` itself is unchanged."""
+    if not isinstance(model, ChoosesScoring):
         raise NnlmError(f"--unnormalized applies to neural models only, not to {type(model).__name__}")
-    model.unnormalized = True
+    from nnlm.neural.scoring import UNNORMALIZED
+
+    return model.with_scoring(UNNORMALIZED)
 
 
 def score_lines(model: LanguageModel, lines: Iterable[str], carry_context: bool = True,

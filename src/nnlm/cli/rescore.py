@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     models = [load(path) for path in args.lm]
     govern_threads(args)
     if args.unnormalized:
-        for model in models:
-            use_unnormalized(model)
+        models = [use_unnormalized(model) for model in models]
     started = time.perf_counter()
     lm_names = add_lm_features(nbest, models, args.log_base)
     seconds = time.perf_counter() - started

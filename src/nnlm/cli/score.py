@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     model = load(args.model)
     govern_threads(args)
     if args.unnormalized:
-        use_unnormalized(model)
+        model = use_unnormalized(model)
     if args.split is not None:
         return _score_split(args, model)
     return _score_file(args, model)

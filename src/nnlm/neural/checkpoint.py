@@ -32,6 +32,7 @@ from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remo
 from nnlm.neural.config import LOSSES, bounds_of
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.nets import build_net, language_model
+from nnlm.neural.scoring import EXACT, Scoring
 
 RUN_FORMAT = "nnlm-neural-run/1"
 RUN, STATE, VOCAB, WEIGHTS = "run.json", "state.json", "vocab.json", "model.safetensors"
@@ -245,8 +246,8 @@ def load_weights(net: NPLM, path: Path) -> dict[str, str]:
     return meta
 
 
-def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
-    """The best model of a run directory, as a LanguageModel."""
+def load_neural(run_dir: Path | str, device: str = "cpu", scoring: Scoring = EXACT) -> NeuralLM:
+    """The best model of a run directory, as a LanguageModel scoring by `scoring` (nnlm.neural.scoring)."""
     run_dir = Path(run_dir)
     run, vocab, config = read_run(run_dir)
     if not (run_dir / WEIGHTS).exists():
@@ -254,7 +255,7 @@ def load_neural(run_dir: Path | str, device: str = "cpu") -> NeuralLM:
 
     net = build_net(config)
     load_weights(net, run_dir / WEIGHTS)
-    return language_model(net.to(device), vocab, run["pad_token"], device=device)
+    return language_model(net.to(device), vocab, run["pad_token"], device, scoring)
 
 
 # --- exact resume ----------------------------------------------------------------------------

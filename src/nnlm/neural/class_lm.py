@@ -3,10 +3,11 @@
 `NeuralLM` with its scoring paths replaced by the exact factored one: log P(w | h) = log P(class | h)
 + log P(w | class, h), in blocks of SCORE_TOKENS contexts, each block's tokens grouped by class. It is
 always exact and normalized, in fp32: the bf16 product and the direct connections' per-position
-tables speed up the |V|-wide product, which this model does not compute, so a bf16 request scores
-exactly and no tables are built; `--unnormalized` (reading one score without the softmax sum) has no
-meaning here and is refused. The stateful API (begin_state/advance) takes the LanguageModel default,
-which scores each step through `log_prob`; `distribution` is the whole factored distribution.
+tables speed up the |V|-wide product, which this model does not compute, so a bf16 Scoring scores
+exactly and no tables are built; an unnormalized Scoring (`--unnormalized`: one score without the
+softmax sum) has no meaning here and is refused. The stateful API (begin_state/advance) takes the
+LanguageModel default, which scores each step through `log_prob`; `distribution` is the whole factored
+distribution.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from nnlm import threads
 from nnlm.errors import NnlmError
 from nnlm.neural.class_output import ClassNPLM
 from nnlm.neural.model import EVAL_ROWS, NeuralLM
+from nnlm.neural.scoring import Scoring
 
 SCORE_TOKENS = 16384  # contexts per block: a class's product is then large enough to run near GEMM rate
 
@@ -29,19 +31,11 @@ class ClassNeuralLM(NeuralLM):
             raise NnlmError("ClassNeuralLM scores a net with a class-factored output layer")
         super().__init__(net, *args, **kwargs)
 
-    @property
-    def unnormalized(self) -> bool:
-        return False
-
-    @unnormalized.setter
-    def unnormalized(self, value: bool) -> None:
-        if value:
+    def check_scoring(self, scoring: Scoring) -> None:
+        super().check_scoring(scoring)
+        if not scoring.normalized:
             raise NnlmError("--unnormalized: this model's class-factored output layer is normalized exactly at "
                             "the cost of K + |V|/K scores per word; score it without --unnormalized")
-
-    @property
-    def takes_exact_path(self) -> bool:
-        return False  # (NeuralLM's |V|-wide exact path; this model has its own, always exact)
 
     @property
     def steps_incrementally(self) -> bool:
@@ -51,8 +45,9 @@ class ClassNeuralLM(NeuralLM):
         return False  # no per-position tables: the factored scoring never forms the |V|-wide product they speed up
 
     @torch.no_grad()
-    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
-        """log P(target | context), float64, block by block (memory bounded, threads re-checked per block)."""
+    def _score_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> tuple[np.ndarray, None]:
+        """(log P(target | context), None), float64, block by block (memory bounded, threads re-checked per
+        block): the factored scores never form log Z."""
         self.net.eval()
         out = np.empty(len(targets), dtype=np.float64)
         for lo in range(0, len(targets), SCORE_TOKENS):
@@ -60,7 +55,7 @@ class ClassNeuralLM(NeuralLM):
             x = self.net.embed(ctx[lo:lo + SCORE_TOKENS], table)
             scores = self.net.target_log_probs_from_features(x, targets[lo:lo + SCORE_TOKENS])
             out[lo:lo + len(x)] = scores.double().cpu().numpy()
-        return out
+        return out, None
 
     @torch.no_grad()
     def log_partition(self, contexts: np.ndarray) -> np.ndarray:

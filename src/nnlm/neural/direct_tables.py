@@ -111,9 +111,9 @@ def logits(net, t: PositionTables, table: torch.Tensor, c: torch.Tensor) -> torc
 
 
 @torch.no_grad()
-def scores(net, t: PositionTables, table: torch.Tensor, ctx: torch.Tensor, targets: torch.Tensor | None,
-           log_z: list | None = None) -> torch.Tensor:
-    """log P(target | context) (or log Z with targets None), float64 [N], for contexts [N, n-1].
+def scores(net, t: PositionTables, table: torch.Tensor, ctx: torch.Tensor, targets: torch.Tensor | None
+           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(log P(target | context), log Z), float64 [N] each, for contexts [N, n-1]; targets=None gives (log Z, None).
 
     log Z = log sum_w exp(y_w) in two passes over y (exp in place, sum) instead of four: the max is
     subtracted only in rows whose sum leaves SAFE_SUM (a logit above ~69, or all below ~-69), whose
@@ -121,6 +121,7 @@ def scores(net, t: PositionTables, table: torch.Tensor, ctx: torch.Tensor, targe
     from nnlm import threads
 
     out = torch.empty(len(ctx), dtype=torch.float64)
+    log_z = None if targets is None else torch.empty(len(ctx), dtype=torch.float64)
     for lo in range(0, len(ctx), ROWS):
         threads.check()
         c = ctx[lo:lo + ROWS]
@@ -134,6 +135,6 @@ def scores(net, t: PositionTables, table: torch.Tensor, ctx: torch.Tensor, targe
             top = again.amax(dim=1, keepdim=True)
             lse[redo] = again.sub_(top).exp_().sum(dim=1).log_().add_(top[:, 0])
         out[lo:lo + len(c)] = (lse if picked is None else picked - lse).double().cpu()
-        if log_z is not None and picked is not None:
-            log_z.append(lse.double().cpu().numpy())
-    return out
+        if log_z is not None:  # log Z comes free with log P
+            log_z[lo:lo + len(c)] = lse.double().cpu()
+    return out, log_z

@@ -19,7 +19,7 @@ instead of keeping it, so memory is O(N |V|) in training and O(EVAL_ROWS |V|) in
 NCE losses (`EnergySampledLoss`) reuse nnlm.neural.sampled's draws, inclusion probabilities, objective
 and row-wise Adam; they need tanh units only at the batch's targets and the K sampled words.
 `EnergyLM` is the LanguageModel adapter (nnlm.neural.nets picks the net and adapter from the config):
-exact fp32 scoring (bf16 is refused: the cost is tanh, not a product), the unnormalized shortcut, the
+exact fp32 scoring (a bf16 Scoring is refused: the cost is tanh, not a product), the unnormalized one, the
 paper's feature vector for unknown words; stateful stepping uses LanguageModel's default (recomputing
 each context), and the direct connections' per-position tables are not built (their saving is a small
 part of this net's cost).
@@ -37,6 +37,7 @@ from nnlm import threads
 from nnlm.errors import NnlmError
 from nnlm.neural.model import EVAL_ROWS, ModelConfig, NeuralLM
 from nnlm.neural.sampled import SampledLoss
+from nnlm.neural.scoring import Scoring, target_scores
 
 __all__ = ["EnergyLM", "EnergyNPLM", "EnergySampledLoss", "hidden_sums"]
 
@@ -198,22 +199,14 @@ class EnergyNPLM(nn.Module):
 
 class EnergyLM(NeuralLM):
     """An EnergyNPLM behind the LanguageModel interface: exact scoring in fp32 (float64 out), blocks of
-    EVAL_ROWS contexts with the word terms computed once per call; `unnormalized=True` scores -E(target)
+    EVAL_ROWS contexts with the word terms computed once per call; an unnormalized scoring reads -E(target)
     alone (h tanh units a token). States step through LanguageModel's default path."""
 
-    @property
-    def bf16(self) -> bool:
-        return False
-
-    @bf16.setter
-    def bf16(self, value: bool) -> None:
-        if value:
+    def check_scoring(self, scoring: Scoring) -> None:
+        super().check_scoring(scoring)
+        if scoring.precision == "bf16":
             raise NnlmError("bf16 scoring is for the MLP's output product; the energy network scores in fp32 "
                             "(its cost is tanh units)")
-
-    @property
-    def takes_exact_path(self) -> bool:
-        return not self.unnormalized
 
     @property
     def steps_incrementally(self) -> bool:
@@ -231,22 +224,20 @@ class EnergyLM(NeuralLM):
             yield lo, self.net.logits_from_features(self.net.embed(ctx[lo:lo + EVAL_ROWS], table), terms)
 
     @torch.no_grad()
-    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
-        out = np.empty(len(targets), dtype=np.float64)
-        if self.unnormalized:
+    def _score_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(log P, log Z) exactly, or (-E(target), None) unnormalized."""
+        if not self.scoring.normalized:
             self.net.eval()
-            for lo in range(0, len(targets), EVAL_ROWS):
-                threads.check()
-                x = self.net.embed(ctx[lo:lo + EVAL_ROWS], table)
-                out[lo:lo + len(x)] = self.net.target_logits(x, targets[lo:lo + EVAL_ROWS]).double().cpu().numpy()
-            return out
+            return target_scores(self.net, ctx, targets, table, EVAL_ROWS), None
+        out = np.empty(len(targets), dtype=np.float64)
+        log_z = np.empty(len(targets), dtype=np.float64)
         for lo, y in self._blocks(ctx, table):
             lse = torch.logsumexp(y, dim=1)
             picked = y.gather(1, targets[lo:lo + len(y), None])[:, 0]
             out[lo:lo + len(y)] = (picked - lse).double().cpu().numpy()
-            if self.log_z_sink is not None:
-                self.log_z_sink.append(lse.double().cpu().numpy())
-        return out
+            log_z[lo:lo + len(y)] = lse.double().cpu().numpy()  # log Z comes free with log P
+        return out, log_z
 
     @torch.no_grad()
     def log_partition(self, contexts: np.ndarray) -> np.ndarray:

@@ -38,9 +38,6 @@ class RunEvaluation:
     valid_log_z: tuple[float, float] | None  # mean, std (self-normalization)
 
 
-PRECISIONS = ("fp32", "bf16")
-
-
 def evaluate_run(run_dir: str | Path, splits: list[str], device: str = "cpu", log_z: bool = False,
                  precision: str = "fp32") -> RunEvaluation:
     """Perplexity of the run's model on `splits` of the corpus it was trained on; log Z on valid when
@@ -51,23 +48,19 @@ def evaluate_run(run_dir: str | Path, splits: list[str], device: str = "cpu", lo
     from nnlm.data.provenance import load_recorded_corpus
     from nnlm.lm import perplexity
     from nnlm.neural.checkpoint import load_neural, read_run
+    from nnlm.neural.scoring import Scoring
 
-    if precision not in PRECISIONS:
-        raise NnlmError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
-    lm = load_neural(run_dir, device=device)
-    lm.bf16 = precision == "bf16"
+    lm = load_neural(run_dir, device=device, scoring=Scoring(precision=precision))
     run, _, config = read_run(Path(run_dir))
     corpus = load_recorded_corpus(run)
     want_log_z = log_z or run.get("loss", "full") != "full"
     started = time.perf_counter()
     ppl, stats = {}, None
     for split in splits:
-        lm.log_z_sink = [] if want_log_z and split == "valid" and lm.takes_exact_path else None
-        ppl[split] = perplexity(lm, corpus, split)
-        if lm.log_z_sink:  # log Z of valid from the same pass, not a second one
-            values = np.concatenate(lm.log_z_sink)
-            stats = float(values.mean()), float(values.std())
-    lm.log_z_sink = None
+        if want_log_z and split == "valid" and lm.scoring.exact:  # (bf16: log Z in fp32, by the pass below)
+            ppl[split], stats = perplexity_and_log_z(lm, corpus, split)
+        else:
+            ppl[split] = perplexity(lm, corpus, split)
     seconds = time.perf_counter() - started
     if want_log_z and stats is None:
         from nnlm.neural.sampled import log_partition_stats
@@ -76,3 +69,22 @@ def evaluate_run(run_dir: str | Path, splits: list[str], device: str = "cpu", lo
     return RunEvaluation(str(run_dir), run_name(run["preset"], config), run["preset"], corpus.name,
                          len(corpus.vocab), config.to_dict(), config.parameter_count(), ppl,
                          sum(len(corpus.split(s)) for s in splits), seconds, stats)
+
+
+def perplexity_and_log_z(lm, corpus, split: str) -> tuple[float, tuple[float, float] | None]:
+    """Perplexity of `split` and the mean and standard deviation of its log Z, from one pass: the log Z
+    that `lm.log_prob_and_log_z` computed on the way (None if the pass computed none: a second pass then)."""
+    from nnlm.lm import perplexity_from_log_probs, split_log_probs
+
+    log_zs = []
+
+    def log_prob(contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        log_p, log_z = lm.log_prob_and_log_z(contexts, targets)
+        log_zs.append(log_z)
+        return log_p
+
+    ppl = perplexity_from_log_probs(split_log_probs(lm, corpus, split, log_prob=log_prob))
+    if not log_zs or any(z is None for z in log_zs):
+        return ppl, None
+    values = np.concatenate(log_zs)
+    return ppl, (float(values.mean()), float(values.std()))

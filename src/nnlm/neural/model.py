@@ -28,6 +28,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState, text_contexts
 from nnlm.neural.dropout import dropout as seeded_dropout
 from nnlm.neural.model_config import ModelConfig
+from nnlm.neural.scoring import EXACT, Scoring, exact_scores, softmax_scores, target_scores
 
 __all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "NeuralLM", "score_rows"]
 
@@ -35,13 +36,6 @@ EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distr
 SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):
 # larger blocks keep the output product near the CPU's large-matrix rate; one buffer for the whole call costs
 # no page faults (a fresh 73 MB tensor per block was mmap'd and faulted anew every time)
-SHIFT_EVERY_COLUMN = False  # True: the exact path subtracts each column's max before exp (the path before
-# issue 37, kept for benchmarks/exact_scoring.py), instead of only in the columns whose sum leaves SAFE_SUM
-
-
-V_SLICE = 512  # exact path: output rows per product, so that exp and the sum read a slice still in the cache
-# (512 x ~900 contexts x 4 bytes = 1.8 MB) instead of a 64 MB block from memory twice; >= |V|: all at once.
-# Brown MLP1, one thread, tokens per CPU-second: 256 rows 13.1k, 512 12.6k, 1024 12.5k, 4096 11.4k, all 10.6k
 
 
 def score_rows(vocab_size: int) -> int:
@@ -208,48 +202,51 @@ class NPLM(NPLMParameters):
 
 
 class NeuralLM(LanguageModel):
-    """An NPLM behind the LanguageModel interface: NumPy in, float64 NumPy out, scored in chunks.
+    """An NPLM behind the LanguageModel interface: NumPy in, float64 NumPy out, scored in blocks.
 
-    `unnormalized=True` makes `log_prob` return y[target] itself, skipping the softmax sum (and the
-    |V|-wide product): approximate, meant for self-normalized models (trained with --loss sampled or
-    nce, log Z near 0; see `log_partition`); those "probabilities" do not sum to 1 exactly.
-    `distribution` is always the exact softmax.
-
-    `bf16=True` computes the output layer as one bf16 product (fp32 accumulation) and reads its
-    log-sum-exp straight into fp32 (no fp32 copy of the logits): 3x faster than fp32 on CPUs with
-    bf16 units and within ~1e-4 of the fp32 perplexity on Brown (MLP1 after one epoch: valid
-    360.367 in 11.2 s, against 360.339 in 37.5 s in fp32). Training uses it for its per-epoch
-    validation, which otherwise costs as much as a sampled-softmax epoch, when the hardware has bf16
-    units (`run_config.bf16_is_fast`; without them the bf16 product is several times slower than fp32).
-    `nnlm eval` and every reported figure stay fp32 unless `--precision bf16` is asked. bf16 asks for
-    speed, not for rounding: a long pass that can take the direct connections' per-position tables
-    (`long_pass`) is scored exactly from them, which is faster than the bf16 product."""
+    `scoring` (nnlm.neural.scoring) is chosen here, once: exact fp32 (the default), the bf16 product, or
+    y[target] without the softmax sum; `with_scoring` gives an adapter over the same net that scores
+    another way. A long normalized pass (`long_pass`) is scored exactly from the direct connections'
+    per-position tables when they pay and fit, whatever the precision (faster than the bf16 product).
+    `distribution` is always the exact softmax, `log_partition` always exact fp32."""
 
     def __init__(self, net: NPLM, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
-                 unnormalized: bool = False, bf16: bool = False) -> None:
+                 scoring: Scoring = EXACT) -> None:
         if net.config.vocab_size != len(vocab):
             raise NnlmError(f"the network has {net.config.vocab_size} outputs but the vocabulary "
                             f"{len(vocab)} words")
+        self.check_scoring(scoring)
         self.net = net
         self.vocab = vocab
         self.order = net.config.order
         self.pad_token = pad_token
         self.device = torch.device(device)
-        self.unnormalized = unnormalized
-        self.bf16 = bf16
-        self.log_z_sink: list[np.ndarray] | None = None  # if a list: the exact path appends each block's log Z
+        self._scoring = scoring
         self._tables = None  # direct_tables.PositionTables during a long pass that builds them
         self._stepper = None  # (weights version, stepper.NeuralStepper): the stateful API's terms and cache
         self._joined = None   # (key, [W, U, b]): the exact path's output matrix, joined once per weights version
         self.step_cache_bytes: int | None = None  # the stepper's direct-rows cache budget (None: its default)
 
+    @property
+    def scoring(self) -> Scoring:
+        """How this adapter scores, fixed when it was made (`with_scoring` for another)."""
+        return self._scoring
+
+    def with_scoring(self, scoring: Scoring) -> NeuralLM:
+        """This model scoring by `scoring`: a new adapter of the same class over the same net (its weights
+        shared, not copied); this one is unchanged."""
+        other = type(self)(self.net, self.vocab, self.pad_token, self.device, scoring)
+        other.step_cache_bytes = self.step_cache_bytes
+        return other
+
+    def check_scoring(self, scoring: Scoring) -> None:
+        """Raise NnlmError for a Scoring this adapter cannot honour (subclasses refuse what has no meaning
+        for their net)."""
+        if not isinstance(scoring, Scoring):
+            raise NnlmError(f"scoring must be a nnlm.neural.scoring.Scoring, not {type(scoring).__name__}")
+
     def parameter_count(self) -> int:
         return self.net.config.parameter_count()
-
-    @property
-    def takes_exact_path(self) -> bool:
-        """log_prob goes through `_exact_log_probs` (fp32, normalized, a net with W or H)."""
-        return not self.unnormalized and not self.bf16 and (self.net.W is not None or self.net.H is not None)
 
     def _check(self, contexts: np.ndarray) -> torch.Tensor:
         contexts = np.asarray(contexts)
@@ -259,36 +256,52 @@ class NeuralLM(LanguageModel):
             raise NnlmError("contexts hold ids outside the vocabulary")
         return torch.as_tensor(contexts.astype(np.int64, copy=False), device=self.device)
 
+    def _check_targets(self, targets: np.ndarray, rows: int) -> torch.Tensor:
+        targets = np.asarray(targets)
+        if targets.shape != (rows,):
+            raise NnlmError(f"targets must have shape [{rows}], got {list(targets.shape)}")
+        if targets.size and (targets.min() < 0 or targets.max() >= len(self.vocab)):
+            raise NnlmError("targets hold ids outside the vocabulary")
+        return torch.as_tensor(targets.astype(np.int64, copy=False), device=self.device)
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        return self.log_prob_and_log_z(contexts, targets)[0]
+
+    def log_prob_and_log_z(self, contexts: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(log P(target | context), log Z of each context), float64 [N] each, from one pass: log Z is what
+        the pass computed on the way (the exact fp32 path, the per-position tables), None where it computed
+        none (bf16 product, unnormalized, a net whose y is b alone)."""
+        ctx = self._check(contexts)
+        return self._score_ids(ctx, self._check_targets(targets, len(ctx)), self.net.C.detach())
+
+    @property
+    def _has_product(self) -> bool:
+        """y has a |V|-wide product (W or H): the exact and bf16 paths; without one y = b."""
+        return self.net.W is not None or self.net.H is not None
+
     @torch.no_grad()
-    def _log_prob_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> np.ndarray:
-        """log softmax(y(x))[target] where x concatenates rows of `table` (C, or C extended with
-        unknown words' features) for the context ids, built block by block -- memory stays bounded
-        however long the text -- and returned as float64. The thread governor is re-checked per block."""
+    def _score_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+        """`log_prob_and_log_z` where x concatenates rows of `table` (C, or C extended with unknown words'
+        features) for the context ids: by the adapter's scoring, or, normalized, exactly from the
+        per-position tables when a long pass built them (faster than either product)."""
         self.net.eval()
-        if self.takes_exact_path or (not self.unnormalized and self._tables_for(table) is not None):
-            return self._exact_log_probs(ctx, targets, table)
-        out = np.empty(len(targets), dtype=np.float64)
-        low = self.bf16 and (self.net.W is not None or self.net.H is not None)  # (y = b alone: no product)
-        weights16 = None
-        for lo in range(0, len(targets), EVAL_ROWS):
-            threads.check()
-            x = self.net.embed(ctx[lo:lo + EVAL_ROWS], table)
-            if self.unnormalized:
-                out[lo:lo + len(x)] = self.net.target_logits(x, targets[lo:lo + EVAL_ROWS]).double().cpu().numpy()
-                continue
-            if low:  # one bf16 product y = b + [x, a] [W, U]^T; its log-sum-exp read straight into fp32
-                zs, ws = self.net.output_operands_from_features(x)
-                if weights16 is None:  # cast once per call, not per chunk
-                    weights16 = torch.cat(ws, dim=1).to(torch.bfloat16), self.net.b.to(torch.bfloat16)
-                y = torch.addmm(weights16[1], torch.cat(zs, dim=1).to(torch.bfloat16), weights16[0].t())
-                lse = torch.empty(len(y), dtype=torch.float32, device=y.device)
-                torch.logsumexp(y, dim=1, out=lse)
-            else:
-                y = self.net.logits_from_features(x)
-                lse = torch.logsumexp(y, dim=1)
-            picked = y.gather(1, targets[lo:lo + EVAL_ROWS, None])[:, 0].to(lse.dtype)
-            out[lo:lo + len(picked)] = (picked - lse).double().cpu().numpy()
-        return out
+        if not self.scoring.normalized:
+            return target_scores(self.net, ctx, targets, table, EVAL_ROWS), None
+        if self._has_product and (self.scoring.precision == "fp32" or self._tables_for(table) is not None):
+            return self._exact_scores(ctx, targets, table)
+        return softmax_scores(self.net, ctx, targets, table, EVAL_ROWS, bf16=self._has_product), None
+
+    def _exact_scores(self, ctx: torch.Tensor, targets: torch.Tensor | None, table: torch.Tensor
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
+        """scoring.exact_scores, or direct_tables.scores when a long pass built the tables (same contract)."""
+        tables = self._tables_for(table)
+        if tables is None:
+            return exact_scores(self.net, self._output_weights(), ctx, targets, table, score_rows(len(self.net.b)))
+        from nnlm.neural.direct_tables import scores
+
+        log_p, log_z = scores(self.net, tables, table, ctx, targets)
+        return log_p.numpy(), None if log_z is None else log_z.numpy()
 
     @contextmanager
     def long_pass(self, tokens: int) -> Iterator[None]:
@@ -309,7 +322,7 @@ class NeuralLM(LanguageModel):
         fit): what `long_pass` does, and what the reproduce planner times a pass by."""
         from nnlm.neural import direct_tables
 
-        return not self.unnormalized and direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device)
+        return self.scoring.normalized and direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device)
 
     def _tables_for(self, table: torch.Tensor):
         """The per-position tables, if built from `table` and the weights as they are now."""
@@ -322,94 +335,24 @@ class NeuralLM(LanguageModel):
             return None
         return self._tables
 
-    def _exact_log_probs(self, ctx: torch.Tensor, targets: torch.Tensor | None, table: torch.Tensor) -> np.ndarray:
-        """The exact fp32 path: y^T = [W, U, b] [x, tanh(d + Hx), 1]^T as one product per V_SLICE output
-        rows, slice x rows -- the orientation in which the CPU's GEMM runs at its large-matrix rate (rows x
-        |V| ran ~1/3 slower at MLP1's K = 290), b folded in as a column so no pass copies it into the
-        buffer first -- into one buffer reused for every block; each slice is exponentiated in place and
-        summed into log Z while it is still in the cache, as direct_tables.scores does without the max:
-        columns whose sum leaves SAFE_SUM (a logit above ~69, or all below ~-69) are computed again with
-        the max subtracted; elsewhere every term is accurate to fp32 rounding. The target's logit is its
-        own dot product. (The whole |V| x rows product then max, subtract, exp and sum from memory,
-        `SHIFT_EVERY_COLUMN`, scored a Brown MLP1 pass 1.5x slower: docs/performance.md, "The main job".)
-        The same formula as `logits_from_features`, its products summed in one (fp32 rounding).
-        targets=None gives log Z = log sum_w exp(y_w) of each context instead."""
-        net = self.net
-        tables = self._tables_for(table)
-        if tables is not None:
-            from nnlm.neural.direct_tables import scores
-
-            sink = self.log_z_sink if targets is not None else None
-            return scores(net, tables, table, ctx, targets, sink).numpy()
-        from nnlm.neural.direct_tables import SAFE_SUM
-
-        rows, v, n = score_rows(len(net.b)), len(net.b), len(ctx)
-        out = torch.empty(n, dtype=torch.float64)
-        weights = self._output_weights()  # [|V|, K + 1], zs' order, then b
-        flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
-        ones = torch.ones(min(rows, n), 1, dtype=weights.dtype, device=weights.device)
-        for lo in range(0, n, rows):
-            threads.check()
-            x = net.embed(ctx[lo:lo + rows], table)
-            zs, _ = net.output_operands_from_features(x)
-            z = torch.cat([*zs, ones[:len(x)]], dim=1)
-            if SHIFT_EVERY_COLUMN or v <= V_SLICE:
-                y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
-                torch.mm(weights, z.t(), out=y)
-                picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
-            if SHIFT_EVERY_COLUMN:
-                top = y.amax(dim=0, keepdim=True)
-                lse = y.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
-            else:
-                if v <= V_SLICE:
-                    lse = y.exp_().sum(dim=0)
-                else:  # the product a slice of V at a time, each slice exponentiated and summed while cached
-                    picked = None if targets is None else (weights[targets[lo:lo + rows]] * z).sum(dim=1)
-                    lse = torch.zeros(len(x), dtype=weights.dtype, device=weights.device)
-                    for start in range(0, v, V_SLICE):
-                        part = weights[start:start + V_SLICE]
-                        y = flat[:len(part) * len(x)].view(len(part), len(x))
-                        torch.mm(part, z.t(), out=y)
-                        lse += y.exp_().sum(dim=0)
-                redo = ~((lse > SAFE_SUM[0]) & (lse < SAFE_SUM[1]))  # (NaN included)
-                lse.log_()
-                if bool(redo.any()):
-                    again = weights @ z[redo].t()
-                    top = again.amax(dim=0, keepdim=True)
-                    lse[redo] = again.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
-            out[lo:lo + len(x)] = (lse if picked is None else picked - lse).double().cpu()
-            if self.log_z_sink is not None and picked is not None:  # log Z comes free with log P
-                self.log_z_sink.append(lse.double().cpu().numpy())
-        return out.numpy()
-
     def _output_weights(self) -> torch.Tensor:
-        """[W, U, b] as one [|V|, K + 1] matrix, joined once for the weights as they are (a 20 MB copy at every
-        log_prob call for MLP1 otherwise, which dominated short calls: a decoder's beam, a server's request).
-        Keyed by each matrix's storage and in-place version, so training or a move to another device
-        makes a new one."""
+        """[W, U, b] as one [|V|, K + 1] matrix (zs' order, then b), joined once for the weights as they are
+        (a 20 MB copy at every log_prob call for MLP1 otherwise, which dominated short calls: a decoder's
+        beam, a server's request). Keyed by each matrix's storage and in-place version, so training or a
+        move to another device makes a new one."""
         mats = [w for w in (self.net.W, self.net.U) if w is not None] + [self.net.b[:, None]]
         key = tuple((w.data_ptr(), w._version, str(w.device)) for w in mats)
         if self._joined is None or self._joined[0] != key:
             self._joined = key, torch.cat([w.detach() for w in mats], dim=1)
         return self._joined[1]
 
-    def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        ctx = self._check(contexts)
-        targets = np.asarray(targets)
-        if targets.shape != (len(ctx),):
-            raise NnlmError(f"targets must have shape [{len(ctx)}], got {list(targets.shape)}")
-        if targets.size and (targets.min() < 0 or targets.max() >= len(self.vocab)):
-            raise NnlmError("targets hold ids outside the vocabulary")
-        targets = torch.as_tensor(targets.astype(np.int64, copy=False), device=self.device)
-        return self._log_prob_ids(ctx, targets, self.net.C.detach())
-
     @torch.no_grad()
     def log_partition(self, contexts: np.ndarray) -> np.ndarray:
         """log Z = log sum_w exp(y_w), float64 [N]: 0 for a perfectly self-normalized model."""
         ctx = self._check(contexts)
         self.net.eval()
-        if self.net.W is not None or self.net.H is not None:
-            return self._exact_log_probs(ctx, None, self.net.C.detach())
+        if self._has_product:
+            return self._exact_scores(ctx, None, self.net.C.detach())[0]
         out = np.empty(len(ctx), dtype=np.float64)
         for lo in range(0, len(ctx), EVAL_ROWS):
             threads.check()
@@ -456,7 +399,7 @@ class NeuralLM(LanguageModel):
             ctx = torch.as_tensor(windows[pos][None, :], device=self.device)
             table[ids[pos]] = self.net.expected_features(x=self.net.embed(ctx, table))[0]
         targets = torch.as_tensor(np.where(ids >= v, self.vocab.unk_id, ids), device=self.device)
-        return self._log_prob_ids(torch.as_tensor(windows, device=self.device), targets, table)
+        return self._score_ids(torch.as_tensor(windows, device=self.device), targets, table)[0]
 
     @property
     def config(self) -> ModelConfig:
@@ -466,9 +409,9 @@ class NeuralLM(LanguageModel):
 
     @property
     def steps_incrementally(self) -> bool:
-        """Whether begin_state/advance keep partial sums (exact, normalized, fp32 or float64 nets with W or
-        H); unnormalized and bf16 models take the default path through log_prob, so their numbers agree."""
-        return not self.unnormalized and not self.bf16 and (self.net.W is not None or self.net.H is not None)
+        """Whether begin_state/advance keep partial sums (exact scoring, fp32 or float64 nets with W or H);
+        unnormalized and bf16 scorings take the default path through log_prob, so their numbers agree."""
+        return self.scoring.exact and self._has_product
 
     def state_owner(self) -> str:
         """The default owner, and the weights' version: a state's sums are stale once the net is trained."""

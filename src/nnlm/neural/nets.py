@@ -11,6 +11,7 @@ from torch import nn
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.scoring import EXACT, Scoring
 
 __all__ = ["build_net", "language_model"]
 
@@ -29,15 +30,15 @@ def build_net(config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.
 
 
 def language_model(net: nn.Module, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
-                   unnormalized: bool = False, bf16: bool = False) -> NeuralLM:
-    """`net` (from `build_net`) behind the LanguageModel interface: NeuralLM, ClassNeuralLM (always exact fp32
-    scoring) or EnergyLM."""
+                   scoring: Scoring = EXACT) -> NeuralLM:
+    """`net` (from `build_net`) behind the LanguageModel interface, scoring by `scoring` (nnlm.neural.scoring):
+    NeuralLM, ClassNeuralLM (always exact fp32 scoring) or EnergyLM."""
     if net.config.energy:
         from nnlm.neural.energy import EnergyLM
 
-        return EnergyLM(net, vocab, pad_token, device, unnormalized, bf16)
+        return EnergyLM(net, vocab, pad_token, device, scoring)
     if net.config.output_classes:
         from nnlm.neural.class_lm import ClassNeuralLM
 
-        return ClassNeuralLM(net, vocab, pad_token, device=device)
-    return NeuralLM(net, vocab, pad_token, device, unnormalized, bf16)
+        return ClassNeuralLM(net, vocab, pad_token, device, scoring)
+    return NeuralLM(net, vocab, pad_token, device, scoring)

@@ -49,6 +49,7 @@ from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.pipeline import TRAINERS, build_optimizer, nothing_left_to_do, prepare
 from nnlm.neural.presets import energy_requested
 from nnlm.neural.run_config import Run, open_corpus, pick_device
+from nnlm.neural.scoring import BF16, EXACT
 from nnlm.neural.train import run_setup, train_with
 from nnlm.neural.trainer import Trainer, TrainingSetup
 from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
@@ -276,7 +277,7 @@ class DDPTrainer(_RankTrainer):
 
     def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel:
         """Every rank scores its share of the validation positions with its replica (a collective)."""
-        lm = language_model(self.net, corpus.vocab, corpus.pad_token, device=self.device, bf16=bool(self.run.bf16))
+        lm = language_model(self.net, corpus.vocab, corpus.pad_token, self.device, BF16 if self.run.bf16 else EXACT)
         return RowShardedLM(lm, self.device)
 
     def describe(self) -> str:

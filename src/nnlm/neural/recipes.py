@@ -16,7 +16,7 @@ torch at the top, so that the command-line help can list the recipes and their v
   the hidden layer, learning rate 1e-3 x 0.7 per epoch, and the
   output layer with its softmax in bf16 (`softmax_loss`; fp32 weights, optimizer and loss value)
   where the hardware has bf16; chosen by measurement on Brown (see README). The per-epoch
-  validation of a bf16 run uses bf16 products too (`NeuralLM(bf16=True)`, ~1e-4 relative);
+  validation of a bf16 run uses bf16 products too (`Scoring(precision="bf16")`, ~1e-4 relative);
   `nnlm eval` and the reproduction's figures are fp32.
 - `sampled`: the default with `--loss sampled` / `nce`: `modern` with learning rate 2e-3, weight
   decay 0.2 and dropout 0.05 (measured on Brown, see README).

@@ -217,7 +217,7 @@ class RowAdam:
 
 def log_partition_stats(lm, corpus, split: str = "valid") -> tuple[float, float]:
     """Mean and standard deviation of log Z over the positions of a split (contexts as `nnlm.lm` builds them):
-    how far scoring without the softmax sum (`NeuralLM(unnormalized=True)`) is from exact."""
+    how far scoring without the softmax sum (the UNNORMALIZED Scoring, nnlm.neural.scoring) is from exact."""
     from nnlm.lm import EVAL_CHUNK, contexts
 
     stream, start, n = corpus.stream(), corpus.split_offset(split), len(corpus.split(split))

@@ -27,6 +27,7 @@ from nnlm.neural.config import SessionOptions
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.nets import language_model
 from nnlm.neural.run_config import Run
+from nnlm.neural.scoring import BF16, EXACT
 from nnlm.neural.stop_signals import StopRequest
 from nnlm.progress import Silent
 
@@ -144,8 +145,9 @@ class Trainer:
         host (benchmarks/exact_scoring.py; docs/performance.md, "The main job")."""
         if not self.writer:
             return None
-        return language_model(whole_net, corpus.vocab, corpus.pad_token, device=next(whole_net.parameters()).device,
-                              bf16=bool(self.run.bf16) and self.run.loss == "full")
+        bf16 = bool(self.run.bf16) and self.run.loss == "full"
+        return language_model(whole_net, corpus.vocab, corpus.pad_token, next(whole_net.parameters()).device,
+                              BF16 if bf16 else EXACT)
 
     def close(self) -> None:
         """Release what the trainer started (worker processes); called when training ends, however it ends."""
