@@ -74,6 +74,21 @@ def matmul_rates(batch: int, k: int, v: int, dtype: torch.dtype, seconds: float)
     return rates
 
 
+def optimizer_seconds(path: TrainingPath, seconds: float) -> float:
+    """Seconds per step of nnlm's own optimizer alone (the run's, on its net, gradients present): the part of
+    a step that streams every parameter through memory, which the products' roofline leaves out."""
+    optimizer = path.trainer.optimizer
+    for p in path.trainer.net.parameters():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    optimizer.step(0, 1)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        optimizer.step(0, 1)
+        n += 1
+    return (time.perf_counter() - start) / n
+
+
 def reference_trainer(cfg: ModelConfig, autocast: bool, data) -> Callable[[float], int]:
     """Train the reference for about `seconds` on the next batches of `data`; returns the tokens."""
     model = Reference(cfg)
@@ -153,12 +168,14 @@ def main() -> None:
     tokens = {name: 0 for name in contenders}
     seconds = {name: 0.0 for name in contenders}
     flop_seconds = {dtype: {} for dtype in dtypes}  # dtype -> product -> [seconds per FLOP, summed over rounds]
+    optimizer_total = 0.0
     per_round = args.seconds / args.rounds
     print(f"{args.rounds} interleaved rounds: matmul rates, then {per_round:.0f} s of each contender; {load()}")
     for _ in range(args.rounds):
         for dtype in dtypes:
             for name, r in matmul_rates(batch, k, v, dtype, 0.5).items():
                 flop_seconds[dtype][name] = flop_seconds[dtype].get(name, 0.0) + 1.0 / r
+        optimizer_total += optimizer_seconds(path, 0.5)
         for name, train_for in contenders.items():
             start = time.perf_counter()
             tokens[name] += train_for(per_round)
@@ -174,6 +191,14 @@ def main() -> None:
         detail = "; ".join(f"{r / 1e9:.0f}" for r in rates.values())
         print(f"    {str(dtype).removeprefix('torch.'):<9} {mean_rate / 1e9:6.0f} GFLOP/s ({detail}) "
               f"-> roofline {roofline[dtype]:7,.0f} tokens/s")
+    step_products = batch / top_rate if (top_rate := roofline[torch.bfloat16 if bf16 else torch.float32]) else 0.0
+    optimizer_step = optimizer_total / args.rounds
+    bound = step_products / (step_products + optimizer_step)
+    parameters = sum(p.numel() for p in path.trainer.net.parameters())
+    print(f"    the optimizer alone ({args.recipe}: {type(path.trainer.optimizer).__name__}, "
+          f"{parameters:,} parameters): {optimizer_step * 1e3:.2f} ms a step "
+          f"against the products' {step_products * 1e3:.2f} ms at the roofline: a step that does both at full speed "
+          f"and nothing else reaches {bound:.0%} of the roofline")
     print("(b, c) training steps")
     rate = {name: tokens[name] / seconds[name] for name in contenders}
     ref = rate["reference fp32 (SGD)"]
