@@ -210,7 +210,8 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
     limit = class_count_limit("exchange", corpus.train, len(corpus.vocab))
     k = options.feature_classes
     if k is not None and k > limit:
-        raise NnlmError(f"--feature-classes {k}: the exchange clustering of this corpus can make at most {limit} classes")
+        raise NnlmError(f"--feature-classes {k}: the exchange clustering of this corpus can make at most {limit} "
+                        "classes")
     k = k or min(limit, default_class_count(len(corpus.vocab)))
     pull = DEFAULT_CLASS_PULL if options.class_pull is None else options.class_pull
     return dataclasses.replace(options, feature_classes=k, class_pull=pull)
