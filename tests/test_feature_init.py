@@ -95,3 +95,12 @@ def test_contradictory_options_are_refused_before_anything_is_written(options, f
         tr.train(tmp_path / "x", {"corpus": str(gen_dir)} | NET | options | {"epochs": 1}, progress=False,
                  log=lambda s: None)
     assert not (tmp_path / "x").exists()
+
+
+def test_parallel_trainers_refuse_it_before_anything_is_written(gen_dir, tmp_path):
+    from nnlm.neural.parallel import train_parallel
+
+    with pytest.raises(NnlmError, match="--init-features exchange pulls the rows towards their classes in one process"):
+        train_parallel(tmp_path / "h", {"corpus": str(gen_dir)} | NET | EXCHANGE | {"epochs": 1}, "hogwild", 2,
+                       progress=False, log=lambda s: None)
+    assert not (tmp_path / "h").exists()
