@@ -16,7 +16,8 @@ Corpora (written once into WORK/corpora; Brown needs NLTK_DATA):
   brown       the bengio2003 protocol; nets: MLP1 with the sampled loss (as `nnlm reproduce` trains them)
 Nets: n = 3, m = 30, h = 50, direct connections, full softmax (the issue's net) on the small corpora.
 Recipes: `default` (what `nnlm train` picks), `newbob` (the default with the newbob schedule),
-`modern` and `sampled` (the defaults before), `plain`
+`modern` and `sampled` (the defaults before), `classes` (the default with `--init-features exchange` and
+h = 200), `plain`
 (Adam at a constant 2e-3, no weight decay, no dropout, early stopping after 3 epochs without any
 improvement: the script a user would write). One thread, epochs capped at --epochs; each finished run
 is kept in WORK/runs and reused, so an interrupted benchmark continues where it stopped.
@@ -55,6 +56,9 @@ RECIPES: dict[str, dict[str, Any]] = {
     "newbob": {"lr_schedule": "newbob"},
     "plain": {"recipe": "adaptive", "lr": 2e-3, "lr_schedule": "constant", "weight_decay": 0.0, "dropout": 0.0,
               "min_improvement": 0.0},
+    # the default recipe on a net whose rows start from, and are pulled towards, the exchange classes of train
+    # (K about sqrt(|V|)), with h = 200 (docs/recipes.md, "Word rows from the exchange classes")
+    "classes": {"init_features": "exchange", "hidden": 200},
 }
 
 
@@ -127,7 +131,8 @@ def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int,
               "epochs": len(state["history"]), "best_epoch": state["best"]["epoch"],
               "minutes": state["elapsed"] / 60, "stop": state["stop_reason"],
               "recipe": {k: run.get(k) for k in ("recipe", "lr", "lr_schedule", "lr_factor", "weight_decay", "dropout",
-                                                 "min_improvement")}}
+                                                 "min_improvement", "init_features", "feature_classes", "class_pull")}
+              | {"hidden": run["model"]["hidden"]}}
     if state["finished"] or not report_only:
         atomic_write_text(result_file, json.dumps(result) + "\n")
     else:
@@ -190,6 +195,9 @@ def main() -> None:
             rec = r["recipe"]
             what = (f"{rec['recipe']}, lr {rec['lr']:g} {rec['lr_schedule']}, wd {rec['weight_decay']:g}, "
                     f"dropout {rec['dropout']:g}")
+            if rec.get("init_features") == "exchange":
+                what += (f", h {rec['hidden']}, rows from {rec['feature_classes']} exchange classes, "
+                         f"pull {rec['class_pull']:g}")
             print(f"| {label} ({what}) | {r['valid']:.2f} | {r['test']:.2f} | {r['minutes']:.1f} | "
                   f"{r['epochs']} ({r['best_epoch']}) | {r['test'] / grams['kn5']['test']:.3f} | {ratio} |", flush=True)
     print(f"\n(load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())})")

@@ -153,6 +153,9 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "output_layer": (False, _one_of("full", "classes"), "'full' or 'classes'"),
     "output_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
     "output_clustering": (False, _one_of(None, "exchange", "frequency"), "null, 'exchange' or 'frequency'"),
+    "init_features": (False, _one_of("random", "exchange"), "'random' or 'exchange'"),
+    "feature_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
+    "class_pull": (False, *_option("class_pull")),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
     # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
     "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "newbob", "constant"),

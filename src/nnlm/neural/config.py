@@ -25,6 +25,8 @@ from nnlm.neural.recipes import RECIPE_KEYS, RECIPES, recipe_defaults
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.sampled builds them); declared here once
 OUTPUT_LAYERS = ("full", "classes")
 CLUSTERINGS = ("exchange", "frequency")  # nnlm.neural.output_clustering.CLUSTERINGS, repeated (numpy-free)
+INIT_FEATURES = ("random", "exchange")  # nnlm.neural.feature_init
+DEFAULT_CLASS_PULL = 1.0  # --init-features exchange: the measured best on gen-500 / gen-2k (docs/recipes.md)
 DEVICES = ("auto", "cpu", "cuda")
 MINUTES = Bounds(0.0, 60.0 * 24 * 365, lo_open=True)  # at most a year
 BUDGET_MINUTES = Bounds(0.0, 60.0 * 24 * 365)  # 0: one batch, then stop and checkpoint (how tests cut a run short)
@@ -89,6 +91,18 @@ class RunOptions:
     output_clustering: str | None = option(None, "--output-layer classes: exchange (the class-based n-gram's "
                                                  "clustering of train) or frequency (bins of equal token mass)",
                                            choices=CLUSTERINGS, shown="exchange")
+    init_features: str | None = option(None, "random: C uniform in +-0.1 (the paper); exchange: the words of each "
+                                             "class of the exchange clustering of train (the class-based n-gram's) "
+                                             "start from one shared random row of C, U and W, and --class-pull "
+                                             "holds each word's rows near its class's mean (full softmax, one "
+                                             "process)", choices=INIT_FEATURES, shown="random")
+    feature_classes: int | None = option(None, "--init-features exchange: the number of classes K",
+                                         bounds=Bounds(2, 1 << 24, integer=True), metavar="K",
+                                         shown="about sqrt(|V|)")
+    class_pull: float | None = option(None, "--init-features exchange: PULL/2 x the squared distance of every word's "
+                                            "rows of C, U and W from their class's mean rows is added to each "
+                                            "batch's mean loss (0: the classes only start the net)",
+                                      bounds=Bounds(0.0, 1e6), metavar="PULL", shown=str(DEFAULT_CLASS_PULL))
     recipe: str | None = option(None, "how the net is trained, one of " + ", ".join(RECIPES),
                                 shown="adaptive with --loss full; sampled with --loss sampled / nce, "
                                       "sampled-large for the presets past the paper")
@@ -132,9 +146,23 @@ class RunOptions:
         check_loss(self.loss, self.samples)
         check_recipe_values(dataclasses.asdict(self))
         self.check_output_layer()
+        self.check_init_features()
         if self.loss != "full" and RECIPES[recipe].optimizer != "adam":
             raise NnlmError(f"--loss {self.loss} trains with the modern recipe (Adam on the touched rows), "
                             f"not {recipe!r}")
+
+    def check_init_features(self) -> None:
+        """--init-features and its options agree with each other and with the loss and the output layer."""
+        if self.init_features not in (None, *INIT_FEATURES):
+            raise NnlmError(f"unknown --init-features {self.init_features!r}; choose from {', '.join(INIT_FEATURES)}")
+        if self.init_features != "exchange":
+            for name in ("feature_classes", "class_pull"):
+                if getattr(self, name) is not None:
+                    raise NnlmError(f"--{name.replace('_', '-')} applies to --init-features exchange only")
+            return
+        if self.loss != "full":
+            raise NnlmError(f"--init-features exchange pulls every word's output rows towards its class's: it trains "
+                            f"the full softmax, not --loss {self.loss}")
 
     def check_output_layer(self) -> None:
         """--output-layer and its options agree with each other and with --loss and --bf16."""

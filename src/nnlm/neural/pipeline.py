@@ -22,6 +22,7 @@ from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import SessionOptions, run_part, session_options
+from nnlm.neural.feature_init import add_class_pull, feature_classes, tie_rows_to_classes
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net
 from nnlm.neural.optim import Adam, PaperSGD
@@ -49,12 +50,15 @@ class TrainerSpec:
         return getattr(importlib.import_module(module), name)
 
     def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None,
-              output_layer: str | None = None, energy: bool = False) -> None:
+              output_layer: str | None = None, energy: bool = False, init_features: str | None = None) -> None:
         """What this trainer cannot do -> one-line NnlmError. Asked once per run, by `prepare` through
         `open_run`: on a new run's resolved options before anything is written, on a resumed run's own."""
         if output_layer == "classes" and not self.takes_class_output:
             raise NnlmError(f"--parallel {self.name} slices the full softmax's output rows over the ranks; "
                             "--output-layer classes trains in one process or with --parallel hogwild or ddp")
+        if init_features == "exchange" and self.name != "single":
+            raise NnlmError(f"--init-features exchange pulls the rows towards their classes in one process, not with "
+                            f"--parallel {self.name}")
         if energy and self.name != "single":
             raise NnlmError(f"the energy network (--energy) trains in one process, not with --parallel {self.name}")
         if self.full_softmax_only and loss != "full":
@@ -118,7 +122,8 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG)."""
     session = session or session_options(requested)
     run, corpus = open_run(out, run_part(requested), resume, device, check=lambda run: spec.check(
-        run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy))
+        run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy,
+        init_features=run.init_features))
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
@@ -127,6 +132,11 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     if state is None and run.model_config.output_classes:  # a fresh class-factored net: the run's classes
         net.set_classes(output_classes(run.output_clustering, corpus.train, len(corpus.vocab),
                                        run.model_config.output_classes))
+    if run.init_features == "exchange":  # the classes start a fresh net's rows, and hold every run's near them
+        classes = feature_classes(corpus.train, len(corpus.vocab), run.feature_classes)
+        if state is None:
+            tie_rows_to_classes(net, classes, run.seed)
+        add_class_pull(net, classes, run.class_pull)
     state = state or fresh_state()
     return TrainingSetup(out, run, session, corpus, device, net, optimizer, loss_fn, state, resume, workers)
 

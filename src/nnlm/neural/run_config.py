@@ -20,7 +20,7 @@ from nnlm.data.corpus import Corpus, load_corpus
 from nnlm.data.provenance import default_min_count
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
-from nnlm.neural.config import RUN_DEFAULTS, RunOptions, check_loss
+from nnlm.neural.config import DEFAULT_CLASS_PULL, RUN_DEFAULTS, RunOptions, check_loss
 from nnlm.neural.model import ModelConfig
 from nnlm.neural.model_config import VARIANTS
 from nnlm.neural.output_clustering import CLUSTERINGS, class_count_limit, default_class_count
@@ -52,7 +52,8 @@ class Run(RunOptions):
     def from_json(cls, data: dict[str, Any]) -> Run:
         """A run.json's values (already checked by `checkpoint.read_run`); fields it lacks get the values
         runs of that time trained with: the full softmax, and their named recipe's values."""
-        data = {"loss": "full", "samples": None, "output_layer": "full"} | data  # runs from before these options
+        data = {"loss": "full", "samples": None, "output_layer": "full",  # runs from before these options
+                "init_features": "random", "feature_classes": None, "class_pull": None} | data
         if data["recipe"] not in RECIPES:
             raise NnlmError(f"this version lacks recipe {data['recipe']!r}")
         data |= {k: v for k, v in recipe_values(RECIPES[data["recipe"]]).items() if data.get(k) is None}
@@ -164,6 +165,7 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device,
     corpus = open_corpus(options)
     model = model_config(options, len(corpus.vocab))
     options, model = resolve_output_layer(options, model, corpus)
+    options = resolve_init_features(options, model, corpus)
     if options.loss != "full" and options.samples is None:
         options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, len(corpus.vocab)))
     check_loss(options.loss, options.samples, len(corpus.vocab))
@@ -194,6 +196,25 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
         model = dataclasses.replace(model, output_classes=limit)
     return dataclasses.replace(options, output_layer="classes", output_classes=model.output_classes,
                                output_clustering=clustering, bf16=False), model
+
+
+def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpus) -> RunOptions:
+    """--init-features as run.json stores it: random, or exchange with K (default about sqrt(|V|), lowered to
+    what the clustering can make) and the pull. It ties the rows of the full softmax's NPLM."""
+    if options.init_features in (None, "random"):
+        return dataclasses.replace(options, init_features="random")
+    if model.energy or model.output_classes:
+        what = "the energy network (--energy)" if model.energy else "--output-layer classes"
+        raise NnlmError(f"--init-features exchange ties the full softmax's output rows U and W of each class; "
+                        f"{what} has other output rows: choose one of them")
+    limit = class_count_limit("exchange", corpus.train, len(corpus.vocab))
+    k = options.feature_classes
+    if k is not None and k > limit:
+        raise NnlmError(f"--feature-classes {k}: the exchange clustering of this corpus can make at most {limit} "
+                        "classes")
+    k = k or min(limit, default_class_count(len(corpus.vocab)))
+    pull = DEFAULT_CLASS_PULL if options.class_pull is None else options.class_pull
+    return dataclasses.replace(options, feature_classes=k, class_pull=pull)
 
 
 def reopen_run(out: Path, requested: dict[str, Any],

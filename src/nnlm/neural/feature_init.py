@@ -1,0 +1,78 @@
+"""Word rows initialized from, and held near, word classes (`--init-features exchange`).
+
+On a small corpus the net must find which words behave alike from few occurrences of each, and
+meanwhile memorizes word-specific contexts in the rows of the rarer words (docs/recipes.md: on
+gen-500 the default fits train to 1.13x the source and valid to 1.6x). The exchange clustering of
+the training text (the class-based n-gram's, nnlm.ngram.clusters) finds such groups from bigram
+counts in seconds. With it:
+
+- every word's feature row C_w starts from its class's vector (one U(-INIT_SCALE, INIT_SCALE)
+  vector per class, drawn from a generator seeded by the run's seed alone, so the global torch
+  stream and every other initial weight are unchanged), and its output rows U_w and W_w from one
+  row of its class (the class's first word's random row);
+- the penalty (pull / 2) sum_w ||R_w - mean of R over w's class||^2 over R = C, U, W is added to
+  each batch's mean loss, as its gradient pull (R_w - class mean) (the mean's own dependence on R_w
+  cancels in the sum), so a word leaves its class's rows only as far as its own evidence carries it:
+  shrinkage towards the class, the soft version of the class n-gram's P(c | h) P(w | c). b_w stays
+  free (it carries P(w | c)).
+
+A resumed run recomputes the classes (the clustering is a function of the training text and K) and
+puts the penalty back; its rows come from the checkpoint.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from nnlm.neural.config import INIT_FEATURES
+
+__all__ = ["INIT_FEATURES", "INIT_SCALE", "add_class_pull", "feature_classes", "tie_rows_to_classes"]
+
+INIT_SCALE = 0.5  # the class vectors' range (the paper's random C: +-0.1); 0.5 beat 0.1 on gen-500 / gen-2k
+TIED = ("C", "U", "W")  # the per-word rows that start from and are pulled towards their class's
+
+
+def feature_classes(train: np.ndarray, vocab_size: int, n_classes: int) -> np.ndarray:
+    """classes[w] in 0 .. K-1: the exchange clustering of the training text."""
+    from nnlm.neural.output_clustering import output_classes
+
+    return output_classes("exchange", train, vocab_size, n_classes)
+
+
+def tied_parameters(net: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in (getattr(net, name, None) for name in TIED) if p is not None]
+
+
+def tie_rows_to_classes(net: torch.nn.Module, classes: np.ndarray, seed: int, scale: float = INIT_SCALE) -> None:
+    """C_w := its class's random vector; U_w, W_w := the row of the class's first word (lowest id)."""
+    cls = torch.as_tensor(classes, dtype=torch.long, device=net.C.device)
+    n_classes = int(cls.max()) + 1
+    generator = torch.Generator().manual_seed(seed)
+    vectors = (torch.rand(n_classes, net.C.shape[1], generator=generator, dtype=torch.float64) * 2 - 1) * scale
+    first = torch.full((n_classes,), len(cls), dtype=torch.long, device=cls.device)
+    first.scatter_reduce_(0, cls, torch.arange(len(cls), device=cls.device), reduce="amin")
+    with torch.no_grad():
+        net.C.copy_(vectors.to(net.C)[cls])
+        for p in tied_parameters(net)[1:]:
+            p.copy_(p[first[cls]].clone())
+
+
+def add_class_pull(net: torch.nn.Module, classes: np.ndarray, pull: float) -> None:
+    """Add pull (R_w - mean of R over w's class) to the gradient of every row R_w of C, U, W (a gradient hook:
+    the penalty (pull / 2) x the within-class sum of squares, on top of the batch's mean loss)."""
+    if pull <= 0:
+        return
+    cls = torch.as_tensor(classes, dtype=torch.long, device=net.C.device)
+    n_classes = int(cls.max()) + 1
+    sizes = torch.bincount(cls, minlength=n_classes).to(net.C.dtype)[:, None]
+
+    def hook_for(param: torch.nn.Parameter):
+        def hook(grad: torch.Tensor) -> torch.Tensor:
+            rows = param.detach()
+            means = torch.zeros(n_classes, rows.shape[1], dtype=rows.dtype, device=rows.device)
+            means.index_add_(0, cls, rows)
+            return grad + pull * (rows - (means / sizes.to(rows))[cls])
+        return hook
+
+    for param in tied_parameters(net):
+        param.register_hook(hook_for(param))
