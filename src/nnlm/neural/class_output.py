@@ -111,12 +111,12 @@ class ClassNPLM(NPLM):
         return [w for w in (self.W, self.U) if w is not None]
 
     def within_class_log_probs(self, zs: list[torch.Tensor], targets: torch.Tensor,
-                               touched: list | None = None) -> torch.Tensor:
+                               rows_only: ClassRowLoss | None = None) -> torch.Tensor:
         """log P(target | class(target), h), [N] in the tokens' order: the tokens sorted by class, one
         product [n_c, K_in] x [K_in, |class c|] per class present (`_WithinClass`).
 
-        `touched` (a list, for `ClassRowLoss`): b, W, U take no gradient through autograd; instead
-        (name, rows, holder) is appended for each, rows the word rows of the classes present, and
+        `rows_only` (a `ClassRowLoss`): b, W, U take no gradient through autograd; instead (name, rows,
+        holder) is appended to its `touched` for each, rows the word rows of the classes present, and
         backward leaves the gradient of just those rows in holder.grad ([rows, ...], for RowAdam):
         a dense |V|-row gradient would cost as much as the dense update it spares."""
         n = len(targets)
@@ -130,12 +130,12 @@ class ClassNPLM(NPLM):
         groups = [(self.bounds[c], self.bounds[c + 1], count) for c, count in zip(present.tolist(), counts.tolist(),
                                                                                    strict=True)]
         b, weights, sink = self.b, self.word_weights(), None
-        if touched is not None:
+        if rows_only is not None:
             b, weights = b.detach(), [w.detach() for w in weights]
             rows = self.class_rows(present)
             names = ["b"] + [name for name in ("W", "U") if getattr(self, name) is not None]
-            sink = [RowGrad() for _ in names]
-            touched.extend((name, rows, holder) for name, holder in zip(names, sink, strict=True))
+            sink = [rows_only.holder(name) for name in names]
+            rows_only.touched.extend((name, rows, holder) for name, holder in zip(names, sink, strict=True))
         operands = [t for pair in zip(grouped, weights, strict=True) for t in pair]
         sorted_log_probs = _WithinClass.apply(groups, local, sink, b, *operands)
         in_order = torch.empty_like(order)
@@ -150,13 +150,13 @@ class ClassNPLM(NPLM):
         return torch.arange(int(sizes.sum()), device=classes.device) + torch.repeat_interleave(starts - before, sizes)
 
     def target_log_probs_from_features(self, x: torch.Tensor, targets: torch.Tensor,
-                                       touched: list | None = None) -> torch.Tensor:
+                                       rows_only: ClassRowLoss | None = None) -> torch.Tensor:
         """log P(target | h) [N] (dropout when training): the class factor plus the within-class one
-        (`touched`: see `within_class_log_probs`)."""
+        (`rows_only`: see `within_class_log_probs`)."""
         zs, _ = self.output_operands_from_features(x)
         class_lp = torch.log_softmax(self.class_logits(zs, len(x)), dim=1)
         picked = class_lp.gather(1, self.word_class[targets][:, None])[:, 0]
-        return picked + self.within_class_log_probs(zs, targets, touched)
+        return picked + self.within_class_log_probs(zs, targets, rows_only)
 
     def log_probs_from_features(self, x: torch.Tensor) -> torch.Tensor:
         """log P(w | h) for every word, [N, |V|] in word-id order: the |V| word scores, a log-sum-exp
@@ -216,12 +216,24 @@ def within_class_log_probs_padded(net: ClassNPLM, zs: list[torch.Tensor], target
 
 class RowGrad:
     """Where `_WithinClass`'s backward leaves the gradient of a parameter's touched rows: `.grad`, read
-    by RowAdam as it reads a gathered leaf's (nnlm.neural.sampled)."""
+    by RowAdam as it reads a gathered leaf's (nnlm.neural.sampled). Its storage, as large as the
+    parameter, is kept from batch to batch (`take`): a fresh [rows, K_in] tensor per step cost more in
+    page faults (the kernel zeroing new pages, ~35 ms of an AP-net step) than the products filling it."""
 
-    __slots__ = ("grad",)
+    __slots__ = ("grad", "_store")
 
     def __init__(self) -> None:
         self.grad: torch.Tensor | None = None
+        self._store: torch.Tensor | None = None
+
+    def take(self, rows: int, like: torch.Tensor) -> torch.Tensor:
+        """`.grad` set to an uninitialized [rows, ...] tensor in the kept storage (made like the parameter
+        `like` when missing or of another shape, dtype or device), and returned."""
+        store = self._store
+        if store is None or store.shape != like.shape or store.dtype != like.dtype or store.device != like.device:
+            store = self._store = torch.empty_like(like, memory_format=torch.contiguous_format)
+        self.grad = store[:rows]
+        return self.grad
 
 
 class ClassRowLoss:
@@ -234,6 +246,11 @@ class ClassRowLoss:
 
     def __init__(self) -> None:
         self.touched: list[tuple[str, torch.Tensor, object]] = []
+        self.holders: dict[str, RowGrad] = {}  # b, W, U: their storage is reused by every batch
+
+    def holder(self, name: str) -> RowGrad:
+        """The gradient holder of word-row parameter `name` (b, W or U), the same for every batch."""
+        return self.holders.setdefault(name, RowGrad())
 
     def __call__(self, net: ClassNPLM, contexts: torch.Tensor, targets: torch.Tensor,
                  bf16: bool = False) -> torch.Tensor:
@@ -243,7 +260,7 @@ class ClassRowLoss:
         leaf = net.C.detach().index_select(0, words).requires_grad_()
         self.touched.append(("C", words, leaf))
         x = net.context_input(leaf.index_select(0, where.flatten()).view(*contexts.shape, -1))
-        return -net.target_log_probs_from_features(x, targets, self.touched).mean()
+        return -net.target_log_probs_from_features(x, targets, self).mean()
 
 
 class _WithinClass(torch.autograd.Function):
@@ -291,8 +308,11 @@ class _WithinClass(torch.autograd.Function):
             sizes = [hi - lo for lo, hi, _ in ctx.groups]
             places, rows = list(accumulate(sizes, initial=0))[:-1], sum(sizes)
             wanted = [True] * (1 + len(ws))
-        grad_b = b.new_empty(rows) if wanted[0] else None
-        grad_ws = [w.new_empty(rows, w.shape[1]) if want else None for w, want in zip(ws, wanted[1:], strict=True)]
+        if sink is None:
+            grad_b = b.new_empty(rows) if wanted[0] else None
+            grad_ws = [w.new_empty(rows, w.shape[1]) if want else None for w, want in zip(ws, wanted[1:], strict=True)]
+        else:
+            grad_b, *grad_ws = (holder.take(rows, t) for holder, t in zip(sink, (b, *ws), strict=True))
         if sink is None:
             for grad in [grad_b, *grad_ws]:
                 if grad is not None:
@@ -311,9 +331,7 @@ class _WithinClass(torch.autograd.Function):
                 if grad_ws[j] is not None:
                     torch.mm(g.t(), z[mine], out=grad_ws[j][block])
             start += count
-        if sink is not None:
-            for holder, grad in zip(sink, [grad_b, *grad_ws], strict=True):
-                holder.grad = grad
+        if sink is not None:  # (the holders have them)
             grad_b, grad_ws = None, [None] * len(ws)
         grads = [t for pair in zip(grad_zs, grad_ws, strict=True) for t in pair]
         return None, None, None, grad_b, *grads
