@@ -6,9 +6,10 @@
    classes' word rows), the same batches, in interleaved rounds; the median of each and their ratio,
    with the time split into forward, backward and update, and the share of the |V| word rows the
    batches' classes cover.
-2. Quality (`--epochs N`): `nnlm train` of the same run twice, row-wise (what it does) and dense (the
-   benchmark swaps `pipeline.full_loss` back to `batch_loss` and dense Adam), N epochs each: the
-   validation perplexity after each epoch and the training examples/s.
+2. Quality (`--epochs N` and/or `--minutes M`): `nnlm train` of the same run twice, row-wise (what it
+   does) and dense (the benchmark swaps `pipeline.full_loss` back to `batch_loss` and dense Adam), N
+   epochs or M minutes of training each: the validation perplexity after each epoch (and at the
+   budget's end) and the training examples/s.
 
     PYTHONPATH=src NLTK_DATA=... python benchmarks/class_row_adam.py --corpus brown --epochs 2
     PYTHONPATH=src python benchmarks/class_row_adam.py --corpus /tmp/ap-natural --min-count 2 --preset apnews \\
@@ -106,10 +107,12 @@ def speed(corpus, args, classes: np.ndarray) -> None:
 
 
 def quality(args, work: Path) -> None:
-    """`nnlm train` twice, row-wise and dense, args.epochs epochs each: validation perplexity per epoch."""
+    """`nnlm train` twice, row-wise and dense, args.epochs epochs or args.minutes minutes each: validation
+    perplexity per epoch (and at the budget's end)."""
     requested = {"corpus": args.corpus, "preset": args.preset, "output_layer": "classes",
-                 "output_clustering": args.clustering, "epochs": args.epochs, "threads": args.threads,
-                 "batch_size": args.batch} | ({"min_count": args.min_count} if args.min_count else {})
+                 "output_clustering": args.clustering, "epochs": args.epochs or 1000, "threads": args.threads,
+                 "batch_size": args.batch} | ({"min_count": args.min_count} if args.min_count else {}) \
+        | ({"time_budget": args.minutes} if args.minutes else {})
     row_loss = pipeline.full_loss
     for kind in KINDS:
         pipeline.full_loss = row_loss if kind == "rows" else (
@@ -138,6 +141,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20, help="training steps per round and optimizer")
     ap.add_argument("--epochs", type=int, default=0, help="also train both N epochs with nnlm train (0: no)")
+    ap.add_argument("--minutes", type=float, help="also train both with this time budget (minutes) each")
     ap.add_argument("--skip-speed", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -151,7 +155,7 @@ def main() -> None:
           "words)")
     if not args.skip_speed:
         speed(corpus, args, classes)
-    if args.epochs:
+    if args.epochs or args.minutes:
         with tempfile.TemporaryDirectory() as work:
             quality(args, Path(work))
     print(f"load average at the end {os.getloadavg()}")
