@@ -299,25 +299,8 @@ class _WithinClass(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         local, b, *operands = ctx.saved_tensors
         zs, ws = operands[0::2], operands[1::2]
-        need, sink = ctx.needs_input_grad, ctx.sink
-        grad_zs = [torch.empty_like(z) if need[4 + 2 * j] else None for j, z in enumerate(zs)]
-        if sink is None:  # |V|-row gradients, zero in the rows of the classes no token of the batch is in
-            places, rows = [lo for lo, _, _ in ctx.groups], len(b)
-            wanted = [need[3], *(need[5 + 2 * j] for j in range(len(ws)))]
-        else:  # the present classes' rows only, block after block
-            sizes = [hi - lo for lo, hi, _ in ctx.groups]
-            places, rows = list(accumulate(sizes, initial=0))[:-1], sum(sizes)
-            wanted = [True] * (1 + len(ws))
-        if sink is None:
-            grad_b = b.new_empty(rows) if wanted[0] else None
-            grad_ws = [w.new_empty(rows, w.shape[1]) if want else None for w, want in zip(ws, wanted[1:], strict=True)]
-        else:
-            grad_b, *grad_ws = (holder.take(rows, t) for holder, t in zip(sink, (b, *ws), strict=True))
-        if sink is None:
-            for grad in [grad_b, *grad_ws]:
-                if grad is not None:
-                    for lo, hi in _gaps(ctx.groups, rows):
-                        grad[lo:hi] = 0
+        grad_zs = [torch.empty_like(z) if ctx.needs_input_grad[4 + 2 * j] else None for j, z in enumerate(zs)]
+        (grad_b, *grad_ws), places = _WithinClass.weight_grads(ctx, b, ws)
         start = 0
         for (lo, hi, count), p, at in zip(ctx.groups, ctx.probs, places, strict=True):
             mine, block = slice(start, start + count), slice(at, at + hi - lo)
@@ -331,10 +314,27 @@ class _WithinClass(torch.autograd.Function):
                 if grad_ws[j] is not None:
                     torch.mm(g.t(), z[mine], out=grad_ws[j][block])
             start += count
-        if sink is not None:  # (the holders have them)
+        if ctx.sink is not None:  # (the holders have them)
             grad_b, grad_ws = None, [None] * len(ws)
         grads = [t for pair in zip(grad_zs, grad_ws, strict=True) for t in pair]
         return None, None, None, grad_b, *grads
+
+    @staticmethod
+    def weight_grads(ctx, b: torch.Tensor, ws: list[torch.Tensor]) -> tuple[list, list[int]]:
+        """The tensors backward writes the gradients of b and the w_j into (None where not wanted), and
+        the row where each class block goes in them: |V|-row tensors, zero in the rows of the classes no
+        token of the batch is in (for autograd), or the sink's compact rows, block after block."""
+        if ctx.sink is not None:
+            places = list(accumulate((hi - lo for lo, hi, _ in ctx.groups), initial=0))
+            return [holder.take(places[-1], t) for holder, t in zip(ctx.sink, (b, *ws), strict=True)], places[:-1]
+        need = ctx.needs_input_grad
+        wanted = [need[3], *(need[5 + 2 * j] for j in range(len(ws)))]
+        grads = [torch.empty_like(t) if want else None for t, want in zip((b, *ws), wanted, strict=True)]
+        for grad in grads:
+            if grad is not None:
+                for lo, hi in _gaps(ctx.groups, len(b)):
+                    grad[lo:hi] = 0
+        return grads, [lo for lo, _, _ in ctx.groups]
 
 
 def _gaps(groups: list[tuple[int, int, int]], rows: int) -> list[tuple[int, int]]:
