@@ -19,6 +19,8 @@ softmax(forward(.)) is the model's distribution, and log Z = 0.
 """
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 import torch
 from torch import nn
@@ -108,9 +110,15 @@ class ClassNPLM(NPLM):
     def word_weights(self) -> list[torch.Tensor]:
         return [w for w in (self.W, self.U) if w is not None]
 
-    def within_class_log_probs(self, zs: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    def within_class_log_probs(self, zs: list[torch.Tensor], targets: torch.Tensor,
+                               rows_only: ClassRowLoss | None = None) -> torch.Tensor:
         """log P(target | class(target), h), [N] in the tokens' order: the tokens sorted by class, one
-        product [n_c, K_in] x [K_in, |class c|] per class present (`_WithinClass`)."""
+        product [n_c, K_in] x [K_in, |class c|] per class present (`_WithinClass`).
+
+        `rows_only` (a `ClassRowLoss`): b, W, U take no gradient through autograd; instead (name, rows,
+        holder) is appended to its `touched` for each, rows the word rows of the classes present, and
+        backward leaves the gradient of just those rows in holder.grad ([rows, ...], for RowAdam):
+        a dense |V|-row gradient would cost as much as the dense update it spares."""
         n = len(targets)
         if n == 0:
             return torch.zeros(0, dtype=self.b.dtype, device=self.b.device)
@@ -121,18 +129,34 @@ class ClassNPLM(NPLM):
         local = self.row_of_word[targets[order]] - self.class_start[classes[order]]
         groups = [(self.bounds[c], self.bounds[c + 1], count) for c, count in zip(present.tolist(), counts.tolist(),
                                                                                    strict=True)]
-        operands = [t for pair in zip(grouped, self.word_weights(), strict=True) for t in pair]
-        sorted_log_probs = _WithinClass.apply(groups, local, self.b, *operands)
+        b, weights, sink = self.b, self.word_weights(), None
+        if rows_only is not None:
+            b, weights = b.detach(), [w.detach() for w in weights]
+            rows = self.class_rows(present)
+            names = ["b"] + [name for name in ("W", "U") if getattr(self, name) is not None]
+            sink = [rows_only.holder(name) for name in names]
+            rows_only.touched.extend((name, rows, holder) for name, holder in zip(names, sink, strict=True))
+        operands = [t for pair in zip(grouped, weights, strict=True) for t in pair]
+        sorted_log_probs = _WithinClass.apply(groups, local, sink, b, *operands)
         in_order = torch.empty_like(order)
         in_order[order] = torch.arange(n, device=order.device)
         return sorted_log_probs.index_select(0, in_order)
 
-    def target_log_probs_from_features(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log P(target | h) [N] (dropout when training): the class factor plus the within-class one."""
+    def class_rows(self, classes: torch.Tensor) -> torch.Tensor:
+        """The word rows of `classes` (ascending class ids), block after block: [sum of their sizes]."""
+        starts, ends = self.class_start[classes], self.class_start[classes + 1]
+        sizes = ends - starts
+        before = torch.cumsum(sizes, 0) - sizes  # where each block begins in the result
+        return torch.arange(int(sizes.sum()), device=classes.device) + torch.repeat_interleave(starts - before, sizes)
+
+    def target_log_probs_from_features(self, x: torch.Tensor, targets: torch.Tensor,
+                                       rows_only: ClassRowLoss | None = None) -> torch.Tensor:
+        """log P(target | h) [N] (dropout when training): the class factor plus the within-class one
+        (`rows_only`: see `within_class_log_probs`)."""
         zs, _ = self.output_operands_from_features(x)
         class_lp = torch.log_softmax(self.class_logits(zs, len(x)), dim=1)
         picked = class_lp.gather(1, self.word_class[targets][:, None])[:, 0]
-        return picked + self.within_class_log_probs(zs, targets)
+        return picked + self.within_class_log_probs(zs, targets, rows_only)
 
     def log_probs_from_features(self, x: torch.Tensor) -> torch.Tensor:
         """log P(w | h) for every word, [N, |V|] in word-id order: the |V| word scores, a log-sum-exp
@@ -190,6 +214,55 @@ def within_class_log_probs_padded(net: ClassNPLM, zs: list[torch.Tensor], target
     return picked - torch.logsumexp(y, dim=1)
 
 
+class RowGrad:
+    """Where `_WithinClass`'s backward leaves the gradient of a parameter's touched rows: `.grad`, read
+    by RowAdam as it reads a gathered leaf's (nnlm.neural.sampled). Its storage, as large as the
+    parameter, is kept from batch to batch (`take`): a fresh [rows, K_in] tensor per step cost more in
+    page faults (the kernel zeroing new pages, ~35 ms of an AP-net step) than the products filling it."""
+
+    __slots__ = ("grad", "_store")
+
+    def __init__(self) -> None:
+        self.grad: torch.Tensor | None = None
+        self._store: torch.Tensor | None = None
+
+    def take(self, rows: int, like: torch.Tensor) -> torch.Tensor:
+        """`.grad` set to an uninitialized [rows, ...] tensor in the kept storage (made like the parameter
+        `like` when missing or of another shape, dtype or device), and returned."""
+        store = self._store
+        if store is None or store.shape != like.shape or store.dtype != like.dtype or store.device != like.device:
+            store = self._store = torch.empty_like(like, memory_format=torch.contiguous_format)
+        self.grad = store[:rows]
+        return self.grad
+
+
+class ClassRowLoss:
+    """`class_output_loss` for RowAdam (the row-wise, lazy Adam of nnlm.neural.sampled): the same loss,
+    but its gradient reaches only the rows the batch touched, recorded in `touched` as (parameter,
+    rows, holder of their gradient) like SampledLoss's -- the C rows of the context words (gathered
+    as a leaf) and the b, W, U rows of the classes among the targets (`within_class_log_probs`) -- so
+    that neither backward nor the update costs |V| rows. The class rows and H, d get their gradient
+    through autograd, for RowAdam's dense part."""
+
+    def __init__(self) -> None:
+        self.touched: list[tuple[str, torch.Tensor, object]] = []
+        self.holders: dict[str, RowGrad] = {}  # b, W, U: their storage is reused by every batch
+
+    def holder(self, name: str) -> RowGrad:
+        """The gradient holder of word-row parameter `name` (b, W or U), the same for every batch."""
+        return self.holders.setdefault(name, RowGrad())
+
+    def __call__(self, net: ClassNPLM, contexts: torch.Tensor, targets: torch.Tensor,
+                 bf16: bool = False) -> torch.Tensor:
+        """Mean -log P(target | context) of the batch (bf16 is ignored: the class-factored loss is fp32)."""
+        self.touched = []
+        words, where = torch.unique(contexts, return_inverse=True)
+        leaf = net.C.detach().index_select(0, words).requires_grad_()
+        self.touched.append(("C", words, leaf))
+        x = net.context_input(leaf.index_select(0, where.flatten()).view(*contexts.shape, -1))
+        return -net.target_log_probs_from_features(x, targets, self).mean()
+
+
 class _WithinClass(torch.autograd.Function):
     """log softmax over each token's class block, at its target: tokens sorted by class, `groups` the
     (first row, end row, tokens) of each class present, `local` each target's row within its block,
@@ -198,11 +271,15 @@ class _WithinClass(torch.autograd.Function):
     Written out rather than left to autograd: per class, autograd's backward of a block of w (a slice,
     or a split) and of the target's gather each fill a zero tensor; here the gradient of each weight
     matrix is one zero tensor that the blocks write into, and a block's score gradient is its softmax
-    with 1 subtracted at the target, as in nnlm.neural.softmax_loss."""
+    with 1 subtracted at the target, as in nnlm.neural.softmax_loss.
+
+    `sink` (RowGrad holders for b, w_1, w_2, ..., or None): the gradients of b and the w_j go there,
+    holding the rows of the present classes only, block after block (`ClassNPLM.class_rows`' order),
+    instead of back to autograd as |V|-row tensors."""
 
     @staticmethod
-    def forward(ctx, groups: list[tuple[int, int, int]], local: torch.Tensor, b: torch.Tensor,
-                *operands: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, groups: list[tuple[int, int, int]], local: torch.Tensor, sink: list[RowGrad] | None,
+                b: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
         zs, ws = operands[0::2], operands[1::2]
         out = torch.empty(len(local), dtype=b.dtype, device=b.device)
         probs, start = [], 0
@@ -214,8 +291,7 @@ class _WithinClass(torch.autograd.Function):
             out[start:start + count] = log_p.gather(1, local[start:start + count, None])[:, 0]
             probs.append(log_p.exp_())
             start += count
-        ctx.groups = groups
-        ctx.probs = probs
+        ctx.groups, ctx.probs, ctx.sink = groups, probs, sink
         ctx.save_for_backward(local, b, *operands)
         return out
 
@@ -223,29 +299,42 @@ class _WithinClass(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         local, b, *operands = ctx.saved_tensors
         zs, ws = operands[0::2], operands[1::2]
+        grad_zs = [torch.empty_like(z) if ctx.needs_input_grad[4 + 2 * j] else None for j, z in enumerate(zs)]
+        (grad_b, *grad_ws), places = _WithinClass.weight_grads(ctx, b, ws)
+        start = 0
+        for (lo, hi, count), p, at in zip(ctx.groups, ctx.probs, places, strict=True):
+            mine, block = slice(start, start + count), slice(at, at + hi - lo)
+            g = p * -grad_out[mine, None]  # d out / d y = onehot(target) - p, times the incoming gradient
+            g[torch.arange(count, device=g.device), local[mine]] += grad_out[mine]
+            if grad_b is not None:
+                grad_b[block] = g.sum(0)
+            for j, (z, w) in enumerate(zip(zs, ws, strict=True)):
+                if grad_zs[j] is not None:
+                    torch.mm(g, w[lo:hi], out=grad_zs[j][mine])
+                if grad_ws[j] is not None:
+                    torch.mm(g.t(), z[mine], out=grad_ws[j][block])
+            start += count
+        if ctx.sink is not None:  # (the holders have them)
+            grad_b, grad_ws = None, [None] * len(ws)
+        grads = [t for pair in zip(grad_zs, grad_ws, strict=True) for t in pair]
+        return None, None, None, grad_b, *grads
+
+    @staticmethod
+    def weight_grads(ctx, b: torch.Tensor, ws: list[torch.Tensor]) -> tuple[list, list[int]]:
+        """The tensors backward writes the gradients of b and the w_j into (None where not wanted), and
+        the row where each class block goes in them: |V|-row tensors, zero in the rows of the classes no
+        token of the batch is in (for autograd), or the sink's compact rows, block after block."""
+        if ctx.sink is not None:
+            places = list(accumulate((hi - lo for lo, hi, _ in ctx.groups), initial=0))
+            return [holder.take(places[-1], t) for holder, t in zip(ctx.sink, (b, *ws), strict=True)], places[:-1]
         need = ctx.needs_input_grad
-        grad_b = torch.empty_like(b) if need[2] else None
-        grad_zs = [torch.empty_like(z) if need[3 + 2 * j] else None for j, z in enumerate(zs)]
-        grad_ws = [torch.empty_like(w) if need[4 + 2 * j] else None for j, w in enumerate(ws)]
-        for grad in [grad_b, *grad_ws]:  # zeros only in the rows of the classes no token of the batch is in
+        wanted = [need[3], *(need[5 + 2 * j] for j in range(len(ws)))]
+        grads = [torch.empty_like(t) if want else None for t, want in zip((b, *ws), wanted, strict=True)]
+        for grad in grads:
             if grad is not None:
                 for lo, hi in _gaps(ctx.groups, len(b)):
                     grad[lo:hi] = 0
-        start = 0
-        for (lo, hi, count), p in zip(ctx.groups, ctx.probs, strict=True):
-            rows = slice(start, start + count)
-            g = p * -grad_out[rows, None]  # d out / d y = onehot(target) - p, times the incoming gradient
-            g[torch.arange(count, device=g.device), local[rows]] += grad_out[rows]
-            if grad_b is not None:
-                grad_b[lo:hi] = g.sum(0)
-            for j, (z, w) in enumerate(zip(zs, ws, strict=True)):
-                if grad_zs[j] is not None:
-                    torch.mm(g, w[lo:hi], out=grad_zs[j][rows])
-                if grad_ws[j] is not None:
-                    torch.mm(g.t(), z[rows], out=grad_ws[j][lo:hi])
-            start += count
-        grads = [t for pair in zip(grad_zs, grad_ws, strict=True) for t in pair]
-        return None, None, grad_b, *grads
+        return grads, [lo for lo, _, _ in ctx.groups]
 
 
 def _gaps(groups: list[tuple[int, int, int]], rows: int) -> list[tuple[int, int]]:

@@ -5,7 +5,8 @@ worker processes each compute a minibatch gradient and write their update straig
 with no lock: an update may be applied over parameters another worker is changing, which is the
 point (no waiting) and the paper's finding (it does not hurt convergence). Any loss: with
 --loss sampled or nce each worker draws its own samples and runs its own row-wise Adam
-(`nnlm.neural.sampled.RowAdam`) over the shared rows.
+(`nnlm.neural.sampled.RowAdam`) over the shared rows, as does a class-factored net's worker
+(`nnlm.neural.pipeline.full_loss`).
 
 Work is handed out in the single-process order: a worker claims the next batch index of the
 epoch's permutation from a shared counter (the only lock, held for a few instructions), so when
@@ -30,11 +31,11 @@ import torch
 import torch.multiprocessing as mp
 
 from nnlm.errors import NnlmError
-from nnlm.neural.batches import EXPLODED, batch_loss, batch_rows, diverged, update
+from nnlm.neural.batches import EXPLODED, batch_rows, diverged, update
 from nnlm.neural.distributed import START_METHOD
 from nnlm.neural.model import NPLM
 from nnlm.neural.optim import Adam
-from nnlm.neural.pipeline import build_optimizer
+from nnlm.neural.pipeline import full_loss
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.sampled import RowAdam, SampledLoss
 from nnlm.neural.stop_signals import ignore_interrupts_in_worker
@@ -50,7 +51,7 @@ def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps
     torch.set_num_threads(1)
     ignore_interrupts_in_worker()
     if sampling is None:
-        loss_fn, optimizer = batch_loss, build_optimizer(net, recipe, recipe.lr)
+        loss_fn, optimizer = full_loss(net, recipe, recipe.lr)  # (row-wise Adam for a class-factored net)
     else:  # this worker's own draws and its own row-wise Adam over the shared rows
         loss_fn = SampledLoss(*sampling)
         optimizer = RowAdam(net, loss_fn, recipe.lr, recipe.weight_decay)

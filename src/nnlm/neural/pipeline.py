@@ -91,14 +91,30 @@ def build_optimizer(net: torch.nn.Module, recipe: Recipe, lr: float) -> PaperSGD
     return Adam(net, lr, recipe.weight_decay)
 
 
+def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
+    """The loss and optimizer of a --loss full run in one process or a Hogwild worker: `batch_loss` and
+    the recipe's optimizer; for a class-factored net with an Adam recipe, `ClassRowLoss` and RowAdam,
+    which update only the rows a batch touched (its context words' C rows, its present classes' word
+    rows): dense Adam over the |V|-row parameters was most of a step at a large vocabulary
+    (docs/experiments/class-output.md, "Row-wise Adam"). ddp keeps dense Adam: DistributedDataParallel
+    sums dense gradients."""
+    if net.config.output_classes and recipe.optimizer == "adam":
+        from nnlm.neural.class_output import ClassRowLoss
+
+        loss = ClassRowLoss()
+        return loss, RowAdam(net, loss, lr, recipe.weight_decay)
+    return batch_loss, build_optimizer(net, recipe, lr)
+
+
 def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device,
                lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
-    """The run's batch loss and the one optimizer that goes with it: `batch_loss` and the recipe's for the
-    full softmax; the sampled loss and RowAdam (Adam on the rows a batch touched) for sampled / nce.
-    Called before a resume loads its checkpoint, which then replaces the sampled runs' initial b."""
+    """The run's batch loss and the one optimizer that goes with it: `full_loss` for the full softmax
+    (and the class-factored output); the sampled loss and RowAdam (Adam on the rows a batch touched)
+    for sampled / nce. Called before a resume loads its checkpoint, which then replaces the sampled
+    runs' initial b."""
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
-        return batch_loss, build_optimizer(net, run.training_recipe, lr)
+        return full_loss(net, run.training_recipe, lr)
     energy = net.config.energy  # the energy net (nnlm.neural.energy): b enters the logits as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss

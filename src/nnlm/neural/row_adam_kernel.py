@@ -1,4 +1,4 @@
-"""The row-wise Adam update of a sampled batch (`nnlm.neural.sampled.RowAdam`) as one compiled loop.
+"""The row-wise Adam update (`nnlm.neural.sampled.RowAdam`) of a sampled or class-factored batch as one compiled loop.
 
 Why: a sampled batch touches a few hundred rows of C, W, U and b. Updated with torch ops, each
 parameter costs three gathers (weights, m, v), about ten element-wise kernels on the gathered

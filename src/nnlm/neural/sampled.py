@@ -28,6 +28,7 @@ The scores are computed in fp32: the matrices are small, bf16 autocast does not 
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -152,14 +153,34 @@ class SampledLoss:
         return loss
 
 
+class TouchesRows(Protocol):
+    """A batch loss that records, after each call, the rows of the |V|-row parameters its gradient reaches:
+    `touched` holds (parameter name, rows [R] distinct, holder whose .grad is their gradient [R, ...]) --
+    SampledLoss (sampled / nce), and nnlm.neural.class_output.ClassRowLoss (the class-factored output)."""
+
+    touched: list[tuple[str, torch.Tensor, Any]]
+
+
 class RowAdam:
     """Adam with decoupled weight decay (as `nnlm.neural.optim.Adam`) that updates only the rows of
-    C, W, U, b a sampled batch touched ("lazy" Adam, like torch.optim.SparseAdam: an untouched row's
-    moments and weight decay wait until it is sampled) and H, d densely. Its checkpoint tensors are
-    named like Adam's. On the CPU the rows are updated in place by one compiled loop per parameter
+    C, W, U, b a batch touched (`loss.touched`: a sampled batch's rows, or a class-factored batch's
+    context words and present classes) and the other parameters (H, d, the variants' deeper layers,
+    gains and A, the class rows of a class-factored net) densely. Its checkpoint tensors are named
+    like Adam's.
+
+    The "lazy" Adam of torch.optim.SparseAdam. A touched row takes Adam's step from its own moments
+    m, v, which move only at the steps that touch it, with the shared step count t in the bias
+    corrections 1 - beta^t. An untouched row -- its gradient in this batch is zero -- stays bit for bit
+    as it is: its moments do not decay and its weight decay waits until a batch touches it again,
+    where dense Adam would still move it (by its decaying first moment, and by the decay). The two
+    therefore agree on a row touched at every step (every touched row at the first step) and differ
+    on the others. Why lazy: a step costs the rows touched instead of all |V| rows of C, W, U, b (the
+    whole cost at a large vocabulary), and it trained as well where measured (sampled: README;
+    class-factored: docs/experiments/class-output.md, "Row-wise Adam").
+    On the CPU the rows are updated in place by one compiled loop per parameter
     (`row_adam_kernel`); `fused=False` (or another device) takes the torch ops, gather-update-scatter."""
 
-    def __init__(self, net: NPLM, loss: SampledLoss, lr: float, weight_decay: float = 0.0,
+    def __init__(self, net: NPLM, loss: TouchesRows, lr: float, weight_decay: float = 0.0,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True) -> None:
         self.net, self.loss, self.lr, self.weight_decay, self.betas, self.eps = net, loss, lr, weight_decay, betas, eps
         self.fused = fused
