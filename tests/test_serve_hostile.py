@@ -515,9 +515,9 @@ def test_abandoned_requests_are_not_computed(kn3):
         big = post(server, "/api/score", json.dumps({"text": " ".join(["w1"] * 19_999)}).encode())
         for _ in range(12):
             with connect(server) as sock:
+                queued = batcher.jobs.qsize()  # read before sending: a quick server may queue the job at once
                 sock.sendall(big)
                 wait_until = time.monotonic() + 10
-                queued = batcher.jobs.qsize()
                 while batcher.jobs.qsize() == queued and time.monotonic() < wait_until:
                     time.sleep(0.005)  # the request's job is queued: now its client leaves
         wait_until = time.monotonic() + 10
