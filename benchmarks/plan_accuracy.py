@@ -56,24 +56,32 @@ def report_lines(report: Path) -> list[str]:
     lines = [f"{report}: {data['call'].get('command', '')}"]
     for key, row in data["rows"].items():
         plan = row.get("plan") or {}
-        rates = plan.get("rates")
-        if not rates:
-            continue
-        train_rate, score_rate = rates["train_tokens_per_s"], rates["score_tokens_per_s"]
-        lines.append(f"  {key} ({row.get('status')}, {row.get('epochs')} epochs; planned with "
-                     f"{plan.get('left_minutes')} min left on the {rates.get('score_path')} scoring path):")
-        seen = training_seen(run_records(report, row))
-        if seen is not None:
-            rate, valid_s, n = seen
-            lines.append(f"    training     planned {train_rate:9,.0f} ex/s   actual {rate:9,.0f} ex/s   time "
-                         + verdict(train_rate / rate, 1.0))
-            planned_valid = sizes["valid"] / score_rate
-            lines.append(f"    validation   planned {planned_valid:8.1f} s      actual {valid_s:8.1f} s "
-                         f"(mean of {n})  " + verdict(valid_s, planned_valid))
-        for split, seconds in (row.get("scoring_seconds") or {}).items():
-            planned = sizes[split] / score_rate
-            lines.append(f"    score {split:<6} planned {planned:8.1f} s      actual {seconds:8.1f} s           "
-                         + verdict(seconds, planned))
+        if plan.get("first"):  # planned again from its own epochs: the first plan (the slice's rates) too
+            lines += plan_lines(report, sizes, key + " (first plan)", row, plan["first"])
+        lines += plan_lines(report, sizes, key, row, plan)
+    return lines
+
+
+def plan_lines(report: Path, sizes: dict, key: str, row: dict, plan: dict) -> list[str]:
+    """The lines of one plan against what its row did ([] for a row planned without rates)."""
+    rates = plan.get("rates")
+    if not rates:
+        return []
+    train_rate, score_rate = rates["train_tokens_per_s"], rates["score_tokens_per_s"]
+    lines = [f"  {key} ({row.get('status')}, {row.get('epochs')} epochs; planned with "
+             f"{plan.get('left_minutes')} min left on the {rates.get('score_path')} scoring path):"]
+    seen = training_seen(run_records(report, row))
+    if seen is not None:
+        rate, valid_s, n = seen
+        lines.append(f"    training     planned {train_rate:9,.0f} ex/s   actual {rate:9,.0f} ex/s   time "
+                     + verdict(train_rate / rate, 1.0))
+        planned_valid = sizes["valid"] / score_rate
+        lines.append(f"    validation   planned {planned_valid:8.1f} s      actual {valid_s:8.1f} s "
+                     f"(mean of {n})  " + verdict(valid_s, planned_valid))
+    for split, seconds in (row.get("scoring_seconds") or {}).items():
+        planned = sizes[split] / score_rate
+        lines.append(f"    score {split:<6} planned {planned:8.1f} s      actual {seconds:8.1f} s           "
+                     + verdict(seconds, planned))
     return lines
 
 

@@ -106,6 +106,8 @@ def test_a_net_planned_with_low_rates_is_continued_with_its_own(random_corpus, t
     assert "planned again with the rates they measured" in log
     row = json.loads((out / "results.json").read_text())["rows"]["apnews"]
     assert row["epochs"] > first and row["plan"]["rates"]["train_tokens_per_s"] > 2 * slow.train
+    assert row["plan"]["first"]["rates"]["train_tokens_per_s"] == round(slow.train)  # the first plan, kept
+    assert "first" not in row["plan"]["first"]
     text = (out / "README.md").read_text()
     if row["status"] == "shortened":  # the plan did not cut it: it had the epochs a net is planned for
         assert "**Trained the ~10 epochs planned, not early-stopped**: MLP (AP News net)" in text
