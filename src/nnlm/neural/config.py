@@ -151,14 +151,17 @@ class RunOptions:
             raise NnlmError(f"--loss {self.loss} trains with the modern recipe (Adam on the touched rows), "
                             f"not {recipe!r}")
 
+    def refuse_given(self, names: tuple[str, ...], needs: str) -> None:
+        """One-line NnlmError if any of the options `names` was given without the choice `needs` they apply to."""
+        for name in names:
+            if getattr(self, name) is not None:
+                raise NnlmError(f"--{name.replace('_', '-')} applies to {needs} only")
+
     def check_init_features(self) -> None:
         """--init-features and its options agree with each other and with the loss and the output layer."""
-        if self.init_features not in (None, *INIT_FEATURES):
-            raise NnlmError(f"unknown --init-features {self.init_features!r}; choose from {', '.join(INIT_FEATURES)}")
+        check_choice("init_features", self.init_features, INIT_FEATURES)
         if self.init_features != "exchange":
-            for name in ("feature_classes", "class_pull"):
-                if getattr(self, name) is not None:
-                    raise NnlmError(f"--{name.replace('_', '-')} applies to --init-features exchange only")
+            self.refuse_given(("feature_classes", "class_pull"), "--init-features exchange")
             return
         if self.loss != "full":
             raise NnlmError(f"--init-features exchange pulls every word's output rows towards its class's: it trains "
@@ -168,16 +171,11 @@ class RunOptions:
         """--output-layer and its options agree with each other and with --loss and --bf16."""
         from nnlm.neural.presets import has_class_output
 
-        if self.output_layer not in (None, *OUTPUT_LAYERS):
-            raise NnlmError(f"unknown --output-layer {self.output_layer!r}; choose from {', '.join(OUTPUT_LAYERS)}")
-        if self.output_clustering not in (None, *CLUSTERINGS):
-            raise NnlmError(f"unknown --output-clustering {self.output_clustering!r}; choose from "
-                            f"{', '.join(CLUSTERINGS)}")
+        check_choice("output_layer", self.output_layer, OUTPUT_LAYERS)
+        check_choice("output_clustering", self.output_clustering, CLUSTERINGS)
         classes = self.output_layer == "classes" or (self.output_layer is None and has_class_output(self.preset))
         if not classes:
-            for name in ("output_classes", "output_clustering"):
-                if getattr(self, name) is not None:
-                    raise NnlmError(f"--{name.replace('_', '-')} applies to --output-layer classes only")
+            self.refuse_given(("output_classes", "output_clustering"), "--output-layer classes")
             return
         if self.loss != "full":
             raise NnlmError(f"--loss {self.loss} samples the full softmax; --output-layer classes computes its two "
@@ -226,6 +224,12 @@ def check_loss(loss: str, samples: int | None, vocab_size: int | None = None) ->
     bounds_of("samples").check("--samples", samples)
     if vocab_size is not None and samples > vocab_size:
         raise NnlmError(f"--samples {samples} exceeds the vocabulary size {vocab_size}")
+
+
+def check_choice(name: str, value: str | None, choices: tuple[str, ...]) -> None:
+    """One-line NnlmError unless `value` (None: not given) is one of the option's `choices`."""
+    if value not in (None, *choices):
+        raise NnlmError(f"unknown --{name.replace('_', '-')} {value!r}; choose from {', '.join(choices)}")
 
 
 def check_values(options: type, values: dict[str, Any]) -> None:
