@@ -19,7 +19,8 @@ import argparse
 import json
 from pathlib import Path
 
-SAFETY = 1.15  # nnlm.reproduce.planner.SAFETY (not imported: this reads a report, with no nnlm needed)
+from nnlm.reproduce.planner import SAFETY
+from nnlm.reproduce.rates import from_history
 
 
 def run_records(report: Path, row: dict) -> list[dict]:
@@ -28,20 +29,6 @@ def run_records(report: Path, row: dict) -> list[dict]:
     if not row.get("run") or not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def training_seen(records: list[dict]) -> tuple[float, float, int] | None:
-    """(training examples/s, mean seconds per validation, validations) over the run's records."""
-    rows = [r for r in records if r.get("valid_seconds") is not None and r.get("elapsed_seconds") is not None]
-    if not rows:
-        return None
-    examples, train_s, valid_s, prev = 0, 0.0, 0.0, {"examples": 0, "elapsed_seconds": 0.0}
-    for r in rows:
-        examples += r["examples"] - prev["examples"]
-        train_s += r["elapsed_seconds"] - prev["elapsed_seconds"] - r["valid_seconds"]
-        valid_s += r["valid_seconds"]
-        prev = r
-    return examples / max(train_s, 1e-9), valid_s / len(rows), len(rows)
 
 
 def verdict(actual: float, planned: float) -> str:
@@ -70,9 +57,10 @@ def plan_lines(report: Path, sizes: dict, key: str, row: dict, plan: dict) -> li
     train_rate, score_rate = rates["train_tokens_per_s"], rates["score_tokens_per_s"]
     lines = [f"  {key} ({row.get('status')}, {row.get('epochs')} epochs; planned with "
              f"{plan.get('left_minutes')} min left on the {rates.get('score_path')} scoring path):"]
-    seen = training_seen(run_records(report, row))
+    records = run_records(report, row)
+    seen = from_history(records, sizes["valid"], last=len(records))  # the planner's own reading of a run
     if seen is not None:
-        rate, valid_s, n = seen
+        rate, valid_s, n = seen.train, sizes["valid"] / seen.score, len(records)
         lines.append(f"    training     planned {train_rate:9,.0f} ex/s   actual {rate:9,.0f} ex/s   time "
                      + verdict(train_rate / rate, 1.0))
         planned_valid = sizes["valid"] / score_rate

@@ -159,6 +159,7 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
         job.log(f"    {grant.reason}")
         return None
     state = net_run.train(job, run, net_run.limits(job, run, grant), job.row_log(net))
+    first = plan  # the plan made from the slice's rates, kept beside any later one to compare
     while grant is not None and grant.status == "shortened" and not state["finished"] \
             and str(state["stop_reason"]).startswith("reached"):
         seen = rates.from_history(state["history"], len(job.corpus.valid))
@@ -171,10 +172,9 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
         job.log(f"    budget left after its epochs: planned again with the rates they measured "
                 f"({seen.train:,.0f} training, {seen.score:,.0f} scoring tokens/s) and continued to "
                 f"{counted(limits['epochs'], 'epoch')}; {grant.reason}")
-        first = plan.get("first", plan) if plan else None  # the plan made from the slice's rates, kept to compare
         plan = plan_record(job, net, grant)
         if plan is not None and first is not None:
-            plan["first"] = {k: v for k, v in first.items() if k != "first"}
+            plan["first"] = first
         state = net_run.train(job, run, limits, job.row_log(net), resume=True)
     model = trained(job, net)
     govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
