@@ -15,6 +15,22 @@ def run_nnlm(*args: str, env: dict | None = None, timeout: float = 300) -> subpr
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 
+def api_call(srv, path: str, body: dict | bytes | None = None) -> tuple[int, dict]:
+    """(status, JSON answer) of one request to a running nnlm server on loopback (GET without a body)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = f"http://127.0.0.1:{srv.port}{path}"
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    headers = {} if data is None else {"Content-Type": "application/json"}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=20) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess, fragment: str) -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

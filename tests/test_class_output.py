@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import api_call
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -261,8 +262,6 @@ def test_the_commands_use_it(class_run, capsys, tmp_path):
 
 def test_the_server_scores_it_as_the_library_does(class_run):
     """`nnlm serve`'s score and next endpoints on a class-factored run give the library's numbers."""
-    import urllib.request
-
     from nnlm.lm import LOG10_E
     from nnlm.serve.api import served_models
     from nnlm.serve.server import ModelServer
@@ -272,10 +271,9 @@ def test_the_server_scores_it_as_the_library_does(class_run):
     srv = ModelServer(served_models([str(class_run[0])], timeout=20)).start()
     try:
         def call(path: str, body: dict) -> dict:
-            request = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=20) as response:
-                return json.loads(response.read())
+            status, answer = api_call(srv, path, body)
+            assert status == 200, answer
+            return answer
 
         scored = call("/api/score", {"model": "run", "text": text})
         np.testing.assert_allclose([w["log10"] for w in scored["words"]], score_words(model, text) * LOG10_E)

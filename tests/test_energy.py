@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import central_differences
+from helpers import api_call, central_differences
 from test_sampled import definition, skewed
 
 from nnlm.data.vocab import Vocabulary
@@ -265,8 +265,6 @@ def test_what_the_energy_net_cannot_do_is_one_line(args, message, random_corpus,
 
 
 def test_nnlm_serve_answers_from_an_energy_run(random_corpus, tmp_path):
-    import urllib.request
-
     from nnlm.cli import main
     from nnlm.lm import LOG10_E
     from nnlm.loading import load
@@ -280,10 +278,9 @@ def test_nnlm_serve_answers_from_an_energy_run(random_corpus, tmp_path):
     srv = ModelServer(served_models([str(out)], timeout=20)).start()
     try:
         def call(path: str, body: dict) -> dict:
-            request = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=20) as answer:
-                return json.loads(answer.read())
+            status, answer = api_call(srv, path, body)
+            assert status == 200, answer
+            return answer
 
         model, text = load(out), "w1 w2 w3 never-seen\nw4 w5"
         words = call("/api/score", {"model": "run", "text": text, "top": 3})["words"]

@@ -2,13 +2,12 @@
 bad requests get one clear JSON error, bodies are bounded, and concurrent clients share model calls."""
 from __future__ import annotations
 
-import json
 import threading
-import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
+from helpers import api_call as call
 
 from nnlm.lm import LOG10_E
 from nnlm.loading import load
@@ -29,17 +28,6 @@ def server(neural_run, tmp_path_factory):
     srv = ModelServer(served_models([str(neural_run[0]), str(kn)], timeout=20), limits=Limits(max_body=4096)).start()
     yield srv, {"run": neural_run[0], "kn3": kn}
     srv.stop()
-
-
-def call(srv, path: str, body: dict | bytes | None = None) -> tuple[int, dict]:
-    url = f"http://127.0.0.1:{srv.port}{path}"
-    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    headers = {} if data is None else {"Content-Type": "application/json"}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=20) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 def test_score_next_generate_match_the_library(server):
