@@ -74,6 +74,20 @@ class PyctcSystem:
         return [self.decoder.decode(lp, beam_width=self.beam).split() for lp in utts]
 
 
+def recomputing(model):
+    """The same net whose begin_state/advance are the LanguageModel defaults: every step scores the states'
+    whole contexts through log_prob (what a decoder pays without the stateful step)."""
+    from nnlm.lm import LanguageModel
+
+    class Recomputing(type(model)):
+        begin_state = LanguageModel.begin_state
+        advance = LanguageModel.advance
+
+    twin = object.__new__(Recomputing)
+    twin.__dict__.update(model.__dict__)
+    return twin
+
+
 def tune(system, dev, dev_refs, lm: bool) -> tuple[float, float, float]:
     """Coordinate search, one round: alpha with beta 1, then beta (no LM: beta only)."""
     alpha, beta = (0.5, 1.0)
@@ -106,6 +120,9 @@ def main() -> int:
     ap.add_argument("--confusion", type=float, default=0.15,
                     help="share of characters whose frames also favour a confusable neighbour (default 0.15; "
                          "higher makes the task harder and the language model matter more)")
+    ap.add_argument("--recompute", action="store_true",
+                    help="with --nplm: also time the NPLM's decode with its stateful step switched off (the "
+                         "default advance, recomputing each context through log_prob), at the NPLM's alpha and beta")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
@@ -143,6 +160,9 @@ def main() -> int:
         torch.set_num_threads(1)  # a busy machine: one thread is 3x faster than two fighting for the cores
         neural = True if args.tune_neural else "kn5"
         systems.append((NnlmSystem("nnlm NPLM (mlp1)", alphabet, nplm, args.beam), neural))
+        if args.recompute:
+            systems.append((NnlmSystem("nnlm NPLM (mlp1), recomputing each context", alphabet,
+                                       recomputing(nplm), args.beam), "nplm"))
         mix = Mixture([kn5, nplm], [1 - args.mix_weight, args.mix_weight])
         systems.append((NnlmSystem(f"nnlm mixture KN5 + NPLM ({1 - args.mix_weight:g}/{args.mix_weight:g})",
                                    alphabet, mix, args.beam), neural))
@@ -153,8 +173,9 @@ def main() -> int:
     rows = []
     for system, lm in systems:
         t0 = time.perf_counter()
-        if lm in ("same", "kn5"):  # not tuned: the previous row's (the adapter) or nnlm KN5's alpha and beta
-            source = rows[-1] if lm == "same" else next(r for r in rows if r["system"] == "nnlm KN5 (same ARPA)")
+        if lm in ("same", "kn5", "nplm"):  # not tuned: the previous row's, nnlm KN5's or the NPLM's alpha and beta
+            source = rows[-1] if lm == "same" else next(
+                r for r in rows if r["system"] == ("nnlm KN5 (same ARPA)" if lm == "kn5" else "nnlm NPLM (mlp1)"))
             alpha, beta, dev_wer = source["alpha"], source["beta"], float("nan")
         else:
             alpha, beta, dev_wer = tune(system, dev, dev_refs, lm)
@@ -173,6 +194,11 @@ def main() -> int:
     ref, ours = by["KenLM KN5 via pyctcdecode"], by["nnlm KN5 (same ARPA)"]
     ratios = {"wer_ratio_nnlm_kn5_vs_kenlm": ours["test_wer"] / max(ref["test_wer"], 1e-12),
               "time_ratio_nnlm_kn5_vs_kenlm": ours["decode_seconds"] / ref["decode_seconds"]}
+    if "nnlm NPLM (mlp1), recomputing each context" in by:
+        slow, fast = by["nnlm NPLM (mlp1), recomputing each context"], by["nnlm NPLM (mlp1)"]
+        ratios["speedup_nplm_stateful_vs_recomputing"] = slow["decode_seconds"] / fast["decode_seconds"]
+        print(f"nnlm NPLM stateful step / recomputing each context: decode {ratios['speedup_nplm_stateful_vs_recomputing']:.2f}x "
+              f"faster, test WER {100 * fast['test_wer']:.2f}% vs {100 * slow['test_wer']:.2f}%")
     print("nnlm KN5 / pyctcdecode+KenLM: WER x{wer_ratio_nnlm_kn5_vs_kenlm:.3f}, decode time "
           "x{time_ratio_nnlm_kn5_vs_kenlm:.2f}".format(**ratios))
     load_avg = Path("/proc/loadavg").read_text().split()[:3]

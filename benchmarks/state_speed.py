@@ -9,7 +9,15 @@ reported); then the rows walk on through the next stretch with the cache as left
 with --tables inside a long pass that precomputes every word's rows (the per-position tables).
 Both paths give the same log-probabilities (checked on the steps both ran, to fp32 rounding).
 
+With --candidates K the beam is a decoder's: every step each of the 16 hypotheses is asked for K words at
+once (its text's next word and K-1 others drawn by unigram frequency, as an acoustic model proposes
+alternatives), all 16 K (state, word) pairs in one `advance` call, and the hypotheses go on with their
+text's word. Two references in the same run: `log_prob` on the 16 K (context, word) pairs (a stateless
+decoder's call), and the strongest stateless alternative, all of V for the 16 contexts once
+(`distribution`) and the K words picked from it.
+
     PYTHONPATH=src python benchmarks/state_speed.py [--steps 3000] [--reference-steps 400] [--threads 1] [--tables]
+    PYTHONPATH=src python benchmarks/state_speed.py --candidates 8 [--steps 1000] [--reference-steps 200]
 """
 from __future__ import annotations
 
@@ -64,8 +72,71 @@ def recomputed(model: NeuralLM, words: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return clocks() - t0, out
 
 
-def rates(steps: int, seconds: np.ndarray) -> str:
-    wall, cpu = steps * BEAM / seconds
+def candidates_of(corpus, words: np.ndarray, k: int) -> np.ndarray:
+    """[steps, BEAM, k]: each hypothesis's text word first, then k-1 words drawn by unigram frequency."""
+    counts = np.bincount(corpus.train, minlength=len(corpus.vocab)).astype(np.float64)
+    rng = np.random.default_rng(0)
+    others = rng.choice(len(counts), size=words.shape + (k - 1,), p=counts / counts.sum())
+    return np.concatenate([words[..., None], others], axis=2)
+
+
+def decoder_stepped(model: NeuralLM, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(wall, CPU) seconds and log-probs [steps, BEAM, k]: each step one advance of BEAM k (state, word)
+    pairs, the hypotheses going on with their first candidate (their text's word)."""
+    steps, _, k = asked.shape
+    out = np.empty(asked.shape)
+    t0 = clocks()
+    state = model.begin_state(BEAM)
+    expand, first = np.repeat(np.arange(BEAM), k), np.arange(BEAM) * k
+    for t in range(steps):
+        lp, after = model.advance(state.take(expand), asked[t].reshape(-1))
+        out[t] = lp.reshape(BEAM, k)
+        state = after.take(first)
+    return clocks() - t0, out
+
+
+def decoder_recomputed(model: NeuralLM, asked: np.ndarray, once: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The same, without states: `log_prob` on every (context, word) pair, or (`once`) on all of V for
+    each hypothesis's context once, the k words picked from it."""
+    steps, _, k = asked.shape
+    out = np.empty(asked.shape)
+    context = np.full((BEAM, model.context_size), model.vocab.id(start_token(model.vocab)), dtype=np.int64)
+    t0 = clocks()
+    for t in range(steps):
+        if once:
+            out[t] = np.log(np.take_along_axis(model.distribution(context), asked[t], axis=1))
+        else:
+            out[t] = model.log_prob(np.repeat(context, k, axis=0), asked[t].reshape(-1)).reshape(BEAM, k)
+        context = np.concatenate([context[:, 1:], asked[t, :, :1]], axis=1)
+    return clocks() - t0, out
+
+
+def decoder_run(model: NeuralLM, corpus, args) -> None:
+    k = args.candidates
+    asked = candidates_of(corpus, beam_words(corpus, args.steps), k)
+    pairs = BEAM * k
+    ref_s, ref_lp = decoder_recomputed(model, asked[:args.reference_steps], once=False)
+    print(f"MLP1 shape (|V| = {len(model.vocab):,}), a decoder's beam: {BEAM} hypotheses x {k} words a step")
+    print(f"  recompute each (context, word) pair   {rates(args.reference_steps, ref_s, pairs)}  1.00x  "
+          f"({args.reference_steps} steps)")
+    once_s, once_lp = decoder_recomputed(model, asked[:args.reference_steps], once=True)
+    gap = float(np.abs(once_lp - ref_lp).max())
+    ratio = (args.reference_steps / once_s) / (args.reference_steps / ref_s)
+    print(f"  all of V once per hypothesis          {rates(args.reference_steps, once_s, pairs)}  "
+          f"{ratio[0]:.1f}x wall, {ratio[1]:.1f}x CPU  (|log-prob difference| <= {gap:.0e})")
+    step_s, step_lp = decoder_stepped(model, asked)
+    common = min(args.steps, args.reference_steps)
+    gap = float(np.abs(step_lp[:common] - ref_lp[:common]).max())
+    assert gap < 1e-4, gap  # the same numbers (fp32 rounding)
+    ratio = (args.steps / step_s) / (args.reference_steps / ref_s)
+    vs_once = (args.steps / step_s) / (args.reference_steps / once_s)
+    print(f"  stateful step                         {rates(args.steps, step_s, pairs)}  {ratio[0]:.1f}x wall, "
+          f"{ratio[1]:.1f}x CPU; {vs_once[0]:.1f}x / {vs_once[1]:.1f}x the once-per-hypothesis path  "
+          f"({args.steps} steps; |log-prob difference| <= {gap:.0e})")
+
+
+def rates(steps: int, seconds: np.ndarray, per_step: int = BEAM) -> str:
+    wall, cpu = steps * per_step / seconds
     return f"{wall:8,.0f} words/s wall, {cpu:8,.0f} per CPU second"
 
 
@@ -76,12 +147,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tables", action="store_true",
                     help="also step inside a long pass that builds the per-position tables (5 GB for Brown)")
+    ap.add_argument("--candidates", type=int, default=0,
+                    help="a decoder's beam: each hypothesis asked for this many words a step (see above)")
     args = ap.parse_args()
     governor = threads.govern(args.threads)
     print(f"{governor.describe()}; load average {', '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     corpus = load_corpus("brown")
     torch.manual_seed(0)
     model = NeuralLM(NPLM(preset("mlp1", len(corpus.vocab))), corpus.vocab, corpus.pad_token)
+    if args.candidates:
+        decoder_run(model, corpus, args)
+        print(f"load average after: {', '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+        return
     words = beam_words(corpus, args.steps)
 
     ref_s, ref_lp = recomputed(model, words[:args.reference_steps])

@@ -137,6 +137,47 @@ def test_a_beam_reordered_with_take():
     assert lp[0] == pytest.approx(lp[1], abs=1e-12)
 
 
+def test_a_context_is_normalized_once():
+    """A decoder asks one hypothesis for many words: in one call the rows sharing a context cost one log Z,
+    and a later call from a known context computes none; the numbers are log_prob's either way."""
+    model = neural_lm(v=80, n=4)
+    state = model.begin_state(3, history=text(80, 3))
+    _, state = model.advance(state, [7, 8, 9])  # three hypotheses, three contexts
+    norms = model._stepper[1].norms
+    before = len(norms.norms)
+    expand = state.take(np.repeat(np.arange(3), 20))  # each hypothesis asked for 20 words at once
+    words = np.arange(60) % 80
+    lp, _ = model.advance(expand, words)
+    np.testing.assert_allclose(lp, model.log_prob(expand.context, words), rtol=0, atol=1e-6)
+    assert len(norms.norms) == before + 3
+    computed = model._stepper[1].direct.computed
+    again, _ = model.advance(expand, words[::-1])  # the next frame: the same hypotheses, no new log Z
+    np.testing.assert_allclose(again, model.log_prob(expand.context, words[::-1]), rtol=0, atol=1e-6)
+    assert len(norms.norms) == before + 3 and model._stepper[1].direct.computed == computed
+
+
+def test_the_norms_stay_bounded_and_keyed_by_the_whole_context():
+    """The map drops its older half when full; contexts whose packed ids would overflow 63 bits are keyed by
+    their bytes, so two contexts never share a log Z."""
+    from nnlm.neural.stepper import ContextNorms
+
+    norms = ContextNorms(50, 3, kept=10)
+    for start in range(0, 40, 4):
+        contexts = np.arange(start, start + 12).reshape(4, 3) % 50
+        norms.put(norms.keys(contexts), np.arange(4, dtype=np.float64))
+        assert len(norms.norms) <= 10
+    wide = ContextNorms(10**6, 4)
+    assert wide.powers is None
+    a, b = np.array([[1, 2, 3, 4]]), np.array([[1, 2, 4, 3]])
+    wide.put(wide.keys(a), np.array([1.5]))
+    assert wide.get(wide.keys(a))[0] == 1.5 and np.isnan(wide.get(wide.keys(b))[0])
+    model = neural_lm(v=41, n=13, h=3, m=2)  # 41^12 > 2^63: byte keys in a real net
+    assert model.steps_incrementally
+    ids = text(41, 30)
+    np.testing.assert_allclose(step_scores(model, ids), stream_log_probs(model, ids), rtol=0, atol=1e-6)
+    assert model._stepper[1].norms.powers is None
+
+
 def test_large_logits_are_shifted():
     """Logits past exp's fp32 range take the max-shifted log-sum-exp (rows computed again)."""
     model = neural_lm(v=60, n=4, h=3, dtype=torch.float32)

@@ -254,7 +254,7 @@ class NeuralLM(LanguageModel):
             raise NnlmError(f"contexts must have shape [N, {self.context_size}], got {list(contexts.shape)}")
         if contexts.size and (contexts.min() < 0 or contexts.max() >= len(self.vocab)):
             raise NnlmError("contexts hold ids outside the vocabulary")
-        return torch.as_tensor(contexts.astype(np.int64, copy=False), device=self.device)
+        return torch.as_tensor(np.ascontiguousarray(contexts, dtype=np.int64), device=self.device)
 
     def _check_targets(self, targets: np.ndarray, rows: int) -> torch.Tensor:
         targets = np.asarray(targets)
@@ -262,7 +262,7 @@ class NeuralLM(LanguageModel):
             raise NnlmError(f"targets must have shape [{rows}], got {list(targets.shape)}")
         if targets.size and (targets.min() < 0 or targets.max() >= len(self.vocab)):
             raise NnlmError("targets hold ids outside the vocabulary")
-        return torch.as_tensor(targets.astype(np.int64, copy=False), device=self.device)
+        return torch.as_tensor(np.ascontiguousarray(targets, dtype=np.int64), device=self.device)
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         return self.log_prob_and_log_z(contexts, targets)[0]

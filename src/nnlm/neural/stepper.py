@@ -16,6 +16,10 @@ one term per (position, word).
 
     y += U a(hidden[:, 0])          (one U product a step; log Z from y, exact)
 
+- log Z of a context is kept too (`ContextNorms`, a bounded map from the n-1 words to log Z): a decoder
+  asks one hypothesis for many words, in one call or over many frames, and the |V|-wide product is then
+  paid once per context. A word's own logit needs only its rows of W, U and b (`NPLM.target_logits`).
+
 The numbers are the exact softmax's, as log_prob's, up to floating-point rounding (the sums are taken in
 another order). Unnormalized and bf16 models, and a net whose y is b alone, keep the default path.
 """
@@ -30,6 +34,7 @@ from nnlm.lm import LMState
 CACHE_BYTES = 512 << 20   # the direct rows' cache never holds more than this ...
 CACHE_SHARE_OF_FREE = 1 / 4  # ... nor more than this share of the memory available when it is made
 MIN_CACHE_WORDS = 256  # (a beam of 64 rows of order 5 asks for 256 words at once)
+NORMS_KEPT = 1 << 18  # contexts whose log Z is kept (a float each, ~100 bytes with the map's own)
 
 
 def position_blocks(weight: torch.Tensor, config, mix: torch.Tensor | None) -> list[torch.Tensor]:
@@ -98,6 +103,36 @@ class DirectRows:
         return self.slab, slots[inverse]
 
 
+class ContextNorms:
+    """log Z of the contexts met, keyed by their n-1 word ids: one int per context when |V|^(n-1) fits in
+    63 bits (vectorized), the rows' bytes otherwise. When full, the older half is dropped (insertion order),
+    so the map never holds more than NORMS_KEPT contexts."""
+
+    def __init__(self, vocab_size: int, width: int, kept: int = NORMS_KEPT) -> None:
+        self.powers = None
+        if width and vocab_size ** width < 2 ** 63:
+            self.powers = vocab_size ** np.arange(width - 1, -1, -1, dtype=np.int64)
+        self.kept = kept
+        self.norms: dict = {}
+
+    def keys(self, contexts: np.ndarray) -> list:
+        if self.powers is not None:
+            return (contexts @ self.powers).tolist()
+        return [row.tobytes() for row in np.ascontiguousarray(contexts)]
+
+    def get(self, keys: list) -> np.ndarray:
+        """log Z of each key, NaN where not known, float64 [len(keys)]."""
+        norms = self.norms
+        return np.array([norms.get(k, np.nan) for k in keys], dtype=np.float64)
+
+    def put(self, keys: list, values: np.ndarray) -> None:
+        if len(self.norms) + len(keys) > self.kept:
+            old = list(self.norms)[:len(self.norms) // 2 + len(keys)]
+            for k in old:
+                del self.norms[k]
+        self.norms.update(zip(keys, values.tolist(), strict=True))
+
+
 class NeuralStepper:
     """The per-word terms of one net at one version of its weights, and the state operations."""
 
@@ -121,6 +156,7 @@ class NeuralStepper:
         self.features = net.C.detach()
         # (newest first) term r of a word is its term at position k-1-r: in the context r steps after it entered
         self.newest_first = np.arange(self.k - 1, -1, -1)
+        self.norms = ContextNorms(vocab_size, self.k)
 
     def _hidden_terms(self, words: np.ndarray) -> torch.Tensor:
         """H_j C(w) of each word for every position, [len(words), n-1, h], newest position first."""
@@ -159,23 +195,54 @@ class NeuralStepper:
         return y
 
     def log_probs(self, state: LMState, words: np.ndarray, tables=None) -> torch.Tensor:
-        """log P(words[i] | row i's context), float64 [B], log Z over all of V (exact). As in
-        direct_tables.scores, log Z is read from one exp pass and a sum; only rows whose sum leaves
-        SAFE_SUM (a logit above ~69, or all below ~-69) are computed again and shifted by their maximum."""
+        """log P(words[i] | row i's context), float64 [B], log Z over all of V (exact). A row's logit comes
+        from the word's rows of W, U, b; log Z from the contexts' map, or, for the contexts not in it (each
+        once, however many rows share it), from y over all of V: one exp pass and a sum, as in
+        direct_tables.scores, and only rows whose sum leaves SAFE_SUM (a logit above ~69, or all below ~-69)
+        are computed again and shifted by their maximum."""
         from nnlm.neural.direct_tables import SAFE_SUM
 
         hidden = state.extra["hidden"][:, 0] if "hidden" in state.extra else None
-        y = self.logits(state.context, hidden, tables)
-        picked = y.gather(1, torch.as_tensor(words, device=y.device)[:, None])[:, 0]
-        sums = y.exp_().sum(dim=1)
-        redo = ~((sums > SAFE_SUM[0]) & (sums < SAFE_SUM[1]))  # (NaN included)
-        lse = sums.log_()
-        if bool(redo.any()):
-            rows = redo.cpu().numpy()
-            again = self.logits(state.context[rows], None if hidden is None else hidden[redo], tables)
-            top = again.amax(dim=1, keepdim=True)
-            lse[redo] = again.sub_(top).exp_().sum(dim=1).log_().add_(top[:, 0])
-        return (picked - lse).double().cpu()
+        keys = self.norms.keys(state.context)
+        lse = torch.as_tensor(self.norms.get(keys))
+        unknown = np.flatnonzero(lse.isnan().numpy())
+        picked = None
+        if len(unknown):
+            first: dict = {}
+            for r in unknown.tolist():
+                first.setdefault(keys[r], r)
+            rows = np.fromiter(first.values(), dtype=np.int64)  # one row of each context not known
+            sub_hidden = None if hidden is None else hidden[torch.as_tensor(rows, device=hidden.device)]
+            y = self.logits(state.context[rows], sub_hidden, tables)
+            if len(rows) == len(words):  # every row its own new context (a walk): the logits are in y
+                picked = y.gather(1, torch.as_tensor(words, device=y.device)[:, None])[:, 0]
+            sums = y.exp_().sum(dim=1)
+            redo = ~((sums > SAFE_SUM[0]) & (sums < SAFE_SUM[1]))  # (NaN included)
+            found = sums.log_()
+            if bool(redo.any()):
+                again_rows = redo.cpu().numpy()
+                again = self.logits(state.context[rows][again_rows],
+                                    None if sub_hidden is None else sub_hidden[redo], tables)
+                top = again.amax(dim=1, keepdim=True)
+                found[redo] = again.sub_(top).exp_().sum(dim=1).log_().add_(top[:, 0])
+            found = found.double().cpu()
+            self.norms.put(list(first), found.numpy())
+            lse[torch.as_tensor(unknown)] = torch.as_tensor(self.norms.get([keys[r] for r in unknown.tolist()]))
+        if picked is None:  # every row's logit the same way (rows sharing a context agree exactly)
+            picked = self.picked_logits(state.context, hidden, words)
+        return (picked - lse.to(device=picked.device, dtype=picked.dtype)).double().cpu()
+
+    def picked_logits(self, context: np.ndarray, hidden: torch.Tensor | None, words: np.ndarray) -> torch.Tensor:
+        """y[i, words[i]] [B] from the words' rows of W, U and b: x . W_w + a . U_w + b_w."""
+        net = self.net
+        target = torch.as_tensor(words, device=self.bias.device)
+        y = self.bias[target]
+        if net.W is not None:
+            x = net.features(torch.as_tensor(context, device=self.features.device))
+            y = y + (x * net.W.detach()[target]).sum(1)
+        if self.U is not None:
+            y = y + (net.hidden_from_preactivation(hidden) * self.U[target]).sum(1)
+        return y
 
     def shift(self, extra: dict[str, torch.Tensor], words: np.ndarray) -> dict[str, torch.Tensor]:
         """The hidden partial sums after each row's word: every sum moves one step nearer, the word's term at

@@ -251,8 +251,8 @@ class VocabParallelLM(LanguageModel):
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         self.net.eval()
         device = self.net.C.device
-        ctx = torch.as_tensor(np.asarray(contexts, dtype=np.int64), device=device)
-        tgt = torch.as_tensor(np.asarray(targets, dtype=np.int64), device=device)
+        ctx = torch.as_tensor(np.ascontiguousarray(contexts, dtype=np.int64), device=device)
+        tgt = torch.as_tensor(np.ascontiguousarray(targets, dtype=np.int64), device=device)
         dtype = torch.bfloat16 if self.bf16 else self.net.C.dtype
         out = np.empty(len(tgt), dtype=np.float64)
         w = None
@@ -267,7 +267,7 @@ class VocabParallelLM(LanguageModel):
     @torch.no_grad()
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
         self.net.eval()
-        ctx = torch.as_tensor(np.asarray(contexts, dtype=np.int64), device=self.net.C.device)
+        ctx = torch.as_tensor(np.ascontiguousarray(contexts, dtype=np.int64), device=self.net.C.device)
         y = gather_rows(self.net.local_logits(ctx).t().contiguous(), self.net.config.vocab_size,
                         dist.get_world_size()).t()
         return torch.softmax(y.double(), dim=1).cpu().numpy()
