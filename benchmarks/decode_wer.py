@@ -196,8 +196,8 @@ def main() -> int:
               "time_ratio_nnlm_kn5_vs_kenlm": ours["decode_seconds"] / ref["decode_seconds"]}
     if "nnlm NPLM (mlp1), recomputing each context" in by:
         slow, fast = by["nnlm NPLM (mlp1), recomputing each context"], by["nnlm NPLM (mlp1)"]
-        ratios["speedup_nplm_stateful_vs_recomputing"] = slow["decode_seconds"] / fast["decode_seconds"]
-        print(f"nnlm NPLM stateful step / recomputing each context: decode {ratios['speedup_nplm_stateful_vs_recomputing']:.2f}x "
+        speedup = ratios["speedup_nplm_stateful_vs_recomputing"] = slow["decode_seconds"] / fast["decode_seconds"]
+        print(f"nnlm NPLM stateful step / recomputing each context: decode {speedup:.2f}x "
               f"faster, test WER {100 * fast['test_wer']:.2f}% vs {100 * slow['test_wer']:.2f}%")
     print("nnlm KN5 / pyctcdecode+KenLM: WER x{wer_ratio_nnlm_kn5_vs_kenlm:.3f}, decode time "
           "x{time_ratio_nnlm_kn5_vs_kenlm:.2f}".format(**ratios))

@@ -72,6 +72,11 @@ def test_bad_values_are_one_line_errors():
         RunOptions(recipe="paper", loss="nce").check()
     with pytest.raises(NnlmError, match=r"--threads must be an integer in \[1, 1,024\]"):
         SessionOptions(threads=0).check()
+    with pytest.raises(NnlmError, match="unknown --device 'gpu'; choose from auto, cpu, cuda"):
+        SessionOptions(device="gpu").check()  # declared choices hold for the library as for the CLI
+    with pytest.raises(NnlmError, match="must be epoch, plateau, newbob or constant, got 'paper'"):
+        RunOptions(recipe="modern", lr_schedule="paper").check()
+    RunOptions(recipe="paper", lr_schedule="paper").check()  # the paper recipe's own schedule, named
     with pytest.raises(dataclasses.FrozenInstanceError):
         RunOptions().seed = 1  # type: ignore[misc]
 

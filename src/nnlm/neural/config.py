@@ -20,7 +20,7 @@ from typing import Any
 from nnlm import cli_types as T
 from nnlm.bounds import Bounds
 from nnlm.errors import NnlmError
-from nnlm.neural.recipes import RECIPE_KEYS, RECIPES, recipe_defaults
+from nnlm.neural.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defaults
 
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.sampled builds them); declared here once
 OUTPUT_LAYERS = ("full", "classes")
@@ -120,8 +120,9 @@ class RunOptions:
                                  bounds=Bounds(1, integer=True), metavar="K", shown="128, at most |V|")
     lr_schedule: str | None = option(None, "epoch: lr x --lr-factor after every epoch; plateau: x --lr-factor when "
                                            "validation stalls; newbob: on a stall the best weights back, then x "
-                                           "--lr-factor every epoch; constant (the paper recipe has its own eps_t)",
-                                     choices=("epoch", "plateau", "newbob", "constant"), group=RECIPE_GROUP)
+                                           "--lr-factor every epoch; constant; paper: the paper recipe's eps_t, "
+                                           "its only schedule",
+                                     choices=LR_SCHEDULES, group=RECIPE_GROUP)
     lr_factor: float | None = option(None, "the schedule's factor", group=RECIPE_GROUP,
                                      bounds=Bounds(0.0, 1.0, lo_open=True))
     weight_decay: float | None = option(None, "(decoupled) weight decay on C, H, U, W", group=RECIPE_GROUP,
@@ -233,12 +234,14 @@ def check_choice(name: str, value: str | None, choices: tuple[str, ...]) -> None
 
 
 def check_values(options: type, values: dict[str, Any]) -> None:
-    """Each value of a field of `options` that declares bounds (None: not given) within them, else a
-    one-line NnlmError naming the option: the same limits as the command line's."""
+    """Each value of a field of `options` (None: not given) within its declared bounds and among its
+    declared choices, else a one-line NnlmError naming the option: the same limits as the command line's."""
     for f in fields(options):
         bounds = f.metadata.get("bounds")
         if bounds is not None and values.get(f.name) is not None:
             bounds.check("--" + f.name.replace("_", "-"), values[f.name])
+        if f.metadata.get("choices"):
+            check_choice(f.name, values.get(f.name), f.metadata["choices"])
 
 
 def bounds_of(name: str) -> Bounds | None:
