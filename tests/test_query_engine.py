@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E
-from nnlm.ngram import query_engine
+from nnlm.ngram import hash_table, query_engine
 from nnlm.ngram.arpa import read_arpa, write_arpa
 from nnlm.ngram.backoff import LN10, BackoffModel, BackoffTables
 from nnlm.ngram.build import build_ngram
@@ -150,7 +150,7 @@ def test_memory_mapped_tables_within_and_beyond_the_budget(tmp_path, monkeypatch
     mapped = load_disk_tables(tmp_path / "model", v, order)
     assert isinstance(mapped.keys[-1], np.memmap)
     check_tables(mapped, ctx, targets)  # small: within the mapped budget
-    monkeypatch.setattr(query_engine, "MAPPED_MEMORY_BUDGET_BYTES", 0)
+    monkeypatch.setattr(hash_table, "MAPPED_MEMORY_BUDGET_BYTES", 0)
     over = load_disk_tables(tmp_path / "model", v, order)
     assert over.query_engine() is None  # beyond it: the numpy path on the mapped arrays, the same numbers
     np.testing.assert_allclose(over.log_prob(ctx, targets), mapped.log_prob(ctx, targets), rtol=0, atol=ATOL)

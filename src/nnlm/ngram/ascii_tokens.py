@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from nnlm.data.vocab import PARAGRAPH, Vocabulary
-from nnlm.ngram.query_engine import KERNEL, capacity
+from nnlm.ngram.hash_table import KERNEL, capacity
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)

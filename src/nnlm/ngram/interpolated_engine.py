@@ -3,12 +3,12 @@
 The numpy path finds each row's bigram, trigram and context counts by searchsorted in sorted key
 arrays (three binary searches, each ~20 dependent cache misses on Brown), then mixes the four
 components with the bucket weights in a dozen temporaries. Here the three count tables are exact
-hash maps (nnlm.ngram.query_engine.HashMap: one probe each, and the three probes are independent, so
+hash maps (nnlm.ngram.hash_table.HashMap: one probe each, and the three probes are independent, so
 their memory loads overlap) and one compiled loop computes the bucket and the mixture per row,
 with the numpy path's formulas in its order of operations.
 
 Built lazily at the first query; tables memory-mapped out of core (`--memory`) get an engine only
-within query_engine.MAPPED_MEMORY_BUDGET_BYTES, else they keep the numpy path.
+within hash_table.MAPPED_MEMORY_BUDGET_BYTES, else they keep the numpy path.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from nnlm.ngram.query_engine import KERNEL, PREFETCH_AHEAD, HashMap, _find, _home, _prefetch_slot, within_budget
+from nnlm.ngram.hash_table import KERNEL, PREFETCH_AHEAD, HashMap, _find, _home, _prefetch_slot, within_budget
 
 
 @dataclass

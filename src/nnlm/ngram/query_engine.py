@@ -29,142 +29,30 @@ order, so both paths give the same log10 per row (Brown KN5 test: bit for bit).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
-EMPTY = -1  # key of an empty slot (raw keys are >= 0; a hash equal to it makes the build refuse)
-LOAD_FACTOR = 0.5
-HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads consecutive keys
-# Engine memory allowed beside tables already in memory, and beside memory-mapped (out-of-core) ones,
-# whose owner asked for little memory: above these the numpy path (searchsorted on the mapped arrays) stays.
-MEMORY_BUDGET_BYTES = int(float(os.environ.get("NNLM_QUERY_ENGINE_GB", "8")) * 2**30)
-MAPPED_MEMORY_BUDGET_BYTES = int(float(os.environ.get("NNLM_QUERY_ENGINE_MAPPED_GB", "1")) * 2**30)
-SLOT_BYTES = 24
-PREFETCH_AHEAD = 4  # rows whose first probes are prefetched while this one is scored (4 measured best, 2-32 tried)
+from nnlm.ngram.hash_table import (
+    EMPTY,
+    HASH_MULTIPLIER,
+    KERNEL,
+    PREFETCH_AHEAD,
+    _home_hashed,
+    _insert_all,
+    _prefetch_slot,
+    capacity,
+    huge_page_array,
+    within_budget,
+)
+
 # log_prob builds the engine once a model has been asked for this many rows per table entry: the build plus
 # numba's start cost about what the numpy path takes for that many rows (Brown KN5: ~1.5 s, ~600k rows).
 # The stateful API and score_sentence(s) build it at their first call: they are what it is for.
 BUILD_AFTER_ROWS_PER_ENTRY = 0.25
 ENABLED = os.environ.get("NNLM_QUERY_ENGINE", "1") != "0"  # 0: every model keeps its numpy path (benchmarks)
-
-
-def capacity(n: int) -> int:
-    """Slots for n keys at LOAD_FACTOR (at least n + 1, so a probe always ends at an empty slot)."""
-    return max(int(np.ceil(n / LOAD_FACTOR)), n + 1, 2)
-
-
-def estimated_bytes(sizes: list[int]) -> int:
-    """Memory of the engine for tables of `sizes` entries per order (hash slots and unigram arrays),
-    plus the build's temporaries (about 5 int64 per entry of the largest order)."""
-    return sum(capacity(n) * SLOT_BYTES for n in sizes[1:]) + 16 * sizes[0] + 40 * max(sizes)
-
-
-def within_budget(arrays: list[np.ndarray], sizes: list[int]) -> bool:
-    """Whether building the engine fits its budget (the smaller one if any table is memory-mapped)."""
-    mapped = any(isinstance(a, np.memmap) or (a.base is not None and isinstance(a.base, np.memmap)) for a in arrays)
-    return estimated_bytes(sizes) <= (MAPPED_MEMORY_BUDGET_BYTES if mapped else MEMORY_BUDGET_BYTES)
-
-
-def huge_page_array(shape: tuple[int, ...], dtype: type, fill: int) -> np.ndarray:
-    """A new array filled with `fill`, in memory the kernel may back with 2 MiB pages (madvise): random
-    probes into a table of 100 MB then miss the TLB far less often. A plain array where that is not offered."""
-    import mmap
-
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if nbytes < (4 << 20) or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return np.full(shape, fill, dtype=dtype)
-    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(OSError):  # no transparent huge pages here: ordinary pages, the same numbers
-        buffer.madvise(mmap.MADV_HUGEPAGE)
-    out = np.frombuffer(buffer, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
-    out.fill(fill)
-    return out
-
-
-# ---- hashing ------------------------------------------------------------------------------------
-
-@numba.njit(inline="always")
-def _home(key: int, offset: int, cap: int) -> int:
-    """The first slot to probe for `key` in the table at table[offset : offset + cap] (multiply-shift)."""
-    h = np.uint64(key) * HASH_MULTIPLIER
-    return offset + np.int64(((h >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
-
-
-@numba.njit(inline="always")
-def _home_hashed(key: int, offset: int, cap: int) -> int:
-    """`_home` of a key that is already a hash (the back-off tables' word-tuple hashes): no multiply."""
-    return offset + np.int64(((np.uint64(key) >> np.uint64(32)) * np.uint64(cap)) >> np.uint64(32))
-
-
-@numba.njit(inline="always")
-def _find(table: np.ndarray, offset: int, cap: int, key: int) -> int:
-    """Slot of `key` in table[offset : offset + cap], or -1."""
-    s = _home(key, offset, cap)
-    end = offset + cap
-    while True:
-        k = table[s, 0]
-        if k == key:
-            return s
-        if k == EMPTY:
-            return -1
-        s += 1
-        if s == end:
-            s = offset
-
-
-@numba.njit(cache=True)
-def _insert_all(table: np.ndarray, offset: int, cap: int, keys: np.ndarray, values: np.ndarray,
-                hashed: bool) -> np.ndarray:
-    """Put keys[i] with the int64 row values[i] into the table; returns each key's slot. Keys are distinct;
-    `hashed`: they are word-tuple hashes (placed by _home_hashed), else raw keys (by _home)."""
-    slots = np.empty(len(keys), dtype=np.int64)
-    end = offset + cap
-    for i in range(len(keys)):
-        s = _home_hashed(keys[i], offset, cap) if hashed else _home(keys[i], offset, cap)
-        while table[s, 0] != EMPTY:
-            s += 1
-            if s == end:
-                s = offset
-        table[s, 0] = keys[i]
-        for j in range(values.shape[1]):
-            table[s, 1 + j] = values[i, j]
-        slots[i] = s
-    return slots
-
-
-@numba.njit(cache=True)
-def _lookup_values(table: np.ndarray, offset: int, cap: int, keys: np.ndarray, default: int) -> np.ndarray:
-    """table[slot of key, 1] for each key (an int64 value), `default` where the key is absent."""
-    out = np.empty(len(keys), dtype=np.int64)
-    for i in range(len(keys)):
-        s = _find(table, offset, cap, keys[i])
-        out[i] = table[s, 1] if s >= 0 else default
-    return out
-
-
-class HashMap:
-    """An exact int64 -> int64 map (open addressing), for the relative-frequency tables of
-    the interpolated trigram; built once from sorted or unsorted distinct keys."""
-
-    def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
-        keys = np.ascontiguousarray(keys, dtype=np.int64)
-        self.cap = capacity(len(keys))
-        self.table = np.full((self.cap, 2), EMPTY, dtype=np.int64)
-        _insert_all(self.table, 0, self.cap, keys, np.ascontiguousarray(values, dtype=np.int64)[:, None], False)
-
-    def get(self, keys: np.ndarray, default: int = 0) -> np.ndarray:
-        return _lookup_values(self.table, 0, self.cap, np.ascontiguousarray(keys, dtype=np.int64), default)
-
-    @property
-    def nbytes(self) -> int:
-        return self.table.nbytes
 
 
 # ---- the back-off engine -------------------------------------------------------------------------
@@ -291,23 +179,6 @@ def _word_hashes(n):
     return out
 
 
-@intrinsic
-def _prefetch_slot(typingctx, table, slot):
-    """Ask the CPU to start loading row `slot` of a 2-d array into cache, without waiting for it
-    (LLVM's prefetch: the loads of rows scored a few steps later then overlap this row's work)."""
-    def codegen(context, builder, sig, args):
-        array = context.make_array(sig.args[0])(context, builder, args[0])
-        pointer = cgutils.get_item_pointer(context, builder, sig.args[0], array,
-                                           [args[1], context.get_constant(types.intp, 0)])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(pointer, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    return types.void(table, slot), codegen
-
-
 @numba.njit(inline="always")
 def _prefetch_grams(table, offsets, caps, order, word, ctx, row, width):
     """Prefetch the first probe of every gram `_match` may look up for (word, ctx[row])."""
@@ -387,13 +258,6 @@ def _with_backoffs(p, m, backoffs, n1):
     for j in range(m, n1 + 1):
         p += backoffs[j - 1]
     return p
-
-
-# The kernels below run without numba's reference counting (_nrt=False): with it, every array handed to
-# an inlined helper costs an atomic increment and decrement per token, which was a third of the time
-# (Brown KN5 stream: 5.1 M tokens/s with it, 7.5 M without). So they allocate nothing: outputs and scratch
-# space (ScratchSpace) come from the caller.
-KERNEL = {"cache": True, "_nrt": False}
 
 
 @numba.njit(**KERNEL)
