@@ -82,3 +82,17 @@ def central_differences(net, value, grads: dict, entries: int = 4, seed: int | N
                 flat[i] = keep
                 numeric = (up - down) / 2e-6
                 assert math.isclose(numeric, float(grads[name].view(-1)[i]), rel_tol=1e-4, abs_tol=1e-7), name
+
+
+def held_model(model, release, seen: list, hold: float = 10.0):
+    """The same model whose log_prob records each call's row count in `seen` and waits (at most `hold`
+    seconds) for the `release` event before answering: a model kept busy, for the server's queue tests."""
+    class Held(type(model)):
+        def log_prob(self, contexts, targets):
+            seen.append(len(contexts))
+            release.wait(hold)
+            return model.log_prob(contexts, targets)
+
+    held = object.__new__(Held)
+    held.__dict__.update(model.__dict__)
+    return held

@@ -8,6 +8,7 @@ import urllib.request
 import numpy as np
 import pytest
 from helpers import api_call as call
+from helpers import held_model
 
 from nnlm.lm import LOG10_E
 from nnlm.loading import load
@@ -101,15 +102,7 @@ def test_jobs_waiting_together_are_one_model_call(server):
     model = load(server[1]["kn3"])
     release, calls = threading.Event(), []
 
-    class Slow(type(model)):
-        def log_prob(self, contexts, targets):
-            calls.append(len(contexts))
-            release.wait(10)
-            return model.log_prob(contexts, targets)
-
-    slow = object.__new__(Slow)
-    slow.__dict__.update(model.__dict__)
-    batcher = Batcher(slow)
+    batcher = Batcher(held_model(model, release, calls))
     rng = np.random.default_rng(0)
     jobs = [(rng.integers(3, len(model.vocab), (n, 2)), rng.integers(3, len(model.vocab), n)) for n in (1, 4, 2, 7)]
     results = [None] * len(jobs)

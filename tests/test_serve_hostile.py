@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import held_model
 
 DEADLINE = 1.0          # --header-timeout and --body-timeout of the server under test
 TIMER_SLACK = 0.01      # uvloop (libuv) keeps time in whole milliseconds: a timer may fire that much early
@@ -495,14 +496,7 @@ def test_abandoned_requests_are_not_computed(kn3):
     model = load(kn3)
     release, rows = threading.Event(), []
 
-    class Held(type(model)):
-        def log_prob(self, contexts, targets):
-            rows.append(len(contexts))
-            release.wait(20)
-            return model.log_prob(contexts, targets)
-
-    held = object.__new__(Held)
-    held.__dict__.update(model.__dict__)
+    held = held_model(model, release, rows, hold=20)
     batcher = Batcher(held)
     srv = ModelServer({"kn3": Served("kn3", held, batcher, 20.0)}, limits=Limits(header_timeout=5, body_timeout=5))
     srv.start()

@@ -186,13 +186,8 @@ def exchange_words(order, start, stop, classes, size, m, mt, left, right,
         else:
             state[1], state[2] = nr, nl
             return i
-        _shift(w, b, 1, m, mt, left, right, r, lc, dr, nr, dl, nl, self_count, left_total, right_total)
-        _clear(r, lc, dr, nr, dl, nl)
-        if b != a:
-            classes[w] = b
-            size[a] -= 1
-            size[b] += 1
-            state[0] += 1
+        state[1], state[2] = nr, nl
+        place_word(w, b, classes, size, m, mt, left, right, self_count, left_total, right_total, r, lc, dr, dl, state)
     return stop
 
 

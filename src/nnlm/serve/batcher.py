@@ -72,7 +72,30 @@ class Job:
         return len(self.contexts) * (1 if self.targets is not None else DISTRIBUTION_ROW_COST)
 
 
-class Batcher:
+class BlockingCalls:
+    """The blocking face of a batcher, for callers on a thread (the server's large requests): the
+    subclass's `submit` queues a job; these wait for its answer."""
+
+    def submit(self, contexts: np.ndarray, targets: np.ndarray | None, cancel: Cancel | None = None) -> Future:
+        raise NotImplementedError
+
+    @staticmethod
+    def wait(future: Future, timeout: float) -> np.ndarray:
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            future.cancel()  # the caller gave up: the worker need not compute it
+            raise
+
+    def log_prob(self, contexts: np.ndarray, targets: np.ndarray, timeout: float,
+                 cancel: Cancel | None = None) -> np.ndarray:
+        return self.wait(self.submit(contexts, targets, cancel), timeout)
+
+    def distribution(self, contexts: np.ndarray, timeout: float, cancel: Cancel | None = None) -> np.ndarray:
+        return self.wait(self.submit(contexts, None, cancel), timeout)
+
+
+class Batcher(BlockingCalls):
     """Runs a model's `log_prob` / `distribution` jobs in merged batches on one worker thread."""
 
     def __init__(self, model: LanguageModel, max_rows: int = MAX_BATCH_ROWS) -> None:
@@ -98,21 +121,6 @@ class Batcher:
         """The job's answer, awaited on an event loop (a timeout or a cancellation of the awaiting task
         cancels the job too)."""
         return await asyncio.wait_for(asyncio.wrap_future(self.submit(contexts, targets, cancel)), timeout)
-
-    @staticmethod
-    def wait(future: Future, timeout: float) -> np.ndarray:
-        try:
-            return future.result(timeout=timeout)
-        except TimeoutError:
-            future.cancel()  # the caller gave up: the worker need not compute it
-            raise
-
-    def log_prob(self, contexts: np.ndarray, targets: np.ndarray, timeout: float,
-                 cancel: Cancel | None = None) -> np.ndarray:
-        return self.wait(self.submit(contexts, targets, cancel), timeout)
-
-    def distribution(self, contexts: np.ndarray, timeout: float, cancel: Cancel | None = None) -> np.ndarray:
-        return self.wait(self.submit(contexts, None, cancel), timeout)
 
     def close(self) -> None:
         self.jobs.put(None)
@@ -166,7 +174,7 @@ class Batcher:
             at += len(job.contexts)
 
 
-class InlineBatcher:
+class InlineBatcher(BlockingCalls):
     """A fast model's jobs, merged per turn of the event loop and computed on it (the interface of
     Batcher). Jobs from other threads (the server's large requests) are passed to the loop, so the
     model is still called from one thread at a time; without a running server they are computed at once."""
@@ -201,15 +209,6 @@ class InlineBatcher:
         with self._lock:
             done.set_result(self._compute(contexts, targets))
         return done
-
-    wait = staticmethod(Batcher.wait)
-
-    def log_prob(self, contexts: np.ndarray, targets: np.ndarray, timeout: float,
-                 cancel: Cancel | None = None) -> np.ndarray:
-        return self.wait(self.submit(contexts, targets, cancel), timeout)
-
-    def distribution(self, contexts: np.ndarray, timeout: float, cancel: Cancel | None = None) -> np.ndarray:
-        return self.wait(self.submit(contexts, None, cancel), timeout)
 
     def close(self) -> None:
         pass
