@@ -37,12 +37,7 @@ class ClassNeuralLM(NeuralLM):
             raise NnlmError("--unnormalized: this model's class-factored output layer is normalized exactly at "
                             "the cost of K + |V|/K scores per word; score it without --unnormalized")
 
-    @property
-    def steps_incrementally(self) -> bool:
-        return False
-
-    def builds_tables(self, tokens: int) -> bool:
-        return False  # no per-position tables: the factored scoring never forms the |V|-wide product they speed up
+    output_is_one_product = False  # states step through log_prob; no per-position tables
 
     @torch.no_grad()
     def _score_ids(self, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor) -> tuple[np.ndarray, None]:

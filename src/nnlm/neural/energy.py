@@ -208,12 +208,7 @@ class EnergyLM(NeuralLM):
             raise NnlmError("bf16 scoring is for the MLP's output product; the energy network scores in fp32 "
                             "(its cost is tanh units)")
 
-    @property
-    def steps_incrementally(self) -> bool:
-        return False
-
-    def builds_tables(self, tokens: int) -> bool:
-        return False  # no per-position tables: its scores are tanh units per word, not one |V|-wide product
+    output_is_one_product = False  # states step through log_prob; no per-position tables
 
     def _blocks(self, ctx: torch.Tensor, table: torch.Tensor):
         """(lo, y = -E [rows, |V|]) for each block of contexts, the word terms computed once."""

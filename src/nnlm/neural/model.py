@@ -274,6 +274,10 @@ class NeuralLM(LanguageModel):
         ctx = self._check(contexts)
         return self._score_ids(ctx, self._check_targets(targets, len(ctx)), self.net.C.detach())
 
+    # Whether the net's scores are one |V|-wide product y = b + W x + U a, which the stateful step and the
+    # per-position tables speed up; not for a class-factored output nor the energy net (tanh units per word).
+    output_is_one_product = True
+
     @property
     def _has_product(self) -> bool:
         """y has a |V|-wide product (W or H): the exact and bf16 paths; without one y = b."""
@@ -322,7 +326,8 @@ class NeuralLM(LanguageModel):
         fit): what `long_pass` does, and what the reproduce planner times a pass by."""
         from nnlm.neural import direct_tables
 
-        return self.scoring.normalized and direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device)
+        return (self.output_is_one_product and self.scoring.normalized
+                and direct_tables.tables_pay(self.net, len(self.net.C), tokens, self.device))
 
     def _tables_for(self, table: torch.Tensor):
         """The per-position tables, if built from `table` and the weights as they are now."""
@@ -411,7 +416,7 @@ class NeuralLM(LanguageModel):
     def steps_incrementally(self) -> bool:
         """Whether begin_state/advance keep partial sums (exact scoring, fp32 or float64 nets with W or H);
         unnormalized and bf16 scorings take the default path through log_prob, so their numbers agree."""
-        return self.scoring.exact and self._has_product
+        return self.scoring.exact and self._has_product and self.output_is_one_product
 
     def state_owner(self) -> str:
         """The default owner, and the weights' version: a state's sums are stale once the net is trained."""
