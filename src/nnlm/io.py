@@ -21,7 +21,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
+import socket
 import stat
 import sys
 import tempfile
@@ -113,6 +115,49 @@ def _copy_into(tmp: Path, target: Path) -> None:
         os.close(fd)
 
 
+# A temporary's name says which process made it: `.NAME.HOST_PID.XXXXXX.tmp`, so that one left by a process
+# that was killed (kill -9: no `finally` ran) is recognised and removed the next time NAME is written,
+# while those of live writers, and of other hosts sharing the directory, are left alone.
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def _temp_prefix(name: str) -> str:
+    return f".{name}.{_HOST}_{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (EPERM: alive, another user's)
+        return True
+    return True
+
+
+def remove_abandoned_temps(parent: Path, name: str) -> list[Path]:
+    """Delete the temporaries that a killed process of this host left beside `name` in `parent` (files of
+    `atomic_path`, directories of `atomic_dir` / `staged_directory`); returns them."""
+    start, removed = f".{name}.", []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (entry.name.startswith(start) and entry.name.endswith(".tmp")):
+            continue
+        host, _, pid = entry.name[len(start):].split(".", 1)[0].rpartition("_")
+        if host != _HOST or not pid.isdigit() or _alive(int(pid)):
+            continue
+        with suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed.append(Path(entry.path))
+    return removed
+
+
 @contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
     """Yield a temporary path beside where `path` lands; on success it becomes `path` (see module doc)."""
@@ -122,7 +167,8 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     parent = Path(tempfile.gettempdir()) if special else target.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp")
+        remove_abandoned_temps(parent, target.name)
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=_temp_prefix(target.name), suffix=".tmp")
         os.close(fd)
     except OSError as exc:
         raise write_error(path, exc) from None
@@ -160,7 +206,8 @@ def _sibling_temp_directory(path: Path) -> Path:
     ordinary directory's mode (mkdtemp makes 0700)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+        remove_abandoned_temps(path.parent, path.name)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temp_prefix(path.name), suffix=".tmp"))
     except OSError as exc:
         raise write_error(path, exc) from None
     os.chmod(tmp, 0o777 & ~_umask())
