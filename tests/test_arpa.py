@@ -204,8 +204,8 @@ def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path):
 
 
 @pytest.mark.parametrize("make, args, fragment", [
-    (None, ("--kind", "kn", "--order", "7"), "between 1 and 6"),
-    (None, ("--kind", "kn", "--order", "0"), "between 1 and 6"),
+    (None, ("--kind", "kn", "--order", "7"), "must be an integer in [1, 6], got 7"),
+    (None, ("--kind", "kn", "--order", "0"), "must be an integer in [1, 6], got 0"),
     ("truncated", ("--load-arpa",), "file ends before"),
     ("foreign", ("--load-arpa",), "does not match the corpus"),
     ("kn2", ("--order", "3", "--load-arpa"), "has order 2, not --order 3"),

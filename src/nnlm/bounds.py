@@ -9,10 +9,32 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from nnlm.errors import NnlmError
+
+SEED_MAX = 2**63 - 1  # numpy and torch both take seeds in [0, 2^64); one bound for all commands
+_INT = re.compile(r"[+-]?\d+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+
+
+def parse_int(text: str) -> int:
+    """An integer written in ASCII digits ('١٢' parses in Python: refused), else argparse's type error."""
+    if not _INT.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    return int(text)
+
+
+def parse_float(text: str) -> float:
+    """A finite number written in ASCII (never nan or inf), else argparse's type error."""
+    if not _FLOAT.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -52,9 +74,7 @@ class Bounds:
 
     def parser(self) -> Callable[[str], int | float]:
         """An argparse `type=`: the text as a number (ASCII digits only, never nan or inf), within the bounds."""
-        from nnlm import cli_types
-
-        convert = cli_types.parse_int if self.integer else cli_types.parse_float
+        convert = parse_int if self.integer else parse_float
 
         def parse(text: str) -> int | float:
             value = convert(text)

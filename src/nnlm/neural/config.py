@@ -17,8 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from nnlm import cli_types as T
-from nnlm.bounds import Bounds
+from nnlm.bounds import SEED_MAX, Bounds
 from nnlm.errors import NnlmError
 from nnlm.neural.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defaults
 
@@ -107,7 +106,7 @@ class RunOptions:
                                 shown="adaptive with --loss full; sampled with --loss sampled / nce, "
                                       "sampled-large for the presets past the paper")
     batch_size: int = option(256, "examples per update", bounds=Bounds(1, 1 << 24, integer=True))
-    seed: int = option(0, "random seed", bounds=Bounds(0, T.SEED_MAX, integer=True))
+    seed: int = option(0, "random seed", bounds=Bounds(0, SEED_MAX, integer=True))
     lr: float | None = option(None, "learning rate", bounds=Bounds(0.0, 10.0, lo_open=True))
     patience: int = option(3, "early stopping: epochs without a better valid perplexity",
                          bounds=Bounds(1, integer=True))
