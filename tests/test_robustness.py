@@ -193,7 +193,7 @@ def test_resume_removes_the_temp_files_a_kill_left(run_copy, nnlm):
     (("generate", "{kn}", "--tokens", "١٠"), "argument --tokens: expected an integer"),
     (("train", "--out", "{tmp}/x", "--lr", "-1"), "argument --lr: must be a finite number in (0, 10], got -1"),
     (("train", "--out", "{tmp}/x", "--seed", "-1"), "argument --seed"),
-    (("train", "--out", "{tmp}/x", "--workers", "1000000"), "argument --workers: must be an integer in [1, 256], got 1000000"),
+    (("train", "--out", "{tmp}/x", "--workers", "1000000"), "--workers: must be an integer in [1, 256], got 1000000"),
     (("reproduce", "--out", "{tmp}/x", "--budget-minutes", "nan"), "argument --budget-minutes"),
     (("ngram", "--order", "1000000000"), "argument --order: must be an integer in [1, 6]"),
     (("next", "{kn}", "w1", "-k", "0"), "argument -k: must be an integer >= 1, got 0"),

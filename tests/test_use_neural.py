@@ -212,7 +212,7 @@ def test_neural_generation_same_seed_same_text(neural_run, cli, capsys):
     one_line_error(cli("generate", neural_run[0], "--prompt", "zebra okapi"), "outside the model's vocabulary")
     with pytest.raises(SystemExit) as exit_:  # refused while parsing: argparse ends the process (2, one line)
         cli("generate", neural_run[0], "--temperature", "0")
-    assert exit_.value.code == 2 and "argument --temperature: must be a finite number in (0, " in capsys.readouterr().err
+    assert exit_.value.code == 2 and "--temperature: must be a finite number in (0, " in capsys.readouterr().err
 
 
 def test_score_options_may_come_before_the_file(saved_addone, tmp_path, cli, capsys):
