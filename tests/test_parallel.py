@@ -347,7 +347,8 @@ def test_cli_parallel_training_and_its_errors(random_corpus, tmp_path, capsys):
     assert main(["eval", str(tmp_path / "vp"), "--threads", "1"]) == 0
     for extra, message in ((["--workers", "2"], "--workers needs --parallel"),
                            (["--parallel", "ddp", "--workers", "0"], "argument --workers: must be an integer in [1, "),
-                           (["--parallel", "ddp", "--dist-timeout", "0"], "--dist-timeout: must be a finite number in (0, ")):
+                           (["--parallel", "ddp", "--dist-timeout", "0"],
+                            "--dist-timeout: must be a finite number in (0,")):
         try:
             code = main(base + ["--out", str(tmp_path / "bad")] + extra)
         except SystemExit as exc:  # refused while parsing (nnlm.cli_types)
