@@ -305,7 +305,7 @@ def test_bad_values_are_one_line_and_exit_2(rand_dir, tmp_path, capsys):
         assert code == 2
         assert message in err and err.count("\n") == 1, err
         assert not (out / "run.json").exists()
-    with pytest.raises(NnlmError, match="unknown loss"):
+    with pytest.raises(NnlmError, match="unknown --loss .magic.; choose from full, sampled, nce"):
         tr.train(tmp_path / "y", {"corpus": str(rand_dir), "loss": "magic"}, progress=False)
     out = tmp_path / "run"
     run_train(out, rand_dir, epochs=1)
