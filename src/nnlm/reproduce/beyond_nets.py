@@ -31,12 +31,14 @@ def options_of(section: Section, net: NetRow) -> dict[str, Any]:
     job = section.job
     recipe = net.recipe or default_recipe(net.loss, net.preset)  # what the trainer will pick for this preset
     base = requested_options(net.loss, job.samples, job.hogwild, len(job.corpus.vocab), job.device, recipe)
-    return base | {"preset": net.preset, "seed": net.seed}
+    extra = {"dropout": net.dropout} if net.dropout is not None else {}
+    return base | {"preset": net.preset, "seed": net.seed} | extra
 
 
 def section_net(section: Section, net: NetRow) -> NetRun:
     """A section net as a NetRun: its preset, seed and recipe; its speeds are its preset's with its loss."""
-    request = {"seed": net.seed} | ({"recipe": net.recipe} if net.recipe is not None else {})
+    request = ({"seed": net.seed} | ({"recipe": net.recipe} if net.recipe is not None else {})
+               | ({"dropout": net.dropout} if net.dropout is not None else {}))
     return NetRun(net.id, net.preset, net.loss, options_of(section, net), rates_key=f"{net.preset}/{net.loss}",
                   request=request)
 
@@ -51,6 +53,8 @@ def command(section: Section, net: NetRow) -> str:
     words = ["nnlm", "train", "--preset", net.preset, "--loss", net.loss, "--seed", str(net.seed)]
     if net.recipe:
         words += ["--recipe", net.recipe]
+    if net.dropout is not None:
+        words += ["--dropout", f"{net.dropout:g}"]
     if job.samples:
         words += ["--samples", str(job.samples)]
     if job.threads:

@@ -29,6 +29,7 @@ class NetRow:
     loss: str = "sampled"
     recipe: str | None = None  # None: the loss's default recipe
     twin: str = ""
+    dropout: float | None = None  # None: the recipe's
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
     mlp1_seed(2),
     # a second long-context (the best single net; 4.6 min idle): its seed-to-seed spread is ~1% on validation
     NetRow("long-context-seed1", "long-context, seed 1", "long-context", seed=1),
+    # the same with more dropout: valid 255.5 against 258.9 in one run (docs/experiments/beyond.md)
+    NetRow("long-context-dropout", "long-context, dropout 0.2", "long-context", dropout=0.2),
     MixRow("long-mlp1-ngrams-em", "long-context + MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
            ("long-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
     MixRow("deep-mlp1-ngrams-em", "deep-context + MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
@@ -84,6 +87,10 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
     MixRow("long2-extensions-ngrams-em", "2 long-context + energy-direct + class-factored MLP1 + KN5 + class "
            "c = 500 + trigram, EM by context frequency",
            ("long-context", "long-context-seed1", "energy-direct", "mlp1-classes", *NGRAMS), "em-buckets"),
+    MixRow("long3-extensions-ngrams-em", "3 long-context (seeds 0, 1; dropout 0.2) + energy-direct + class-factored "
+           "MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           ("long-context", "long-context-seed1", "long-context-dropout", "energy-direct", "mlp1-classes", *NGRAMS),
+           "em-buckets"),
     MixRow("ens-context2", "ensemble of deep-context and wide-context, equal weights",
            ("deep-context", "wide-context"), "equal"),
     MixRow("all-nets-ngrams-em", "deep-context + wide-context + 2 MLP1 + KN5 + class c = 500 + trigram, "
