@@ -105,6 +105,7 @@ def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypa
 
     rows = (NetRow("mlp7-seed0", "MLP7, seed 0", "mlp7", twin="mlp7"),
             NetRow("deep", "deep-context", "deep-context"),
+            NetRow("mlp7-dropout", "MLP7, dropout 0.3", "mlp7", dropout=0.3),
             MixRow("deep-mlp7", "deep-context + MLP7, EM", ("deep", "mlp7-seed0"), "em"))
     monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
     out = tmp_path / "report"
@@ -116,6 +117,10 @@ def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypa
     run = json.loads((out / deep["run"] / "run.json").read_text())
     assert run["model"]["order"] == 9 and run["model"]["layers"] == 2 and run["model"]["local"] == 4
     assert done["beyond:deep-mlp7"]["perplexity"]["valid"] <= deep["perplexity"]["valid"] + 1e-9
+    dropped = done["beyond:mlp7-dropout"]  # a row's own dropout: in its run, its command and its run directory
+    assert dropped["status"] != "skipped", dropped.get("note")
+    assert json.loads((out / dropped["run"] / "run.json").read_text())["dropout"] == 0.3
+    assert "--dropout 0.3" in dropped["command"] and dropped["run"] != done["beyond:mlp7-seed0"]["run"]
 
 
 def test_beyond_section_trains_the_papers_extensions(random_corpus, tmp_path, monkeypatch):
