@@ -73,6 +73,7 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
     NetRow("long-context-seed1", "long-context, seed 1", "long-context", seed=1),
     # the same with more dropout: valid 255.5 against 258.9 in one run (docs/experiments/beyond.md)
     NetRow("long-context-dropout", "long-context, dropout 0.2", "long-context", dropout=0.2),
+    NetRow("long-context-dropout-seed1", "long-context, dropout 0.2, seed 1", "long-context", seed=1, dropout=0.2),
     MixRow("long-mlp1-ngrams-em", "long-context + MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
            ("long-context", "mlp1-seed0", *NGRAMS), "em-buckets"),
     MixRow("deep-mlp1-ngrams-em", "deep-context + MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
@@ -91,6 +92,10 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
            "MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
            ("long-context", "long-context-seed1", "long-context-dropout", "energy-direct", "mlp1-classes", *NGRAMS),
            "em-buckets"),
+    MixRow("long4-extensions-ngrams-em", "4 long-context (seeds 0, 1; dropout 0.05, 0.2) + energy-direct + "
+           "class-factored MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
+           ("long-context", "long-context-seed1", "long-context-dropout", "long-context-dropout-seed1",
+            "energy-direct", "mlp1-classes", *NGRAMS), "em-buckets"),
     MixRow("ens-context2", "ensemble of deep-context and wide-context, equal weights",
            ("deep-context", "wide-context"), "equal"),
     MixRow("all-nets-ngrams-em", "deep-context + wide-context + 2 MLP1 + KN5 + class c = 500 + trigram, "
