@@ -186,13 +186,15 @@ class NPLM(NPLMParameters):
         product (`softmax_loss`); see `output_operands_from_features`."""
         return self.output_operands_from_features(self.features(contexts))
 
-    def target_logits(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """y[i, targets[i]] [N] from the targets' rows of W, U, b only: no |V|-wide product (eval mode)."""
+    def target_logits(self, x: torch.Tensor, targets: torch.Tensor, hidden: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+        """y[i, targets[i]] [N] from the targets' rows of W, U, b only: no |V|-wide product (eval mode).
+        `hidden`: the last hidden layer's output when the caller has it (a stepped state), else from x."""
         y = self.b[targets]
         if self.W is not None:
             y = y + (x * self.W[targets]).sum(1)
         if self.H is not None:
-            y = y + (self.hidden_output(x) * self.U[targets]).sum(1)
+            y = y + ((self.hidden_output(x) if hidden is None else hidden) * self.U[targets]).sum(1)
         return y
 
     def expected_features(self, contexts: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:

@@ -233,16 +233,11 @@ class NeuralStepper:
         return (picked - lse.to(device=picked.device, dtype=picked.dtype)).double().cpu()
 
     def picked_logits(self, context: np.ndarray, hidden: torch.Tensor | None, words: np.ndarray) -> torch.Tensor:
-        """y[i, words[i]] [B] from the words' rows of W, U and b: x . W_w + a . U_w + b_w."""
+        """y[i, words[i]] [B] from the words' rows of W, U and b, the hidden layer from the state's sums."""
         net = self.net
-        target = torch.as_tensor(words, device=self.bias.device)
-        y = self.bias[target]
-        if net.W is not None:
-            x = net.features(torch.as_tensor(context, device=self.features.device))
-            y = y + (x * net.W.detach()[target]).sum(1)
-        if self.U is not None:
-            y = y + (net.hidden_from_preactivation(hidden) * self.U[target]).sum(1)
-        return y
+        x = net.features(torch.as_tensor(context, device=self.features.device))
+        a = None if hidden is None else net.hidden_from_preactivation(hidden)
+        return net.target_logits(x, torch.as_tensor(words, device=self.bias.device), a)
 
     def shift(self, extra: dict[str, torch.Tensor], words: np.ndarray) -> dict[str, torch.Tensor]:
         """The hidden partial sums after each row's word: every sum moves one step nearer, the word's term at

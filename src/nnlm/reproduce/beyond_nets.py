@@ -31,16 +31,13 @@ def options_of(section: Section, net: NetRow) -> dict[str, Any]:
     job = section.job
     recipe = net.recipe or default_recipe(net.loss, net.preset)  # what the trainer will pick for this preset
     base = requested_options(net.loss, job.samples, job.hogwild, len(job.corpus.vocab), job.device, recipe)
-    extra = {"dropout": net.dropout} if net.dropout is not None else {}
-    return base | {"preset": net.preset, "seed": net.seed} | extra
+    return base | {"preset": net.preset} | net.request()  # (a recipe it names is the one base resolved)
 
 
 def section_net(section: Section, net: NetRow) -> NetRun:
     """A section net as a NetRun: its preset, seed and recipe; its speeds are its preset's with its loss."""
-    request = ({"seed": net.seed} | ({"recipe": net.recipe} if net.recipe is not None else {})
-               | ({"dropout": net.dropout} if net.dropout is not None else {}))
     return NetRun(net.id, net.preset, net.loss, options_of(section, net), rates_key=f"{net.preset}/{net.loss}",
-                  request=request)
+                  request=net.request())
 
 
 def run_dir(section: Section, net: NetRow) -> Path:

@@ -10,6 +10,7 @@ the nets before the mixes, in the order the budget should favour them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from nnlm.errors import NnlmError
 
@@ -30,6 +31,12 @@ class NetRow:
     recipe: str | None = None  # None: the loss's default recipe
     twin: str = ""
     dropout: float | None = None  # None: the recipe's
+
+    def request(self) -> dict[str, Any]:
+        """What the row asks `nnlm train` for beside its preset and loss: its seed, and its recipe and
+        dropout where it names them."""
+        named = {"recipe": self.recipe, "dropout": self.dropout}
+        return {"seed": self.seed} | {k: v for k, v in named.items() if v is not None}
 
 
 @dataclass(frozen=True)
