@@ -158,8 +158,8 @@ class RunOptions:
                 raise NnlmError(f"--{name.replace('_', '-')} applies to {needs} only")
 
     def check_init_features(self) -> None:
-        """--init-features and its options agree with each other and with the loss and the output layer."""
-        check_choice("init_features", self.init_features, INIT_FEATURES)
+        """--init-features and its options agree with each other and with the loss and the output layer (its
+        value is among its choices: `check_values`)."""
         if self.init_features != "exchange":
             self.refuse_given(("feature_classes", "class_pull"), "--init-features exchange")
             return
@@ -171,8 +171,6 @@ class RunOptions:
         """--output-layer and its options agree with each other and with --loss and --bf16."""
         from nnlm.neural.presets import has_class_output
 
-        check_choice("output_layer", self.output_layer, OUTPUT_LAYERS)
-        check_choice("output_clustering", self.output_clustering, CLUSTERINGS)
         classes = self.output_layer == "classes" or (self.output_layer is None and has_class_output(self.preset))
         if not classes:
             self.refuse_given(("output_classes", "output_clustering"), "--output-layer classes")
@@ -213,8 +211,7 @@ class SessionOptions:
 
 def check_loss(loss: str, samples: int | None, vocab_size: int | None = None) -> None:
     """Bad --loss / --samples -> NnlmError (vocab_size None: the |V| bound is checked later)."""
-    if loss not in LOSSES:
-        raise NnlmError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+    check_choice("loss", loss, LOSSES, required=True)
     if loss == "full":
         if samples is not None:
             raise NnlmError("--samples applies to --loss sampled or nce, not to the full softmax")
@@ -226,9 +223,9 @@ def check_loss(loss: str, samples: int | None, vocab_size: int | None = None) ->
         raise NnlmError(f"--samples {samples} exceeds the vocabulary size {vocab_size}")
 
 
-def check_choice(name: str, value: str | None, choices: tuple[str, ...]) -> None:
-    """One-line NnlmError unless `value` (None: not given) is one of the option's `choices`."""
-    if value not in (None, *choices):
+def check_choice(name: str, value: str | None, choices: tuple[str, ...], required: bool = False) -> None:
+    """One-line NnlmError unless `value` is one of the option's `choices` (or None, not given, unless `required`)."""
+    if value not in (choices if required else (None, *choices)):
         raise NnlmError(f"unknown --{name.replace('_', '-')} {value!r}; choose from {', '.join(choices)}")
 
 
