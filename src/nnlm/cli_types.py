@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nnlm import bounds
-from nnlm.bounds import Bounds
-
-SEED_MAX = bounds.SEED_MAX
+from nnlm.bounds import SEED_MAX, Bounds, parse_float
 
 
 def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
@@ -32,4 +29,4 @@ positive_float = float_range(0.0, lo_open=True)
 learning_rate = float_range(0.0, 1e6, lo_open=True)
 seconds = float_range(0.0, 1e7, lo_open=True)
 minutes = float_range(0.0, 60.0 * 24 * 365, lo_open=True)  # at most a year
-finite_float = bounds.parse_float
+finite_float = parse_float
