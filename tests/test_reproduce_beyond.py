@@ -16,7 +16,7 @@ ROWS = (
     MixRow("ens2-em", "2 MLP7, EM", ("mlp7-seed0", "mlp7-seed1"), "em"),
     MixRow("ens2-ngrams", "2 MLP7 + KN5 + trigram, EM by bucket", ("mlp7-seed0", "mlp7-seed1", "kn5", "interpolated"),
            "em-buckets"),
-    MixRow("ngrams", "KN5 + trigram, EM by bucket", ("kn5", "interpolated"), "em-buckets"),
+    MixRow("ngrams", "KN5 + trigram, EM by bucket", ("kn3", "kn5", "interpolated"), "em-buckets"),  # any Table 1 n-gram
     MixRow("with-class", "MLP7 + class c = 500", ("mlp7-seed0", "class500-3"), "em-buckets"),
 )
 
@@ -54,6 +54,9 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
     text = (out / "README.md").read_text()
     assert "## Beyond the paper" in text and "`nnlm train --preset mlp7 --loss sampled --seed 1" in text
     assert "`nnlm mix runs/mlp7-seed0 runs/mlp7-seed1 ngrams/kn5 ngrams/interpolated --weights em-buckets`" in text
+    assert ("saved once by `nnlm ngram --kind interpolated --order 3 --save ngrams/interpolated`, `nnlm ngram --kind "
+            "kn --order 3 --save ngrams/kn3`, `nnlm ngram --kind kn --order 5 --save ngrams/kn5`.") in text
+    assert np.array(rows["beyond:ngrams"]["weights"]).shape[1] == 3
 
     # the ensemble and the bucketed mix, rebuilt from results.json, are distributions over the vocabulary
     section = Section(Job(corpus_dir, out, None, ["mlp7"], "x", log=lambda s: None, progress=False,

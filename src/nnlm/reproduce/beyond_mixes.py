@@ -13,15 +13,16 @@ import numpy as np
 
 from nnlm.io import atomic_path
 from nnlm.lm import LanguageModel, perplexity_from_log_probs
-from nnlm.mixture import Mixture, mix_scored
+from nnlm.mixture import MIX_EM_ITERATIONS, MIX_EM_TOL, Mixture, mix_scored
 from nnlm.reproduce.beyond_rows import NGRAM_PARTS, MixRow, row_key
 from nnlm.reproduce.results import RowResult
+from nnlm.reproduce.table import NGRAM_ROWS
 
 if TYPE_CHECKING:
     from nnlm.reproduce.section import Section
 
 SPLITS = ("valid", "test")
-NGRAM_KINDS = {"kn5": ("kn", 5, None), "class500-3": ("class", 3, 500), "interpolated": ("interpolated", 3, None)}
+NGRAM_KINDS = {r.id: (r.kind, r.n, r.classes) for r in NGRAM_ROWS}  # how each Table 1 n-gram row is built
 
 
 def part_path(part: str) -> str:
@@ -86,9 +87,10 @@ def part_scores(section: Section, part: str, split: str) -> np.ndarray:
 
 
 def mix_options(section: Section, mix: MixRow) -> dict[str, Any]:
-    """The results key of a mix: its weighting and each part's validation perplexity (a part trained
-    further, or rebuilt, changes it, and the mix is fitted again)."""
-    return {"weighting": mix.weighting,
+    """The results key of a mix: its weighting (with EM's stopping rule), and each part's validation
+    perplexity (a part trained further, or rebuilt, changes it, and the mix is fitted again)."""
+    em = {} if mix.weighting == "equal" else {"em": {"iterations": MIX_EM_ITERATIONS, "tol": MIX_EM_TOL}}
+    return {"weighting": mix.weighting, **em,
             "parts": {p: (part_entry(section, p).get("perplexity") or {}).get("valid") for p in mix.parts}}
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nnlm.reproduce.beyond_rows import KEY
+from nnlm.reproduce.beyond_rows import KEY, NGRAM_PARTS, ngram_save_command
 
 Rows = dict[str, dict[str, Any]]
 
@@ -51,20 +51,28 @@ def section_lines(data: dict[str, Any]) -> list[str]:
         "## Beyond the paper", "",
         "Nets of the same feed-forward family trained with other seeds (or presets), ensembles of them (their "
         "probabilities averaged), and mixtures with Table 1's Kneser-Ney 5-gram, class-based trigram (c = 500) and "
-        "deleted-interpolation trigram, the weights fitted by EM on validation, one set per context-frequency bucket "
+        "deleted-interpolation trigram (or with every n-gram row of Table 1, where the row says so), the weights "
+        "fitted by EM on validation, one set per context-frequency bucket "
         "of the trigram. Test is read once, with the weights validation chose. Ratio = test perplexity / KN5's test "
         f"perplexity ({_fmt(kn5)}).", "",
         "Budget: " + ("none: every net trained until early stopping." if minutes is None
                       else f"{minutes:g} minutes for the section, planned after Table 1 and apart from its budget."),
-        "The n-gram parts of the `nnlm mix` commands are saved once by `nnlm ngram --kind kn --order 5 --save "
-        "ngrams/kn5`, `nnlm ngram --kind class --order 3 --classes 500 --save ngrams/class500-3` and "
-        "`nnlm ngram --kind interpolated --order 3 --save ngrams/interpolated`.", "",
+        *_ngram_parts(rows, present), "",
         *best, "",
         "| row | parameters | time | valid | test | ratio to KN5 | command | note |",
         "|---|---|---|---|---|---|---|---|",
         *(_line(i, rows[KEY + i], kn5) for i in present), "",
     ]
     return lines
+
+
+def _ngram_parts(rows: Rows, ids: list[str]) -> list[str]:
+    """Where the built mixes' n-gram parts come from: one `nnlm ngram --save` each (none: no line)."""
+    named = {p for i in ids if rows[KEY + i].get("status") != "skipped" for p in rows[KEY + i].get("parts", ())}
+    commands = [f"`{ngram_save_command(p)}`" for p in NGRAM_PARTS if p in named]
+    if not commands:
+        return []
+    return ["The n-gram parts of the `nnlm mix` commands are saved once by " + ", ".join(commands) + "."]
 
 
 def _best(rows: Rows, ids: list[str]) -> list[str]:
