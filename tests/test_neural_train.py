@@ -173,10 +173,22 @@ def test_early_stopping_keeps_the_best_epoch(rand_dir, tmp_path, monkeypatch):
 def cli(argv, capsys) -> tuple[int, str]:
     try:
         code = main(argv)
-    except SystemExit as exc:  # a usage error found while parsing (range checks of nnlm.cli_types)
+    except SystemExit as exc:  # a usage error found while parsing (range checks of nnlm.cli.arg_types)
         code = exc.code
     err = capsys.readouterr().err
     return code, err
+
+
+def test_train_ends_its_process_through_its_finish_hook(rand_dir, tmp_path, capsys, monkeypatch):
+    """`nnlm train` hands its exit code to the torchrun rank's exit (a no-op outside torchrun), on an
+    error as on success; other commands have no such hook."""
+    import nnlm.neural.distributed as dd
+
+    ended: list[int] = []
+    monkeypatch.setattr(dd, "exit_torchrun_rank", ended.append)
+    code, err = cli(["train", "--corpus", str(rand_dir), "--out", str(tmp_path / "r"), "--preset", "mlp99"], capsys)
+    assert code == 2 and "unknown preset" in err and ended == [2]
+    assert main(["stats", "--corpus", str(rand_dir)]) == 0 and ended == [2]
 
 
 def test_bad_input_is_one_line_and_exit_2(rand_dir, tmp_path, capsys):

@@ -351,7 +351,7 @@ def test_cli_parallel_training_and_its_errors(random_corpus, tmp_path, capsys):
                             "--dist-timeout: must be a finite number in (0,")):
         try:
             code = main(base + ["--out", str(tmp_path / "bad")] + extra)
-        except SystemExit as exc:  # refused while parsing (nnlm.cli_types)
+        except SystemExit as exc:  # refused while parsing (nnlm.cli.arg_types)
             code = exc.code
         assert code == 2
         err = capsys.readouterr().err.strip()

@@ -88,7 +88,8 @@ def walk(src: str, command: list[str]) -> dict:
     into = collections.Counter(b for _, b in crossings)
     return {"exit": data["code"], "modules": len({m for e in edges for m in e}), "edges": len(edges),
             "crossings": len(crossings), "pairs": dict(pairs.most_common()),
-            "most_entered_across": dict(into.most_common(6))}
+            "most_entered_across": dict(into.most_common(6)),
+            "crossing_edges": [f"{a} -> {b}" for a, b in sorted(crossings)]}
 
 
 def main() -> None:

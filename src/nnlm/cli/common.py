@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.errors import NnlmError
 
 THREADS_HELP = "torch CPU threads (default: the cores other processes leave free, re-checked as the load changes)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.cli.common import add_json_option, emit
 
 

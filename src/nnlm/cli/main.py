@@ -54,8 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("NNLM_DEBUG") == "1":
             raise
         code = report_unexpected(exc)
-    if args.command == "train":  # a torchrun rank ends here, without interpreter finalization
-        from nnlm.neural.distributed import exit_torchrun_rank
-
-        exit_torchrun_rank(code)
+    finish = getattr(args, "finish", None)  # a command's last word on its process (train: a torchrun rank's exit)
+    if finish is not None:
+        finish(code)
     return code

@@ -5,7 +5,7 @@ import argparse
 import shlex
 import sys
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.cli.common import TEXT_DIR_MIN_COUNT_HELP, THREADS_HELP, emit
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.cli.common import THREADS_HELP, add_json_option, emit, govern_threads
 from nnlm.errors import NnlmError
 

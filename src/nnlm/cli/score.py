@@ -6,7 +6,7 @@ import json
 import sys
 from typing import TextIO
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.cli.common import (
     THREADS_HELP,
     add_corpus_options,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.cli.common import THREADS_HELP, govern_threads, note
 
 INSTALL_HINT = "nnlm serve needs uvicorn and starlette: pip install 'nnlm[serve]'"

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.cli.common import THREADS_HELP, add_json_option, emit, govern_threads
 from nnlm.errors import NnlmError
 

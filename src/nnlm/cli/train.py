@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.cli.common import add_corpus_options, corpus_path, emit
 from nnlm.neural.config import add_train_options, requested_options
 
@@ -29,27 +29,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, a plain line a minute in a log)")
     p.add_argument("--json", action="store_true", help="print the final state as one JSON object (default: text)")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, finish=finish)
 
 
 def run(args: argparse.Namespace) -> int:
     from nnlm.io import guard_outputs
-    from nnlm.neural.distributed import under_torchrun
-    from nnlm.neural.train import train
+    from nnlm.neural.parallel import train_parallel
 
     recorded = corpus_path(args.corpus, args.out if args.resume else None)
     guard_outputs(directories=[("--out", args.out)], inputs=[recorded])
-    requested = requested_options(args)
-    if getattr(args, "parallel", None) not in (None, "none") or getattr(args, "workers", None) is not None \
-            or under_torchrun():
-        from nnlm.neural.parallel import train_parallel
-
-        state = train_parallel(args.out, requested, args.parallel or "none", args.workers, resume=args.resume,
-                               progress=not args.no_progress, timeout=args.dist_timeout)
-        if state is None:  # a torchrun rank other than 0: rank 0 reports
-            return 0
-    else:
-        state = train(args.out, requested, resume=args.resume, progress=not args.no_progress)
+    # --parallel none (the default) trains in this process; under torchrun it is refused with a hint
+    state = train_parallel(args.out, requested_options(args), args.parallel or "none", args.workers,
+                           resume=args.resume, progress=not args.no_progress, timeout=args.dist_timeout)
+    if state is None:  # a torchrun rank other than 0: rank 0 reports
+        return 0
     if args.json:
         emit(args, {k: state[k] for k in ("epoch", "step", "best", "finished", "stop_reason", "history")}, [])
     return 0
+
+
+def finish(code: int) -> None:
+    """After the command, whatever its outcome: a torchrun rank ends here, without interpreter finalization."""
+    from nnlm.neural.distributed import exit_torchrun_rank
+
+    exit_torchrun_rank(code)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from nnlm import cli_types as T
+from nnlm.cli import arg_types as T
 from nnlm.cli.common import add_corpus_options, corpus_path, emit
 from nnlm.neural.config import add_train_options
 
