@@ -108,7 +108,7 @@ def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypa
 
     rows = (NetRow("mlp7-seed0", "MLP7, seed 0", "mlp7", twin="mlp7"),
             NetRow("deep", "deep-context", "deep-context"),
-            NetRow("mlp7-dropout", "MLP7, dropout 0.3", "mlp7", dropout=0.3),
+            NetRow("mlp7-dropout", "MLP7, dropout 0.3", "mlp7", dropout=0.3, order=4),
             MixRow("deep-mlp7", "deep-context + MLP7, EM", ("deep", "mlp7-seed0"), "em"))
     monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
     out = tmp_path / "report"
@@ -120,10 +120,11 @@ def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypa
     run = json.loads((out / deep["run"] / "run.json").read_text())
     assert run["model"]["order"] == 9 and run["model"]["layers"] == 2 and run["model"]["local"] == 4
     assert done["beyond:deep-mlp7"]["perplexity"]["valid"] <= deep["perplexity"]["valid"] + 1e-9
-    dropped = done["beyond:mlp7-dropout"]  # a row's own dropout: in its run, its command and its run directory
+    dropped = done["beyond:mlp7-dropout"]  # a row's own dropout and n: in its run, its command and its run directory
     assert dropped["status"] != "skipped", dropped.get("note")
-    assert json.loads((out / dropped["run"] / "run.json").read_text())["dropout"] == 0.3
-    assert "--dropout 0.3" in dropped["command"] and dropped["run"] != done["beyond:mlp7-seed0"]["run"]
+    run = json.loads((out / dropped["run"] / "run.json").read_text())
+    assert run["dropout"] == 0.3 and run["model"]["order"] == 4
+    assert "--dropout 0.3 --order 4" in dropped["command"] and dropped["run"] != done["beyond:mlp7-seed0"]["run"]
 
 
 def test_beyond_section_trains_the_papers_extensions(random_corpus, tmp_path, monkeypatch):
@@ -148,7 +149,7 @@ def test_beyond_section_trains_the_papers_extensions(random_corpus, tmp_path, mo
     assert run["model"]["output_classes"] > 0 and run["loss"] == "full"
     assert "--loss full" in classes["command"] and "--preset energy-direct" in energy["command"]
     # EM starts from equal weights and never loses likelihood, so the mix is at least as good as the worst part
-    # (20 steps from there need not reach the best part when one part is far ahead)
+    # (EM's steps from there need not reach the best part when one part is far ahead)
     parts = [r["perplexity"]["valid"] for r in (energy, classes, done["beyond:mlp7-seed0"])]
     assert done["beyond:ext"]["perplexity"]["valid"] < max(parts)
     assert sum(done["beyond:ext"]["mean_weights"]) == pytest.approx(1.0, abs=1e-3)

@@ -52,6 +52,8 @@ def command(section: Section, net: NetRow) -> str:
         words += ["--recipe", net.recipe]
     if net.dropout is not None:
         words += ["--dropout", f"{net.dropout:g}"]
+    if net.order is not None:
+        words += ["--order", str(net.order)]
     if job.samples:
         words += ["--samples", str(job.samples)]
     if job.threads:
