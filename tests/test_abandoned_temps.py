@@ -57,3 +57,22 @@ def test_live_writers_and_other_hosts_keep_theirs(tmp_path):
     assert io.remove_abandoned_temps(tmp_path, "out.txt") == []
     assert all(p.exists() for p in (mine, other_host, old_style))
     assert io.remove_abandoned_temps(tmp_path, "other.txt") == []
+
+
+def test_a_users_file_with_a_temporarys_name_stays(tmp_path):
+    """A dead pid of this host in the name is not enough: the file must carry the mark nnlm puts on its
+    temporaries when it makes them."""
+    dead = 2 ** 22 + 12345  # above any pid_max default: no such process
+    users = tmp_path / f".out.txt.{io._HOST}_{dead}.abc123.tmp"
+    users.write_text("mine")
+    ours = tmp_path / f".out.txt.{io._HOST}_{dead}.def456.tmp"
+    ours.write_text("half")
+    io.mark_written(ours)
+    if not io._marked(ours):
+        pytest.skip("this file system keeps no user attributes")
+    assert io.remove_abandoned_temps(tmp_path, "out.txt") == [ours]
+    assert users.read_text() == "mine" and not ours.exists()
+    with io.atomic_path(tmp_path / "out.txt") as tmp:
+        assert io._marked(tmp)  # marked from its creation on
+        tmp.write_text("x")
+    assert users.exists()

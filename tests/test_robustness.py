@@ -178,11 +178,16 @@ def test_resume_from_a_damaged_state_refuses_and_keeps_the_best_model(run_copy, 
 
 
 def test_resume_removes_the_temp_files_a_kill_left(run_copy, nnlm):
+    from nnlm.io import mark_written
+
     stale = run_copy / ".model.safetensors.k1ll3d.tmp"
     stale.write_bytes(b"half a file")
+    mark_written(stale)  # as nnlm marks its temporaries when it makes them
+    users = run_copy / ".notes.tmp"  # no mark: not nnlm's, kept
+    users.write_text("mine")
     code, out, err = nnlm("train", "--resume", "--out", run_copy, "--epochs", "1", "--no-progress")
     assert code == 0 and "1 epoch done already" in out, err
-    assert not stale.exists()
+    assert not stale.exists() and users.read_text() == "mine"
 
 
 # ---- arguments ------------------------------------------------------------------------------

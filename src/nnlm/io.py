@@ -117,7 +117,9 @@ def _copy_into(tmp: Path, target: Path) -> None:
 
 # A temporary's name says which process made it: `.NAME.HOST_PID.XXXXXX.tmp`, so that one left by a process
 # that was killed (kill -9: no `finally` ran) is recognised and removed the next time NAME is written,
-# while those of live writers, and of other hosts sharing the directory, are left alone.
+# while those of live writers, and of other hosts sharing the directory, are left alone. It carries nnlm's
+# mark from its creation on, and nothing without the mark is removed: a user's file that happens to have
+# such a name stays (where the file system keeps no marks, killed writers' temporaries stay too).
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 
 
@@ -147,7 +149,7 @@ def remove_abandoned_temps(parent: Path, name: str) -> list[Path]:
         if not (entry.name.startswith(start) and entry.name.endswith(".tmp")):
             continue
         host, _, pid = entry.name[len(start):].split(".", 1)[0].rpartition("_")
-        if host != _HOST or not pid.isdigit() or _alive(int(pid)):
+        if host != _HOST or not pid.isdigit() or _alive(int(pid)) or not _marked(entry.path):
             continue
         with suppress(OSError):
             if entry.is_dir(follow_symlinks=False):
@@ -170,6 +172,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         remove_abandoned_temps(parent, target.name)
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=_temp_prefix(target.name), suffix=".tmp")
         os.close(fd)
+        mark_written(tmp)
     except OSError as exc:
         raise write_error(path, exc) from None
     tmp_path = Path(tmp)
@@ -211,6 +214,7 @@ def _sibling_temp_directory(path: Path) -> Path:
     except OSError as exc:
         raise write_error(path, exc) from None
     os.chmod(tmp, 0o777 & ~_umask())
+    mark_written(tmp)  # (so that a killed writer's is known for nnlm's: remove_abandoned_temps)
     return tmp
 
 
@@ -250,6 +254,14 @@ def mark_written(path: Path | str) -> None:
     no mark, and such a file is then refused as not nnlm's the next time, the safe side)."""
     with suppress(OSError):
         os.setxattr(path, WRITTEN_MARK, b"1", follow_symlinks=False)
+
+
+def _marked(path: Path | str) -> bool:
+    """Whether `path` itself (a file or a directory; a link is not followed) carries nnlm's mark."""
+    try:
+        return os.getxattr(path, WRITTEN_MARK, follow_symlinks=False) == b"1"
+    except OSError:
+        return False
 
 
 def written_by_nnlm(path: Path | str) -> bool:
@@ -347,10 +359,11 @@ def staged_directory(path: Path | str) -> Iterator[Path]:
 
 
 def remove_stale_temps(directory: Path) -> list[Path]:
-    """Delete the temporary files `atomic_path` left in `directory` when a process was killed mid-write."""
+    """Delete the temporary files `atomic_path` left in `directory` when a process was killed mid-write
+    (only files with nnlm's mark)."""
     removed = []
     for p in directory.glob(".*.tmp"):
-        if p.is_file() and not p.is_symlink():
+        if p.is_file() and not p.is_symlink() and _marked(p):
             p.unlink(missing_ok=True)
             removed.append(p)
     return removed

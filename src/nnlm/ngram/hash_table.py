@@ -3,7 +3,8 @@ the interpolated trigram's, nnlm.ngram.interpolated_engine; the ASCII tokenizer'
 
 One table is rows of int64 [key, value...] in a 2-d array (several tables may share one array at
 offsets), linear probing, at most LOAD_FACTOR full, so a probe always ends at an empty slot. Keys are
-raw ids (placed by a multiply-shift hash, `_home`) or word-tuple hashes already (`_home_hashed`). The
+raw ids (placed by a multiply-shift hash, `_home`) or word-tuple hashes already (`_home_hashed`; the
+hashes themselves, KenLM-style keys built newest word first, are at the end of this module). The
 helpers are numba functions inlined into the kernels that probe; `_prefetch_slot` asks the CPU for a
 row ahead of its probe. Memory: `estimated_bytes` and the budgets below decide whether an engine is built.
 """
@@ -163,3 +164,44 @@ def _prefetch_slot(typingctx, table, slot):
         builder.call(fn, [builder.bitcast(pointer, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
     return types.void(table, slot), codegen
+
+
+# ---- word-tuple hashes (KenLM-style keys: newest word first, one step per older word) ------------------
+
+@numba.njit(inline="always")
+def _mix(z):
+    """A bijective 64-bit mixer (splitmix64's finalizer)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(inline="always")
+def _extend(h, word):
+    """The hash of a word tuple extended by one older `word`, from the tuple's hash `h` (uint64): the word
+    spread over all 64 bits by a multiply, then one multiply-xorshift round (two multiplies, not a full mixer's
+    three: it is on every lookup's path; the build checks that no two listed n-grams collide)."""
+    z = (h ^ (np.uint64(word + 1) * HASH_MULTIPLIER)) * np.uint64(0xD6E8FEB86659FD93)
+    return z ^ (z >> np.uint64(32))
+
+
+@numba.njit(inline="always")
+def _word_hash(word):
+    return _mix(np.uint64(word + 1))
+
+
+@numba.njit(cache=True)
+def _extend_all(hashes, words):
+    """_extend of every (hash, word) pair, as int64 keys (the table build)."""
+    out = np.empty(len(words), dtype=np.int64)
+    for i in range(len(words)):
+        out[i] = np.int64(_extend(np.uint64(hashes[i]), words[i]))
+    return out
+
+
+@numba.njit(cache=True)
+def _word_hashes(n):
+    out = np.empty(n, dtype=np.int64)
+    for w in range(n):
+        out[w] = np.int64(_word_hash(w))
+    return out

@@ -37,12 +37,15 @@ import numpy as np
 
 from nnlm.ngram.hash_table import (
     EMPTY,
-    HASH_MULTIPLIER,
     KERNEL,
     PREFETCH_AHEAD,
+    _extend,
+    _extend_all,
     _home_hashed,
     _insert_all,
     _prefetch_slot,
+    _word_hash,
+    _word_hashes,
     capacity,
     huge_page_array,
     within_budget,
@@ -138,45 +141,6 @@ class BackoffEngine:
         """Sum of log10 P over the stream `ids` (int64) after the context `start` [order-1]: one text."""
         return _stream_sum(*self._kernel_tables(), *self._start(start), ids.reshape(1, -1), self.fscratch,
                            self.iscratch)
-
-
-@numba.njit(inline="always")
-def _mix(z):
-    """A bijective 64-bit mixer (splitmix64's finalizer)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@numba.njit(inline="always")
-def _extend(h, word):
-    """The hash of a word tuple extended by one older `word`, from the tuple's hash `h` (uint64): the word
-    spread over all 64 bits by a multiply, then one multiply-xorshift round (two multiplies, not a full mixer's
-    three: it is on every lookup's path; the build checks that no two listed n-grams collide)."""
-    z = (h ^ (np.uint64(word + 1) * HASH_MULTIPLIER)) * np.uint64(0xD6E8FEB86659FD93)
-    return z ^ (z >> np.uint64(32))
-
-
-@numba.njit(inline="always")
-def _word_hash(word):
-    return _mix(np.uint64(word + 1))
-
-
-@numba.njit(cache=True)
-def _extend_all(hashes, words):
-    """_extend of every (hash, word) pair, as int64 keys (the table build)."""
-    out = np.empty(len(words), dtype=np.int64)
-    for i in range(len(words)):
-        out[i] = np.int64(_extend(np.uint64(hashes[i]), words[i]))
-    return out
-
-
-@numba.njit(cache=True)
-def _word_hashes(n):
-    out = np.empty(n, dtype=np.int64)
-    for w in range(n):
-        out[w] = np.int64(_word_hash(w))
-    return out
 
 
 @numba.njit(inline="always")
