@@ -46,6 +46,29 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
         return grad_z, grad_w, grad_b, None
 
 
+class _SideBySide(torch.autograd.Function):
+    """[ws[0], ws[1], ...] side by side in `dtype`, written once (not each cast, then concatenated: that
+    copied the |V| x K weights twice a step); each gradient comes back in its weight's own dtype."""
+
+    @staticmethod
+    def forward(ctx, dtype: torch.dtype, *ws: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(ws[0].shape[0], sum(w.shape[1] for w in ws), dtype=dtype, device=ws[0].device)
+        lo = 0
+        for w in ws:
+            out[:, lo:lo + w.shape[1]].copy_(w)
+            lo += w.shape[1]
+        ctx.widths, ctx.dtypes = [w.shape[1] for w in ws], [w.dtype for w in ws]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grads, lo = [], 0
+        for width, dtype in zip(ctx.widths, ctx.dtypes, strict=True):
+            grads.append(grad[:, lo:lo + width].to(dtype))
+            lo += width
+        return (None, *grads)
+
+
 def softmax_cross_entropy(zs: list[torch.Tensor], ws: list[torch.Tensor], b: torch.Tensor, targets: torch.Tensor,
                           dtype: torch.dtype | None = None) -> torch.Tensor:
     """Mean -log softmax(b + sum_j zs[j] ws[j]^T)[target] in `dtype` (default: b's); a
@@ -55,5 +78,6 @@ def softmax_cross_entropy(zs: list[torch.Tensor], ws: list[torch.Tensor], b: tor
     (casting first halves the copy); gradients flow back to every input in its own dtype."""
     dtype = dtype or b.dtype
     z = torch.cat([zi.to(dtype) for zi in zs], dim=1)
-    w = torch.cat([wi.to(dtype) for wi in ws], dim=1)
+    same = all(wi.dtype == dtype for wi in ws)
+    w = torch.cat(ws, dim=1) if same else _SideBySide.apply(dtype, *ws)
     return _SoftmaxCrossEntropy.apply(z, w, b, targets)
