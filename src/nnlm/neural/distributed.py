@@ -23,9 +23,14 @@ import torch.multiprocessing as mp
 
 from nnlm.errors import NnlmError
 
-# Local processes are forked on Linux: ~0.1 s to start instead of seconds for a fresh interpreter that
+# Hogwild's workers are forked on Linux: ~0.1 s to start instead of seconds for a fresh interpreter that
 # re-imports torch (spawn, the only choice elsewhere). Children set one thread before any tensor work.
 START_METHOD = "fork" if sys.platform == "linux" else "spawn"
+# The ranks of `launch_local` come from a fork server on Linux: a rank forked from a process that has run
+# OpenMP-threaded kernels can deadlock in its first threaded one (libgomp's pool does not survive a fork;
+# seen once in tests: a rank stuck in MKL's tanh at gomp_team_barrier_wait_end). The server is a fresh
+# interpreter that imports torch once and runs nothing, so its children inherit no thread pool.
+RANK_START_METHOD = "forkserver" if sys.platform == "linux" else "spawn"
 DEFAULT_TIMEOUT = 600.0  # seconds a rank waits in a collective (rank 0 scores validation meanwhile)
 
 
@@ -115,12 +120,15 @@ def launch_local(fn: Callable, world: int, args: tuple = (), timeout: float = DE
     When one process dies, torch.multiprocessing stops the others; the first error is reported."""
     if world < 1:
         raise NnlmError(f"--workers must be at least 1, got {world}")
-    ctx = mp.get_context(START_METHOD)
+    ctx = mp.get_context(RANK_START_METHOD)
+    if RANK_START_METHOD == "forkserver":
+        # torch imported once, in the server; a script's own rank functions (benchmarks/parallel.py) found there
+        ctx.set_forkserver_preload(["__main__", "nnlm.neural.distributed"])
     errors = ctx.SimpleQueue()
     address = f"tcp://127.0.0.1:{free_port()}"
     try:
         mp.start_processes(_entry, args=(world, address, fn, args, errors, timeout), nprocs=world,
-                           join=True, start_method=START_METHOD)
+                           join=True, start_method=RANK_START_METHOD)
     except mp.ProcessExitedException as exc:
         reported = []
         while not errors.empty():
