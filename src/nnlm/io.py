@@ -256,20 +256,17 @@ def mark_written(path: Path | str) -> None:
         os.setxattr(path, WRITTEN_MARK, b"1", follow_symlinks=False)
 
 
-def _marked(path: Path | str) -> bool:
-    """Whether `path` itself (a file or a directory; a link is not followed) carries nnlm's mark."""
+def _marked(path: Path | str, follow_symlinks: bool = False) -> bool:
+    """Whether `path` (a file or a directory; a link itself unless `follow_symlinks`) carries nnlm's mark."""
     try:
-        return os.getxattr(path, WRITTEN_MARK, follow_symlinks=False) == b"1"
+        return os.getxattr(path, WRITTEN_MARK, follow_symlinks=follow_symlinks) == b"1"
     except OSError:
         return False
 
 
 def written_by_nnlm(path: Path | str) -> bool:
     """Whether the regular file at `path` (links followed) carries the mark nnlm sets on what it writes."""
-    try:
-        return os.getxattr(path, WRITTEN_MARK) == b"1"
-    except OSError:
-        return False
+    return _marked(path, follow_symlinks=True)
 
 
 def _resolved(path: Path | str) -> Path:

@@ -74,8 +74,9 @@ def softmax_cross_entropy(zs: list[torch.Tensor], ws: list[torch.Tensor], b: tor
     """Mean -log softmax(b + sum_j zs[j] ws[j]^T)[target] in `dtype` (default: b's); a
     scalar in float32 or wider.
 
-    zs[j] is [B, K_j] and ws[j] [|V|, K_j]: each is cast to `dtype` and then put side by side
-    (casting first halves the copy); gradients flow back to every input in its own dtype."""
+    zs[j] is [B, K_j] and ws[j] [|V|, K_j]: the zs are cast to `dtype` and put side by side, the ws
+    written side by side into one `dtype` buffer (one copy); gradients flow back to every input in its
+    own dtype."""
     dtype = dtype or b.dtype
     z = torch.cat([zi.to(dtype) for zi in zs], dim=1)
     same = all(wi.dtype == dtype for wi in ws)

@@ -14,15 +14,13 @@ import numpy as np
 from nnlm.io import atomic_path
 from nnlm.lm import LanguageModel, perplexity_from_log_probs
 from nnlm.mixture import MIX_EM_ITERATIONS, MIX_EM_TOL, Mixture, mix_scored
-from nnlm.reproduce.beyond_rows import NGRAM_PARTS, MixRow, row_key
+from nnlm.reproduce.beyond_rows import NGRAM_BY_ID, NGRAM_PARTS, MixRow, row_key
 from nnlm.reproduce.results import RowResult
-from nnlm.reproduce.table import NGRAM_ROWS
 
 if TYPE_CHECKING:
     from nnlm.reproduce.section import Section
 
 SPLITS = ("valid", "test")
-NGRAM_KINDS = {r.id: (r.kind, r.n, r.classes) for r in NGRAM_ROWS}  # how each Table 1 n-gram row is built
 
 
 def part_path(part: str) -> str:
@@ -58,9 +56,10 @@ def part_model(section: Section, part: str) -> LanguageModel:
             from nnlm.ngram.build import build_ngram
             from nnlm.reproduce.ngram_rows import word_classes
 
-            kind, n, classes = NGRAM_KINDS[part]
-            options = {} if classes is None else {"clusters": word_classes(job, classes, None)}
-            section.models[part] = build_ngram(kind, job.corpus, n, classes=classes, progress=job.progress, **options)
+            row = NGRAM_BY_ID[part]
+            options = {} if row.classes is None else {"clusters": word_classes(job, row.classes, None)}
+            section.models[part] = build_ngram(row.kind, job.corpus, row.n, classes=row.classes,
+                                               progress=job.progress, **options)
         else:
             from nnlm.neural.checkpoint import load_neural
 

@@ -47,13 +47,9 @@ def run_dir(section: Section, net: NetRow) -> Path:
 def command(section: Section, net: NetRow) -> str:
     """The `nnlm train` a user would type for this row (trained to early stopping)."""
     job = section.job
-    words = ["nnlm", "train", "--preset", net.preset, "--loss", net.loss, "--seed", str(net.seed)]
-    if net.recipe:
-        words += ["--recipe", net.recipe]
-    if net.dropout is not None:
-        words += ["--dropout", f"{net.dropout:g}"]
-    if net.order is not None:
-        words += ["--order", str(net.order)]
+    words = ["nnlm", "train", "--preset", net.preset, "--loss", net.loss]
+    for key, value in net.request().items():  # what the run is trained with: seed, and recipe, dropout, n named
+        words += [f"--{key}", f"{value:g}" if isinstance(value, float) else str(value)]
     if job.samples:
         words += ["--samples", str(job.samples)]
     if job.threads:

@@ -18,7 +18,8 @@ from nnlm.reproduce.table import NGRAM_ROWS
 
 WEIGHTINGS = ("equal", "em", "em-buckets")
 KEY = "beyond:"  # prefix of the section's rows in results.json
-NGRAM_PARTS = tuple(r.id for r in NGRAM_ROWS)  # Table 1's n-gram rows a mix may name
+NGRAM_BY_ID = {r.id: r for r in NGRAM_ROWS}  # Table 1's n-gram rows a mix may name, by id
+NGRAM_PARTS = tuple(NGRAM_BY_ID)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class MixRow:
 
 def ngram_save_command(part: str) -> str:
     """The `nnlm ngram` that saves Table 1's n-gram row `part` where a mix command names it (ngrams/<part>)."""
-    row = next(r for r in NGRAM_ROWS if r.id == part)
+    row = NGRAM_BY_ID[part]
     classes = f" --classes {row.classes}" if row.classes is not None else ""
     return f"nnlm ngram --kind {row.kind} --order {row.n}{classes} --save ngrams/{part}"
 
