@@ -156,6 +156,9 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "init_features": (False, _one_of("random", "exchange"), "'random' or 'exchange'"),
     "feature_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
     "class_pull": (False, *_option("class_pull")),
+    "class_context": (False, _bool(optional=True), "null, true or false"),
+    "init_evidence": (False, lambda v: v is None or (isinstance(v, dict) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())), "null or an object of numbers"),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
     # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
     "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "newbob", "constant"),

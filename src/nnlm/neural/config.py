@@ -24,7 +24,7 @@ from nnlm.neural.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defau
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.sampled builds them); declared here once
 OUTPUT_LAYERS = ("full", "classes")
 CLUSTERINGS = ("exchange", "frequency")  # nnlm.neural.output_clustering.CLUSTERINGS, repeated (numpy-free)
-INIT_FEATURES = ("random", "exchange")  # nnlm.neural.feature_init
+INIT_FEATURES = ("auto", "random", "exchange")  # nnlm.neural.feature_init
 DEFAULT_CLASS_PULL = 1.0  # --init-features exchange: the measured best on gen-500 / gen-2k (docs/recipes.md)
 DEVICES = ("auto", "cpu", "cuda")
 MINUTES = Bounds(0.0, 60.0 * 24 * 365, lo_open=True)  # at most a year
@@ -94,7 +94,9 @@ class RunOptions:
                                              "class of the exchange clustering of train (the class-based n-gram's) "
                                              "start from one shared random row of C, U and W, and --class-pull "
                                              "holds each word's rows near its class's mean (full softmax, one "
-                                             "process)", choices=INIT_FEATURES, shown="random")
+                                             "process); auto: exchange with --class-context where the class "
+                                             "trigram beats the word trigram on validation by a tenth, else random",
+                                       choices=INIT_FEATURES, shown="auto")
     feature_classes: int | None = option(None, "--init-features exchange: the number of classes K",
                                          bounds=Bounds(2, 1 << 24, integer=True), metavar="K",
                                          shown="about sqrt(|V|)")
@@ -102,6 +104,9 @@ class RunOptions:
                                             "rows of C, U and W from their class's mean rows is added to each "
                                             "batch's mean loss (0: the classes only start the net)",
                                       bounds=Bounds(0.0, 1e6), metavar="PULL", shown=str(DEFAULT_CLASS_PULL))
+    class_context: bool | None = option(None, "--init-features exchange: x also holds one learned m-vector for the pair "
+                                              "of classes of the last two context words (the class trigram's history "
+                                              "as a feature; n >= 3)", flag=True, shown="off")
     recipe: str | None = option(None, "how the net is trained, one of " + ", ".join(RECIPES),
                                 shown="adaptive with --loss full; sampled with --loss sampled / nce, "
                                       "sampled-large for the presets past the paper")
@@ -161,7 +166,7 @@ class RunOptions:
         """--init-features and its options agree with each other and with the loss and the output layer (its
         value is among its choices: `check_values`)."""
         if self.init_features != "exchange":
-            self.refuse_given(("feature_classes", "class_pull"), "--init-features exchange")
+            self.refuse_given(("feature_classes", "class_pull", "class_context"), "--init-features exchange")
             return
         if self.loss != "full":
             raise NnlmError(f"--init-features exchange pulls every word's output rows towards its class's: it trains "

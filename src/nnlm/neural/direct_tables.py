@@ -55,7 +55,7 @@ def table_bytes(context_size: int, table_rows: int, vocab_size: int) -> int:
 def tables_pay(net, table_rows: int, tokens: int, device: torch.device) -> bool:
     """Whether a pass over `tokens` tokens should build the tables: a CPU net with direct connections
     and plain concatenated features, a long pass, and memory to spare."""
-    if net.W is None or net.A is not None or device.type != "cpu" or net.config.order < 2:
+    if net.W is None or net.A is not None or net.P is not None or device.type != "cpu" or net.config.order < 2:
         return False
     if tokens < TOKENS_PER_TABLE_ROW * table_rows:
         return False

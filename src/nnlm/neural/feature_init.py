@@ -16,6 +16,16 @@ counts in seconds. With it:
   shrinkage towards the class, the soft version of the class n-gram's P(c | h) P(w | c). b_w stays
   free (it carries P(w | c)).
 
+With `--class-context` the net also gets one learned feature vector for the pair of classes of the last
+two context words (`ModelConfig.class_context`): the class trigram's history, which a tanh layer over sums of
+word features learns poorly from little text (docs/recipes.md, "Class-pair features").
+
+`--init-features auto` (the default) chooses: where the run could tie its rows (the full softmax's NPLM with
+n >= 3, in one process), the exchange class trigram and the word Kneser-Ney trigram are counted from train
+(seconds) and compared on validation; if the classes explain the text better by the margin AUTO_MARGIN, the
+run takes exchange rows with the class-pair features, otherwise random rows. Real text (Brown, its news and
+learned categories) stays random; text drawn from a class source takes the classes (docs/recipes.md).
+
 A resumed run recomputes the classes (the clustering is a function of the training text and K) and
 puts the penalty back; its rows come from the checkpoint.
 """
@@ -26,10 +36,32 @@ import torch
 
 from nnlm.neural.config import INIT_FEATURES
 
-__all__ = ["INIT_FEATURES", "INIT_SCALE", "add_class_pull", "feature_classes", "tie_rows_to_classes"]
+__all__ = ["AUTO_MARGIN", "INIT_FEATURES", "INIT_SCALE", "add_class_pull", "class_evidence", "classes_pay",
+           "feature_classes", "tie_rows_to_classes"]
 
 INIT_SCALE = 0.5  # the class vectors' range (the paper's random C: +-0.1); 0.5 beat 0.1 on gen-500 / gen-2k
 TIED = ("C", "U", "W")  # the per-word rows that start from and are pulled towards their class's
+# --init-features auto takes the classes when the class trigram's valid perplexity is below this share of the word
+# KN trigram's. Measured (docs/recipes.md): generated class text 0.32-0.44, Brown's news texts 1.13, Brown 1.06.
+AUTO_MARGIN = 0.9
+
+
+def class_evidence(corpus, n_classes: int) -> dict[str, float]:
+    """How well K exchange classes explain the text: the validation perplexities of the class trigram (KN over
+    the classes, P(w | c) counted) and of the word KN trigram, both counted from train."""
+    from nnlm.lm import perplexity
+    from nnlm.ngram.class_based import ClassNgram
+    from nnlm.ngram.kneser_ney import KneserNeyModel
+
+    classes = ClassNgram.fit(corpus.vocab, corpus.train, 3, n_classes, progress=False)
+    words = KneserNeyModel.fit(corpus.vocab, corpus.train, 3)
+    return {"classes": n_classes, "class_trigram_valid": perplexity(classes, corpus, "valid"),
+            "kn_trigram_valid": perplexity(words, corpus, "valid")}
+
+
+def classes_pay(evidence: dict[str, float]) -> bool:
+    """Whether `--init-features auto` takes the classes (module docstring)."""
+    return evidence["class_trigram_valid"] < AUTO_MARGIN * evidence["kn_trigram_valid"]
 
 
 def feature_classes(train: np.ndarray, vocab_size: int, n_classes: int) -> np.ndarray:

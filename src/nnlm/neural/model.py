@@ -69,6 +69,11 @@ class NPLMParameters(nn.Module):
         for name in self.gains:
             setattr(self, name, nn.Parameter(torch.empty(h)))
         self.A = nn.Parameter(torch.empty(config.distant)) if config.distant else None
+        pairs = config.class_context
+        self.P = nn.Parameter(torch.empty(pairs * pairs, m)) if pairs else None
+        if pairs:  # the class of every word, and last the class a word outside V (the paper's OOV vector) counts as
+            self.register_buffer("context_class", torch.zeros(config.vocab_size + 1, dtype=torch.int64))
+            self.register_load_state_dict_post_hook(_check_context_classes)
 
     def deeper_layers(self) -> list[tuple[nn.Parameter, nn.Parameter]]:
         """(H_l, d_l) of the hidden layers after the first."""
@@ -76,7 +81,8 @@ class NPLMParameters(nn.Module):
 
     def decayed_parameters(self) -> list[nn.Parameter]:
         """Weights and C: what the paper's weight decay applies to (not the biases b, d, nor gains and A)."""
-        return [p for p in (self.C, self.W, self.H, self.U) if p is not None] + [H for H, _ in self.deeper_layers()]
+        return ([p for p in (self.C, self.W, self.H, self.U, self.P) if p is not None]
+                + [H for H, _ in self.deeper_layers()])
 
     def bias_parameters(self) -> list[nn.Parameter]:
         return ([p for p in (self.b, self.d) if p is not None] + [d for _, d in self.deeper_layers()]
@@ -87,8 +93,26 @@ class NPLMParameters(nn.Module):
         return self.embed(contexts, self.C)
 
     def embed(self, contexts: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-        """x from the rows of `table` (C, or C with unknown words' features) that `contexts` [N, n-1] index."""
-        return self.context_input(F.embedding(contexts, table))
+        """x from the rows of `table` (C, or C with unknown words' features) that `contexts` [N, n-1] index;
+        with class-pair features, the last two context words' pair's row of P appended."""
+        x = self.context_input(F.embedding(contexts, table))
+        if self.P is None:
+            return x
+        return torch.cat([x, F.embedding(self.class_pairs(contexts), self.P)], dim=1)
+
+    def class_pairs(self, contexts: torch.Tensor) -> torch.Tensor:
+        """c1 K + c2 [N] for the classes (c1, c2) of the last two context words (ids past V: words outside V)."""
+        classes = self.context_class[contexts[:, -2:].clamp(max=self.config.vocab_size)]
+        return classes[:, 0] * self.config.class_context + classes[:, 1]
+
+    @torch.no_grad()
+    def set_context_classes(self, classes: np.ndarray | torch.Tensor, unknown: int) -> None:
+        """Put in the class of every word of V and the class of a word outside V (`unknown`'s)."""
+        classes = torch.as_tensor(np.asarray(classes), dtype=torch.int64)
+        k = self.config.class_context
+        if len(classes) != self.config.vocab_size or int(classes.min()) < 0 or int(classes.max()) >= k:
+            raise NnlmError(f"the class-pair features need {self.config.vocab_size} class ids from 0 to {k - 1}")
+        self.context_class.copy_(torch.cat([classes, classes[unknown:unknown + 1]]).to(self.context_class.device))
 
     def context_input(self, vectors: torch.Tensor) -> torch.Tensor:
         """x from the context words' feature vectors [N, n-1, m] (oldest first): their concatenation; with
@@ -149,6 +173,13 @@ class NPLMParameters(nn.Module):
         return y
 
 
+def _check_context_classes(net: NPLMParameters, _keys) -> None:
+    """After load_state_dict: a class map outside 0 .. K-1 (a damaged model file) is one clear error."""
+    classes, k = net.context_class, net.config.class_context
+    if classes.device.type != "meta" and len(classes) and (int(classes.min()) < 0 or int(classes.max()) >= k):
+        raise NnlmError(f"the model's context classes must be class ids from 0 to {k - 1}")
+
+
 class NPLM(NPLMParameters):
     """y = b + W x + U tanh(d + H x) over x = concatenated C rows of the context words."""
 
@@ -176,6 +207,8 @@ class NPLM(NPLMParameters):
                 getattr(self, name).fill_(1.0)
             if self.A is not None:
                 self.A.fill_(1.0 / len(self.A))
+            if self.P is not None:
+                self.P.uniform_(-0.1, 0.1)
 
     def forward(self, contexts: torch.Tensor) -> torch.Tensor:
         """Unnormalized log-probabilities y [N, |V|] of the next word for contexts [N, n-1]."""
@@ -418,7 +451,8 @@ class NeuralLM(LanguageModel):
     def steps_incrementally(self) -> bool:
         """Whether begin_state/advance keep partial sums (exact scoring, fp32 or float64 nets with W or H);
         unnormalized and bf16 scorings take the default path through log_prob, so their numbers agree."""
-        return self.scoring.exact and self._has_product and self.output_is_one_product
+        return (self.scoring.exact and self._has_product and self.output_is_one_product
+                and getattr(self.net, "P", None) is None)  # (the class pair's row: no per-position sums)
 
     def state_owner(self) -> str:
         """The default owner, and the weights' version: a state's sums are stale once the net is trained."""

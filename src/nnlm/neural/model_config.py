@@ -20,6 +20,10 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   E = v_w . tanh(d + H x + H_0 C(w)) + b_w (+ W_w . x with direct connections). One hidden layer, all
   n-1 context words concatenated.
 - `energy_shared_v`: the energy net with one v for every word (h numbers) instead of v_w (|V| x h).
+- `class_context`: 0 is the paper's x; K > 0 appends one more m-vector to x, a learned row P[c1 K + c2] for the
+  pair of word classes (c1, c2) of the last two context words (the net's `context_class` map, K classes):
+  the class trigram's history given to the net as a feature, so a table of K^2 class pairs needs no
+  hidden units to carve it out of sums of word features (docs/recipes.md, "Class-pair features").
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from nnlm.errors import NnlmError
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
 VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",
-            "energy_shared_v")  # optional in a stored config
+            "energy_shared_v", "class_context")  # optional in a stored config
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,11 @@ class ModelConfig:
     output_classes: int = 0
     energy: bool = False
     energy_shared_v: bool = False
+    class_context: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "order", "hidden", "features", "layers", "local", "output_classes"):
+        for name in ("vocab_size", "order", "hidden", "features", "layers", "local", "output_classes",
+                     "class_context"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise NnlmError(f"model {name} must be an integer, got {value!r}")
@@ -82,6 +88,11 @@ class ModelConfig:
                             "combine with --layers, --layer-norm, --residual or --local")
         if self.energy and self.output_classes:
             raise NnlmError("--energy and --output-layer classes are two different output layers: choose one")
+        if self.class_context == 1 or self.class_context < 0:
+            raise NnlmError(f"the class-pair features need at least 2 classes, got {self.class_context}")
+        if self.class_context and (self.order < 3 or self.energy or self.output_classes or self.local):
+            raise NnlmError("--class-context needs n >= 3 (two context words) and the full softmax's NPLM with every "
+                            "context word concatenated: not --energy, --output-layer classes or --local")
 
     @property
     def distant(self) -> int:
@@ -90,13 +101,14 @@ class ModelConfig:
 
     @property
     def input_size(self) -> int:
-        """The length of x: (n-1) m, or (local + 1) m with the wide-context branch."""
-        return (self.local + 1) * self.features if self.local else (self.order - 1) * self.features
+        """The length of x: (n-1) m, or (local + 1) m with the wide-context branch; + m with class-pair features."""
+        words = self.local + 1 if self.local else self.order - 1
+        return (words + (1 if self.class_context else 0)) * self.features
 
     def parameter_count(self) -> int:
         """The paper's count |V|(1+nm+h) + h(1+(n-1)m) (minus |V|(n-1)m when W is off) for the paper's
         net; in general C, b, W, U over |V| rows, H and d, the variants' H_l, d_l, g_l and A, and the class
-        factor's b, W, U over K rows."""
+        factor's b, W, U over K rows, and the K^2 class-pair rows P."""
         v, m, h, k = self.vocab_size, self.features, self.hidden, self.input_size
         if self.energy:  # C, b; H over the n-1 context words and H_0 over the output word; d; v (v_w or shared); W
             output = h if self.energy_shared_v else v * h
@@ -106,7 +118,7 @@ class ModelConfig:
             count += (self.layers - 1) * (h * h + h) + (self.layers * h if self.layer_norm else 0)
         if self.output_classes:
             count += self.output_classes * (1 + h + (k if self.direct else 0))
-        return count + self.distant
+        return count + self.distant + self.class_context ** 2 * m
 
     def to_dict(self) -> dict:
         """Every field, but the variant fields only where they differ from the paper's net."""

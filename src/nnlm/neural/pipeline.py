@@ -45,6 +45,11 @@ class TrainerSpec:
     cpu_only: bool = False     # hogwild shares memory between local processes
     restores_best: bool = False  # the newbob schedule puts the best weights back: one process only
 
+    @property
+    def ties_rows(self) -> bool:
+        """Whether it can pull the rows towards their classes (--init-features exchange): one process only."""
+        return self.name == "single"
+
     def trainer_class(self) -> type[Trainer]:
         module, name = self.where.split(":")
         return getattr(importlib.import_module(module), name)
@@ -56,7 +61,7 @@ class TrainerSpec:
         if output_layer == "classes" and not self.takes_class_output:
             raise NnlmError(f"--parallel {self.name} slices the full softmax's output rows over the ranks; "
                             "--output-layer classes trains in one process or with --parallel hogwild or ddp")
-        if init_features == "exchange" and self.name != "single":
+        if init_features == "exchange" and not self.ties_rows:
             raise NnlmError(f"--init-features exchange pulls the rows towards their classes in one process, not with "
                             f"--parallel {self.name}")
         if energy and self.name != "single":
@@ -139,7 +144,7 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     session = session or session_options(requested)
     run, corpus = open_run(out, run_part(requested), resume, device, check=lambda run: spec.check(
         run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy,
-        init_features=run.init_features))
+        init_features=run.init_features), ties_rows=spec.ties_rows)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
@@ -152,6 +157,8 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
         classes = feature_classes(corpus.train, len(corpus.vocab), run.feature_classes)
         if state is None:
             tie_rows_to_classes(net, classes, run.seed)
+            if run.model_config.class_context:  # (a checkpoint holds the map with the weights)
+                net.set_context_classes(classes, corpus.vocab.unk_id)
         add_class_pull(net, classes, run.class_pull)
     state = state or fresh_state()
     return TrainingSetup(out, run, session, corpus, device, net, optimizer, loss_fn, state, resume, workers)

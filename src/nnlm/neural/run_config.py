@@ -47,6 +47,7 @@ class Run(RunOptions):
     corpus_name: str = ""
     vocab_fingerprint: str = ""
     pad_token: str = ""
+    init_evidence: dict[str, float] | None = None  # --init-features auto: what it compared (feature_init.class_evidence)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Run:
@@ -104,7 +105,8 @@ def model_config(run: dict[str, Any] | RunOptions, vocab_size: int) -> ModelConf
     sets `output_classes`."""
     values = run if isinstance(run, dict) else dataclasses.asdict(run)
     base = preset(values["preset"], vocab_size)
-    picks = {k: values[k] for k in ("order", "hidden", "features", "direct", *VARIANTS) if values.get(k) is not None}
+    picks = {k: values[k] for k in ("order", "hidden", "features", "direct", *VARIANTS)
+             if values.get(k) is not None and k != "class_context"}  # (a flag; its K: `resolve_init_features`)
     if values.get("output_layer") == "full":
         picks["output_classes"] = 0
     elif values.get("output_layer") == "classes" or base.output_classes:
@@ -124,12 +126,13 @@ def open_corpus(run: RunOptions) -> Corpus:
 
 
 def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device,
-             check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
+             check: Callable[[Run], None] | None = None, ties_rows: bool = True) -> tuple[Run, Corpus]:
     """The run in `out`: created from the requested run options, or re-opened (--resume) and checked
-    against them. Nothing is written when an option is refused."""
+    against them. Nothing is written when an option is refused. `ties_rows`: the trainer can tie the rows
+    to classes (one process), which `--init-features auto` may then choose."""
     if "corpus" in requested:
         requested = requested | {"corpus": corpus_key(requested["corpus"])}
-    return reopen_run(out, requested, check) if resume else create_run(out, requested, device, check)
+    return reopen_run(out, requested, check) if resume else create_run(out, requested, device, check, ties_rows)
 
 
 def refuse_existing(out: Path) -> None:
@@ -146,7 +149,7 @@ def refuse_existing(out: Path) -> None:
 
 
 def create_run(out: Path, requested: dict[str, Any], device: torch.device,
-               check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
+               check: Callable[[Run], None] | None = None, ties_rows: bool = True) -> tuple[Run, Corpus]:
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
     refuse_existing(out)
     options = RunOptions(**requested)
@@ -165,14 +168,14 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device,
     corpus = open_corpus(options)
     model = model_config(options, len(corpus.vocab))
     options, model = resolve_output_layer(options, model, corpus)
-    options = resolve_init_features(options, model, corpus)
+    options, model, evidence = resolve_init_features(options, model, corpus, ties_rows)
     if options.loss != "full" and options.samples is None:
         options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, len(corpus.vocab)))
     check_loss(options.loss, options.samples, len(corpus.vocab))
     scale = regularisation_scale(recipe, model.parameter_count(), len(corpus.train))
     values = {k: v for k, v in recipe_values(recipe, scale).items() if getattr(options, k) is None}
     run = Run(**dataclasses.asdict(options) | values, model=model.to_dict(), corpus_name=corpus.name,
-              vocab_fingerprint=corpus.vocab.fingerprint, pad_token=corpus.pad_token)
+              vocab_fingerprint=corpus.vocab.fingerprint, pad_token=corpus.pad_token, init_evidence=evidence)
     if check is not None:  # what the trainer cannot do with this run (one line), before anything is written
         check(run)
     out.mkdir(parents=True, exist_ok=True)
@@ -198,11 +201,26 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
                                output_clustering=clustering, bf16=False), model
 
 
-def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpus) -> RunOptions:
+def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpus, ties_rows: bool = True
+                          ) -> tuple[RunOptions, ModelConfig, dict[str, float] | None]:
     """--init-features as run.json stores it: random, or exchange with K (default about sqrt(|V|), lowered to
-    what the clustering can make) and the pull. It ties the rows of the full softmax's NPLM."""
-    if options.init_features in (None, "random"):
-        return dataclasses.replace(options, init_features="random")
+    what the clustering can make) and the pull. It ties the rows of the full softmax's NPLM; --class-context
+    gives the net the K^2 class-pair rows (`ModelConfig.class_context` = K). auto (the default) is decided
+    here, from the text (nnlm.neural.feature_init), and what it compared is returned beside."""
+    evidence = None
+    if options.init_features in (None, "auto"):
+        can_tie = ties_rows and options.loss == "full" and not (model.energy or model.output_classes or model.local)
+        if not can_tie or model.order < 3:
+            return dataclasses.replace(options, init_features="random"), model, None
+        from nnlm.neural.feature_init import class_evidence, classes_pay
+
+        k = min(class_count_limit("exchange", corpus.train, len(corpus.vocab)), default_class_count(len(corpus.vocab)))
+        evidence = class_evidence(corpus, k)
+        if not classes_pay(evidence):
+            return dataclasses.replace(options, init_features="random"), model, evidence
+        options = dataclasses.replace(options, init_features="exchange", feature_classes=k, class_context=True)
+    if options.init_features == "random":
+        return options, model, None
     if model.energy or model.output_classes:
         what = "the energy network (--energy)" if model.energy else "--output-layer classes"
         raise NnlmError(f"--init-features exchange ties the full softmax's output rows U and W of each class; "
@@ -214,7 +232,10 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
                         "classes")
     k = k or min(limit, default_class_count(len(corpus.vocab)))
     pull = DEFAULT_CLASS_PULL if options.class_pull is None else options.class_pull
-    return dataclasses.replace(options, feature_classes=k, class_pull=pull)
+    if options.class_context:
+        model = dataclasses.replace(model, class_context=k)
+    options = dataclasses.replace(options, feature_classes=k, class_pull=pull, class_context=bool(options.class_context))
+    return options, model, evidence
 
 
 def reopen_run(out: Path, requested: dict[str, Any],

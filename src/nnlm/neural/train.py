@@ -98,6 +98,17 @@ def run_setup(setup: TrainingSetup, spec: TrainerSpec, log: Callable[[str], None
         trainer.close()
 
 
+def tied_rows_text(run: Run) -> str:
+    """The run's rows tied to classes, as the training log's first line says it ('' for random rows)."""
+    evidence = run.init_evidence
+    why = (f" (--init-features auto: their trigram's valid perplexity {evidence['class_trigram_valid']:.1f}, the word "
+           f"KN trigram's {evidence['kn_trigram_valid']:.1f})") if evidence else ""
+    if run.init_features != "exchange":
+        return f"random rows{why}, " if evidence else ""
+    pairs = " with class-pair features" if run.model_config.class_context else ""
+    return f"rows tied to {run.feature_classes} exchange classes{pairs}{why}, "
+
+
 def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, state: TrainingState,
                trainer: Trainer, log: Callable[[str], None], progress: bool,
                stop_request: StopRequest | None = None) -> TrainingState:
@@ -123,6 +134,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         + (f"{run.loss} loss with {run.samples} samples, " if run.loss != "full" else "")
         + (f"class-factored output ({config.output_classes} {run.output_clustering} classes), "
            if config.output_classes else "")
+        + tied_rows_text(run)
         + trainer.describe())
     first_step, stop = state["step"], None
     while stop is None and state["epoch"] < session.epochs:
