@@ -7,7 +7,9 @@
     checkpoint-<step>.safetensors  model + optimizer tensors + RNG state for `--resume`
     metrics.jsonl, curve.png    per-epoch metrics and the learning curve
 
-Every file is written to a temporary name and renamed (nnlm.io), and state.json names the
+Every file of the directory is written here (run.json and vocab.json by `write_run`, the
+checkpoints and state.json by `save_training_state`, the best weights by `save_tensors`, the metrics
+and the curve by `write_metrics`), to a temporary name then renamed (nnlm.io); state.json names the
 checkpoint tensors it goes with, written before it: a kill -9 at any moment leaves a state.json
 whose tensors exist. Every safetensors file carries a SHA-256 of its tensors in its header, so a
 truncated or tampered file is refused. Nothing is unpickled: loading never executes code.
@@ -307,3 +309,40 @@ def load_training_state(out: Path, net: NPLM, optimizer: Optimizer) -> dict[str,
     if cuda_states:
         torch.cuda.set_rng_state_all(cuda_states)
     return state
+
+
+# --- metrics.jsonl and curve.png -------------------------------------------------------------
+
+def log_scale_plain_labels(ax: Any) -> None:
+    """A log-scale y axis labelled 242.5, not 2.425 x 10^2 (what matplotlib writes within one decade)."""
+    from matplotlib.ticker import StrMethodFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    ax.yaxis.set_minor_formatter(StrMethodFormatter("{x:g}"))
+
+
+def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool = True) -> None:
+    """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png. A
+    sampled loss's running "train ppl" is exp of its objective, not a perplexity: not plotted."""
+    atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    epochs = [h["epoch"] for h in history]
+    if full_softmax:
+        ax.plot(epochs, [h["train_ppl"] for h in history], "o-", label="train (running, during the epoch)")
+    ax.plot(epochs, [h["valid_ppl"] for h in history], "s-", label="validation")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("perplexity")
+    log_scale_plain_labels(ax)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title(out.name)
+    fig.tight_layout()
+    with atomic_path(out / "curve.png") as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
