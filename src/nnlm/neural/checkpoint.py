@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
-from nnlm.neural.config import LOSSES, bounds_of
+from nnlm.neural.config import LOSSES, stored_value_check
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.scoring import EXACT, Scoring
@@ -110,14 +110,6 @@ def _number(lo: float, optional: bool = False, positive: bool = False) -> Check:
                                                   and math.isfinite(v) and v >= lo and (not positive or v > lo))
 
 
-def _option(name: str, optional: bool = True) -> tuple[Check, str]:
-    """The check and wording of a training option's value, from its declared bounds (nnlm.neural.config):
-    run.json is held to the limits the command line and the library apply."""
-    bounds = bounds_of(name)
-    what = ("null or " if optional else "") + bounds.describe()
-    return (lambda v: (optional and v is None) or bounds.holds(v)), what
-
-
 def _text(v: Any) -> bool:
     return isinstance(v, str) and v != ""
 
@@ -138,35 +130,35 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "vocab_from": (True, _one_of("train", "all"), "'train' or 'all'"),
     "preset": (True, _text, "a preset name"),
     "recipe": (True, lambda v: _text(v) or isinstance(v, dict), "a recipe name"),
-    "batch_size": (True, *_option("batch_size", optional=False)),
-    "seed": (True, *_option("seed", optional=False)),
-    "patience": (True, *_option("patience", optional=False)),
+    "batch_size": (True, *stored_value_check("batch_size", optional=False)),
+    "seed": (True, *stored_value_check("seed", optional=False)),
+    "patience": (True, *stored_value_check("patience", optional=False)),
     "model": (True, lambda v: isinstance(v, dict), "an object (the model config)"),
     "vocab_fingerprint": (True, _text, "a vocabulary fingerprint"),
     "pad_token": (True, _text, "a token"),
-    "order": (False, *_option("order")),
-    "hidden": (False, *_option("hidden")),
-    "features": (False, *_option("features")),
+    "order": (False, *stored_value_check("order")),
+    "hidden": (False, *stored_value_check("hidden")),
+    "features": (False, *stored_value_check("features")),
     "direct": (False, _bool(optional=True), "null, true or false"),
-    "lr": (False, *_option("lr")),
+    "lr": (False, *stored_value_check("lr")),
     "bf16": (False, _bool(optional=True), "null, true or false"),
     "loss": (False, _one_of(*LOSSES), " or ".join(map(repr, LOSSES))),
-    "samples": (False, *_option("samples")),
+    "samples": (False, *stored_value_check("samples")),
     "output_layer": (False, _one_of("full", "classes"), "'full' or 'classes'"),
     "output_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
     "output_clustering": (False, _one_of(None, "exchange", "frequency"), "null, 'exchange' or 'frequency'"),
     "init_features": (False, _one_of("random", "exchange"), "'random' or 'exchange'"),
     "feature_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
-    "class_pull": (False, *_option("class_pull")),
+    "class_pull": (False, *stored_value_check("class_pull")),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
     # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
     "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "newbob", "constant"),
                     "null, 'paper', 'epoch', 'plateau', 'newbob' or 'constant'"),
-    "lr_factor": (False, *_option("lr_factor")),
-    "weight_decay": (False, *_option("weight_decay")),
-    "dropout": (False, *_option("dropout")),
-    "min_improvement": (False, *_option("min_improvement")),
-    "plateau_patience": (False, *_option("plateau_patience")),
+    "lr_factor": (False, *stored_value_check("lr_factor")),
+    "weight_decay": (False, *stored_value_check("weight_decay")),
+    "dropout": (False, *stored_value_check("dropout")),
+    "min_improvement": (False, *stored_value_check("min_improvement")),
+    "plateau_patience": (False, *stored_value_check("plateau_patience")),
 }
 STATE_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "step": (True, _int(0), "an integer >= 0"),

@@ -248,6 +248,15 @@ def bounds_of(name: str) -> Bounds | None:
     raise KeyError(name)
 
 
+def stored_value_check(name: str, optional: bool = True) -> tuple[Callable[[Any], bool], str]:
+    """A stored value of option `name` (a run.json field) checked against the option's declared bounds,
+    and the words for what it must be: run.json is held to the limits the command line and the library
+    apply (`nnlm.neural.checkpoint.RUN_SCHEMA`)."""
+    bounds = bounds_of(name)
+    what = ("null or " if optional else "") + bounds.describe()
+    return (lambda v: (optional and v is None) or bounds.holds(v)), what
+
+
 def defaults(options: type) -> dict[str, Any]:
     """{field: default} of RunOptions or SessionOptions, in declaration order."""
     return {f.name: f.default for f in fields(options)}
