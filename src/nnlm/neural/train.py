@@ -47,7 +47,6 @@ from nnlm.neural.run_config import Run, open_run, pick_device
 from nnlm.neural.schedules import epoch_lr, keep_best_optimizer, next_rate
 from nnlm.neural.stop_signals import Interrupted, StoppedBySignal, StopRequest
 from nnlm.neural.trainer import Clock, Trainer, TrainingSetup, TrainingState, running_label
-from nnlm.progress import show_progress
 from nnlm.wording import counted
 
 __all__ = ["prepare_run", "run_epochs", "train", "train_with"]
@@ -132,10 +131,8 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         trainer.optimizer.lr = epoch_lr(recipe, state)
         order = epoch_order(run.seed, epoch, trainer.n_examples)
         trainer.net.train()
-        with show_progress(trainer.n_examples, f"epoch {epoch + 1}", "tok", enabled=progress and trainer.writer,
-                           initial=min(state["batch"] * trainer.batch, trainer.n_examples)) as bar:
-            if trainer.run_batches(state, order.to(trainer.device), clock, save, bar):
-                stop = out_of_time
+        if trainer.run_epoch(state, order.to(trainer.device), clock, save, progress):
+            stop = out_of_time
         if trainer.agree([float(clock.signalled())])[0]:  # every rank stops where it is, the writer saves
             save()
             raise StoppedBySignal(*stopped_message(out, state, stop_request, log))
