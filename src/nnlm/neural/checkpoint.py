@@ -195,6 +195,14 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
+def write_run(out: Path, run: dict[str, Any], vocab: Vocabulary) -> None:
+    """A new run's definition, what `read_run` reads back: vocab.json, then run.json (the file that makes
+    `out` a run)."""
+    out.mkdir(parents=True, exist_ok=True)
+    vocab.save(out / VOCAB)
+    write_json(out / RUN, run)
+
+
 def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path) -> None:
     """The weights must be exactly the parameters the config describes, with their shapes (and the
     class map of a class-factored net, integer class ids: its values are checked when it is loaded)."""
