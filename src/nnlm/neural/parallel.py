@@ -56,6 +56,7 @@ from nnlm.neural.trainer import Trainer, TrainingSetup
 from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
 MODES = ("none", *(name for name in TRAINERS if name != "single"))  # --parallel: none is the single process
+_torchrun_rank = False  # this process joined torchrun's group in train_parallel: it ends by exit_torchrun_rank
 
 
 def _quiet(_: str) -> None:
@@ -108,9 +109,6 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
                           log if log is print else None, timeout),
                     timeout=timeout)
     return ck.read_json(out / ck.STATE, "training state")
-
-
-_torchrun_rank = False  # this process joined torchrun's group in train_parallel: it ends by exit_torchrun_rank
 
 
 def exit_torchrun_rank(code: int) -> None:
