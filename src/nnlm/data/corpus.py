@@ -40,8 +40,8 @@ BROWN_MIN_COUNT = 4  # "tokens of frequency <= 3 become <unk>"
 @dataclass(frozen=True)
 class Corpus:
     """Token ids of the three splits (int32), their vocabulary, and the id that pads the stream's start.
-    Everything a model is trained and scored on is a field, fixed when the corpus is made (`pad_id` too):
-    a reader takes the ids, the vocabulary and the pad id as they are, without calling back."""
+    The ids, the vocabulary and the pad id are fields fixed when the corpus is made (`pad_id` included): a
+    trainer takes them as they are, without calling back."""
 
     name: str
     vocab: Vocabulary
