@@ -182,10 +182,10 @@ def cli(argv, capsys) -> tuple[int, str]:
 def test_train_ends_its_process_through_its_finish_hook(rand_dir, tmp_path, capsys, monkeypatch):
     """`nnlm train` hands its exit code to the torchrun rank's exit (a no-op outside torchrun), on an
     error as on success; other commands have no such hook."""
-    import nnlm.neural.distributed as dd
+    import nnlm.neural.parallel as parallel
 
     ended: list[int] = []
-    monkeypatch.setattr(dd, "exit_torchrun_rank", ended.append)
+    monkeypatch.setattr(parallel, "exit_torchrun_rank", ended.append)
     code, err = cli(["train", "--corpus", str(rand_dir), "--out", str(tmp_path / "r"), "--preset", "mlp99"], capsys)
     assert code == 2 and "unknown preset" in err and ended == [2]
     assert main(["stats", "--corpus", str(rand_dir)]) == 0 and ended == [2]

@@ -50,6 +50,6 @@ def run(args: argparse.Namespace) -> int:
 
 def finish(code: int) -> None:
     """After the command, whatever its outcome: a torchrun rank ends here, without interpreter finalization."""
-    from nnlm.neural.distributed import exit_torchrun_rank
+    from nnlm.neural.parallel import exit_torchrun_rank
 
     exit_torchrun_rank(code)

@@ -39,7 +39,9 @@ BROWN_MIN_COUNT = 4  # "tokens of frequency <= 3 become <unk>"
 
 @dataclass(frozen=True)
 class Corpus:
-    """Token ids of the three splits (int32), their vocabulary, and the id that pads the stream's start."""
+    """Token ids of the three splits (int32), their vocabulary, and the id that pads the stream's start.
+    The ids, the vocabulary and the pad id are fields fixed when the corpus is made (`pad_id` included): a
+    trainer takes them as they are, without calling back."""
 
     name: str
     vocab: Vocabulary
@@ -48,10 +50,10 @@ class Corpus:
     test: np.ndarray
     pad_token: str
     whole: np.ndarray | None = field(default=None, repr=False, compare=False)  # train+valid+test, if one array
+    pad_id: int = field(init=False, repr=False, compare=False)  # vocab.id(pad_token)
 
-    @property
-    def pad_id(self) -> int:
-        return self.vocab.id(self.pad_token)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pad_id", self.vocab.id(self.pad_token))
 
     def split(self, name: str) -> np.ndarray:
         if name not in SPLITS:

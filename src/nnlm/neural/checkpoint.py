@@ -7,7 +7,9 @@
     checkpoint-<step>.safetensors  model + optimizer tensors + RNG state for `--resume`
     metrics.jsonl, curve.png    per-epoch metrics and the learning curve
 
-Every file is written to a temporary name and renamed (nnlm.io), and state.json names the
+Every file of the directory is written here (run.json and vocab.json by `write_run`, the
+checkpoints and state.json by `save_training_state`, the best weights by `save_tensors`, the metrics
+and the curve by `write_metrics`), to a temporary name then renamed (nnlm.io); state.json names the
 checkpoint tensors it goes with, written before it: a kill -9 at any moment leaves a state.json
 whose tensors exist. Every safetensors file carries a SHA-256 of its tensors in its header, so a
 truncated or tampered file is refused. Nothing is unpickled: loading never executes code.
@@ -29,7 +31,7 @@ from safetensors.torch import save_file
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
-from nnlm.neural.config import LOSSES, bounds_of
+from nnlm.neural.config import LOSSES, stored_value_check
 from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.scoring import EXACT, Scoring
@@ -108,14 +110,6 @@ def _number(lo: float, optional: bool = False, positive: bool = False) -> Check:
                                                   and math.isfinite(v) and v >= lo and (not positive or v > lo))
 
 
-def _option(name: str, optional: bool = True) -> tuple[Check, str]:
-    """The check and wording of a training option's value, from its declared bounds (nnlm.neural.config):
-    run.json is held to the limits the command line and the library apply."""
-    bounds = bounds_of(name)
-    what = ("null or " if optional else "") + bounds.describe()
-    return (lambda v: (optional and v is None) or bounds.holds(v)), what
-
-
 def _text(v: Any) -> bool:
     return isinstance(v, str) and v != ""
 
@@ -136,26 +130,26 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "vocab_from": (True, _one_of("train", "all"), "'train' or 'all'"),
     "preset": (True, _text, "a preset name"),
     "recipe": (True, lambda v: _text(v) or isinstance(v, dict), "a recipe name"),
-    "batch_size": (True, *_option("batch_size", optional=False)),
-    "seed": (True, *_option("seed", optional=False)),
-    "patience": (True, *_option("patience", optional=False)),
+    "batch_size": (True, *stored_value_check("batch_size", optional=False)),
+    "seed": (True, *stored_value_check("seed", optional=False)),
+    "patience": (True, *stored_value_check("patience", optional=False)),
     "model": (True, lambda v: isinstance(v, dict), "an object (the model config)"),
     "vocab_fingerprint": (True, _text, "a vocabulary fingerprint"),
     "pad_token": (True, _text, "a token"),
-    "order": (False, *_option("order")),
-    "hidden": (False, *_option("hidden")),
-    "features": (False, *_option("features")),
+    "order": (False, *stored_value_check("order")),
+    "hidden": (False, *stored_value_check("hidden")),
+    "features": (False, *stored_value_check("features")),
     "direct": (False, _bool(optional=True), "null, true or false"),
-    "lr": (False, *_option("lr")),
+    "lr": (False, *stored_value_check("lr")),
     "bf16": (False, _bool(optional=True), "null, true or false"),
     "loss": (False, _one_of(*LOSSES), " or ".join(map(repr, LOSSES))),
-    "samples": (False, *_option("samples")),
+    "samples": (False, *stored_value_check("samples")),
     "output_layer": (False, _one_of("full", "classes"), "'full' or 'classes'"),
     "output_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
     "output_clustering": (False, _one_of(None, "exchange", "frequency"), "null, 'exchange' or 'frequency'"),
     "init_features": (False, _one_of("random", "exchange"), "'random' or 'exchange'"),
     "feature_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
-    "class_pull": (False, *_option("class_pull")),
+    "class_pull": (False, *stored_value_check("class_pull")),
     "class_context": (False, _bool(optional=True), "null, true or false"),
     "init_evidence": (False, lambda v: v is None or (isinstance(v, dict) and all(
         isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())), "null or an object of numbers"),
@@ -163,11 +157,11 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
     "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "newbob", "constant"),
                     "null, 'paper', 'epoch', 'plateau', 'newbob' or 'constant'"),
-    "lr_factor": (False, *_option("lr_factor")),
-    "weight_decay": (False, *_option("weight_decay")),
-    "dropout": (False, *_option("dropout")),
-    "min_improvement": (False, *_option("min_improvement")),
-    "plateau_patience": (False, *_option("plateau_patience")),
+    "lr_factor": (False, *stored_value_check("lr_factor")),
+    "weight_decay": (False, *stored_value_check("weight_decay")),
+    "dropout": (False, *stored_value_check("dropout")),
+    "min_improvement": (False, *stored_value_check("min_improvement")),
+    "plateau_patience": (False, *stored_value_check("plateau_patience")),
 }
 STATE_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "step": (True, _int(0), "an integer >= 0"),
@@ -202,6 +196,14 @@ def validate(data: dict[str, Any], schema: dict[str, tuple[bool, Check, str]], p
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_run(out: Path, run: dict[str, Any], vocab: Vocabulary) -> None:
+    """A new run's definition, what `read_run` reads back: vocab.json, then run.json (the file that makes
+    `out` a run)."""
+    out.mkdir(parents=True, exist_ok=True)
+    vocab.save(out / VOCAB)
+    write_json(out / RUN, run)
 
 
 def check_weights(net_config: ModelConfig, tensors: dict[str, torch.Tensor], source: Path) -> None:
@@ -310,3 +312,40 @@ def load_training_state(out: Path, net: NPLM, optimizer: Optimizer) -> dict[str,
     if cuda_states:
         torch.cuda.set_rng_state_all(cuda_states)
     return state
+
+
+# --- metrics.jsonl and curve.png -------------------------------------------------------------
+
+def log_scale_plain_labels(ax: Any) -> None:
+    """A log-scale y axis labelled 242.5, not 2.425 x 10^2 (what matplotlib writes within one decade)."""
+    from matplotlib.ticker import StrMethodFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    ax.yaxis.set_minor_formatter(StrMethodFormatter("{x:g}"))
+
+
+def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool = True) -> None:
+    """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png. A
+    sampled loss's running "train ppl" is exp of its objective, not a perplexity: not plotted."""
+    atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    epochs = [h["epoch"] for h in history]
+    if full_softmax:
+        ax.plot(epochs, [h["train_ppl"] for h in history], "o-", label="train (running, during the epoch)")
+    ax.plot(epochs, [h["valid_ppl"] for h in history], "s-", label="validation")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("perplexity")
+    log_scale_plain_labels(ax)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title(out.name)
+    fig.tight_layout()
+    with atomic_path(out / "curve.png") as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)

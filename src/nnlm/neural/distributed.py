@@ -69,22 +69,6 @@ def init_group(device: torch.device, timeout: float = DEFAULT_TIMEOUT, init_meth
         dist.init_process_group(**kwargs)
     except (RuntimeError, ValueError) as exc:
         raise NnlmError(f"cannot join the process group ({str(exc).splitlines()[0][:160]})") from None
-    global _joined_under_torchrun
-    _joined_under_torchrun = init_method is None and under_torchrun()
-
-
-_joined_under_torchrun = False
-
-
-def exit_torchrun_rank(code: int) -> None:
-    """End a torchrun rank that joined a group (and has left it, its files written) without interpreter
-    finalization, as the local launcher's forked children end: torch's C++ teardown of gloo's threads
-    can still abort there ("terminate called without an active exception", about 1 run in 50 here, even
-    after destroy_process_group), and torchrun then reports the finished run as failed. No-op otherwise."""
-    if _joined_under_torchrun:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 def leave_group() -> None:

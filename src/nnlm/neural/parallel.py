@@ -26,6 +26,7 @@ readable by every rank (`brown` from its cache, or the same directory path on ev
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,6 +56,7 @@ from nnlm.neural.trainer import Trainer, TrainingSetup
 from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
 MODES = ("none", *(name for name in TRAINERS if name != "single"))  # --parallel: none is the single process
+_torchrun_rank = False  # this process joined torchrun's group in train_parallel: it ends by exit_torchrun_rank
 
 
 def _quiet(_: str) -> None:
@@ -94,6 +96,8 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
                             "drop --workers")
         device = dd.rank_device(pick_device(requested.get("device", "auto")))
         dd.init_group(device, timeout)
+        global _torchrun_rank
+        _torchrun_rank = True
         try:
             return run_rank(out, requested, mode, resume, progress, log if dist.get_rank() == 0 else _quiet, timeout)
         finally:
@@ -105,6 +109,18 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
                           log if log is print else None, timeout),
                     timeout=timeout)
     return ck.read_json(out / ck.STATE, "training state")
+
+
+def exit_torchrun_rank(code: int) -> None:
+    """End a torchrun rank that joined its group in `train_parallel` (and has left it, its files written)
+    without interpreter finalization, as the local launcher's forked children end: torch's C++ teardown of
+    gloo's threads can still abort there ("terminate called without an active exception", about 1 run in 50
+    here, even after destroy_process_group), and torchrun then reports the finished run as failed. No-op
+    otherwise (`nnlm train` calls it after every run, whatever its outcome)."""
+    if _torchrun_rank:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, progress: bool,

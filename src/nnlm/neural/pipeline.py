@@ -120,13 +120,13 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
         return full_loss(net, run.training_recipe, lr)
-    energy = net.config.energy  # the energy net (nnlm.neural.energy): b enters the logits as -b
+    energy, words = net.config.energy, net.config.vocab_size  # energy net (nnlm.neural.energy): b enters as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss
-    loss = (EnergySampledLoss if energy else SampledLoss)(run.loss, proposal(corpus.train, len(corpus.vocab)),
+    loss = (EnergySampledLoss if energy else SampledLoss)(run.loss, proposal(corpus.train, words),
                                                           run.samples).to(device)
     with torch.no_grad():
-        net.b.copy_(initial_bias(corpus.train, len(corpus.vocab)) * (-1.0 if energy else 1.0))
+        net.b.copy_(initial_bias(corpus.train, words) * (-1.0 if energy else 1.0))
     return loss, RowAdam(net, loss, lr, run.training_recipe.weight_decay)
 
 
@@ -150,11 +150,11 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
     loss_fn, optimizer = build_loss(run, net, corpus, device, run.learning_rate)
     state = ck.load_training_state(out, net, optimizer) if resume else None
-    if state is None and run.model_config.output_classes:  # a fresh class-factored net: the run's classes
-        net.set_classes(output_classes(run.output_clustering, corpus.train, len(corpus.vocab),
-                                       run.model_config.output_classes))
+    words = net.config.vocab_size  # |V|: the run's vocabulary is the net's output (run.json checked it)
+    if state is None and net.config.output_classes:  # a fresh class-factored net: the run's classes
+        net.set_classes(output_classes(run.output_clustering, corpus.train, words, net.config.output_classes))
     if run.init_features == "exchange":  # the classes start a fresh net's rows, and hold every run's near them
-        classes = feature_classes(corpus.train, len(corpus.vocab), run.feature_classes)
+        classes = feature_classes(corpus.train, words, run.feature_classes)
         if state is None:
             tie_rows_to_classes(net, classes, run.seed)
             if run.model_config.class_context:  # (a checkpoint holds the map with the weights)

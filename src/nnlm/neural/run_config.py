@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from nnlm.data.corpus import Corpus, load_corpus
-from nnlm.data.provenance import default_min_count
+from nnlm.data.corpus import Corpus
+from nnlm.data.provenance import OPTION_NAMES, corpus_options, load_recorded_corpus
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.config import DEFAULT_CLASS_PULL, RUN_DEFAULTS, RunOptions, check_loss
@@ -47,7 +47,7 @@ class Run(RunOptions):
     corpus_name: str = ""
     vocab_fingerprint: str = ""
     pad_token: str = ""
-    init_evidence: dict[str, float] | None = None  # --init-features auto: what it compared (feature_init.class_evidence)
+    init_evidence: dict[str, float] | None = None  # --init-features auto: what it compared (class_evidence)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Run:
@@ -121,8 +121,8 @@ def corpus_key(value: str) -> str:
 
 
 def open_corpus(run: RunOptions) -> Corpus:
-    """The run's corpus, with its vocabulary options."""
-    return load_corpus(run.corpus, min_count=run.min_count, max_vocab=run.max_vocab, vocab_from=run.vocab_from)
+    """The corpus a run records (its vocabulary options as they are: an old run's None min_count stays None)."""
+    return load_recorded_corpus({name: getattr(run, name) for name in OPTION_NAMES})
 
 
 def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device,
@@ -153,8 +153,6 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device,
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
     refuse_existing(out)
     options = RunOptions(**requested)
-    if options.min_count is None and options.corpus != "brown":  # every face: the CLI, nnlm.train(), tune
-        options = dataclasses.replace(options, min_count=default_min_count(options.corpus))
     if options.recipe is None:
         options = dataclasses.replace(options, recipe=default_recipe(options.loss, options.preset))
     options.check()
@@ -165,22 +163,23 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device,
         raise NnlmError("--bf16 is for the MLP's output product; the energy network (--energy) trains in fp32")
     if options.bf16 is None:  # (the energy net's cost is tanh units, which bf16 does not speed up)
         options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device) and not energy)
-    corpus = open_corpus(options)
+    # the corpus options as every command resolves them (the default --min-count of a text directory), and the corpus
+    record = corpus_options(options.corpus, options.min_count, options.max_vocab, options.vocab_from)
+    corpus = load_recorded_corpus(record)
+    options = dataclasses.replace(options, min_count=record["min_count"])
     model = model_config(options, len(corpus.vocab))
     options, model = resolve_output_layer(options, model, corpus)
     options, model, evidence = resolve_init_features(options, model, corpus, ties_rows)
     if options.loss != "full" and options.samples is None:
-        options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, len(corpus.vocab)))
-    check_loss(options.loss, options.samples, len(corpus.vocab))
+        options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, model.vocab_size))
+    check_loss(options.loss, options.samples, model.vocab_size)
     scale = regularisation_scale(recipe, model.parameter_count(), len(corpus.train))
     values = {k: v for k, v in recipe_values(recipe, scale).items() if getattr(options, k) is None}
     run = Run(**dataclasses.asdict(options) | values, model=model.to_dict(), corpus_name=corpus.name,
               vocab_fingerprint=corpus.vocab.fingerprint, pad_token=corpus.pad_token, init_evidence=evidence)
     if check is not None:  # what the trainer cannot do with this run (one line), before anything is written
         check(run)
-    out.mkdir(parents=True, exist_ok=True)
-    corpus.vocab.save(out / ck.VOCAB)
-    ck.write_json(out / ck.RUN, run.to_json())
+    ck.write_run(out, run.to_json(), corpus.vocab)
     return run, corpus
 
 
@@ -191,7 +190,7 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
     if not model.output_classes:
         return dataclasses.replace(options, output_layer="full"), model
     clustering = options.output_clustering or CLUSTERINGS[0]
-    limit = class_count_limit(clustering, corpus.train, len(corpus.vocab))
+    limit = class_count_limit(clustering, corpus.train, model.vocab_size)
     if model.output_classes > limit:
         if options.output_classes is not None:
             raise NnlmError(f"--output-classes {options.output_classes}: the {clustering} clustering of this corpus "
@@ -225,16 +224,17 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
         what = "the energy network (--energy)" if model.energy else "--output-layer classes"
         raise NnlmError(f"--init-features exchange ties the full softmax's output rows U and W of each class; "
                         f"{what} has other output rows: choose one of them")
-    limit = class_count_limit("exchange", corpus.train, len(corpus.vocab))
+    limit = class_count_limit("exchange", corpus.train, model.vocab_size)
     k = options.feature_classes
     if k is not None and k > limit:
         raise NnlmError(f"--feature-classes {k}: the exchange clustering of this corpus can make at most {limit} "
                         "classes")
-    k = k or min(limit, default_class_count(len(corpus.vocab)))
+    k = k or min(limit, default_class_count(model.vocab_size))
     pull = DEFAULT_CLASS_PULL if options.class_pull is None else options.class_pull
     if options.class_context:
         model = dataclasses.replace(model, class_context=k)
-    options = dataclasses.replace(options, feature_classes=k, class_pull=pull, class_context=bool(options.class_context))
+    options = dataclasses.replace(options, feature_classes=k, class_pull=pull,
+                                  class_context=bool(options.class_context))
     return options, model, evidence
 
 

@@ -24,7 +24,6 @@ nnlm.neural.hogwild override those few methods.
 """
 from __future__ import annotations
 
-import json
 import math
 import signal
 import time
@@ -48,7 +47,6 @@ from nnlm.neural.run_config import Run, open_run, pick_device
 from nnlm.neural.schedules import epoch_lr, keep_best_optimizer, next_rate
 from nnlm.neural.stop_signals import Interrupted, StoppedBySignal, StopRequest
 from nnlm.neural.trainer import Clock, Trainer, TrainingSetup, TrainingState, running_label
-from nnlm.progress import show_progress
 from nnlm.wording import counted
 
 __all__ = ["prepare_run", "run_epochs", "train", "train_with"]
@@ -145,10 +143,8 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         trainer.optimizer.lr = epoch_lr(recipe, state)
         order = epoch_order(run.seed, epoch, trainer.n_examples)
         trainer.net.train()
-        with show_progress(trainer.n_examples, f"epoch {epoch + 1}", "tok", enabled=progress and trainer.writer,
-                           initial=min(state["batch"] * trainer.batch, trainer.n_examples)) as bar:
-            if trainer.run_batches(state, order.to(trainer.device), clock, save, bar):
-                stop = out_of_time
+        if trainer.run_epoch(state, order.to(trainer.device), clock, save, progress):
+            stop = out_of_time
         if trainer.agree([float(clock.signalled())])[0]:  # every rank stops where it is, the writer saves
             save()
             raise StoppedBySignal(*stopped_message(out, state, stop_request, log))
@@ -170,13 +166,13 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
             break
         save(whole)
         if trainer.writer:
-            write_metrics(out, state["history"], run.loss == "full")
+            ck.write_metrics(out, state["history"], run.loss == "full")
     stop = stop or f"reached {counted(session.epochs, 'epoch')}"
     state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
     state["stop_reason"] = stop
     save()
     if trainer.writer and state["history"]:
-        write_metrics(out, state["history"], run.loss == "full")
+        ck.write_metrics(out, state["history"], run.loss == "full")
     log(f"stopped: {stop}; best valid ppl "
         + (f"{state['best']['valid_ppl']:.2f} (epoch {state['best']['epoch']})" if state["best"] else "none yet"))
     return state
@@ -227,40 +223,3 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, s
         return False, f"early stopping: no {better} validation perplexity for {counted(run.patience, 'epoch')}"
     next_rate(out, net, optimizer, recipe, state, lr, improved, real, log)
     return False, None
-
-
-def log_scale_plain_labels(ax: Any) -> None:
-    """A log-scale y axis labelled 242.5, not 2.425 x 10^2 (what matplotlib writes within one decade)."""
-    from matplotlib.ticker import StrMethodFormatter
-
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
-    ax.yaxis.set_minor_formatter(StrMethodFormatter("{x:g}"))
-
-
-def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool = True) -> None:
-    """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png. A
-    sampled loss's running "train ppl" is exp of its objective, not a perplexity: not plotted."""
-    from nnlm.io import atomic_path, atomic_write_text
-
-    atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    epochs = [h["epoch"] for h in history]
-    if full_softmax:
-        ax.plot(epochs, [h["train_ppl"] for h in history], "o-", label="train (running, during the epoch)")
-    ax.plot(epochs, [h["valid_ppl"] for h in history], "s-", label="validation")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("perplexity")
-    log_scale_plain_labels(ax)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    ax.set_title(out.name)
-    fig.tight_layout()
-    with atomic_path(out / "curve.png") as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)

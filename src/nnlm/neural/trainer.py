@@ -29,7 +29,7 @@ from nnlm.neural.nets import language_model
 from nnlm.neural.run_config import Run
 from nnlm.neural.scoring import BF16, EXACT
 from nnlm.neural.stop_signals import StopRequest
-from nnlm.progress import Silent
+from nnlm.progress import Silent, show_progress
 
 CHECK_THREADS_EVERY = 64  # batches between looks at the thread governor (it re-measures only every RECHECK_SECONDS)
 
@@ -151,6 +151,14 @@ class Trainer:
 
     def close(self) -> None:
         """Release what the trainer started (worker processes); called when training ends, however it ends."""
+
+    def run_epoch(self, state: TrainingState, order: torch.Tensor, clock: Clock, save: Callable[[], None],
+                  progress: bool) -> bool:
+        """The epoch's batches from state["batch"] on (`run_batches`) behind its progress line (nnlm.progress:
+        the writer's, when `progress`); True if the time budget stopped them."""
+        with show_progress(self.n_examples, f"epoch {state['epoch'] + 1}", "tok", enabled=progress and self.writer,
+                           initial=min(state["batch"] * self.batch, self.n_examples)) as bar:
+            return self.run_batches(state, order, clock, save, bar)
 
     def run_batches(self, state: TrainingState, order: torch.Tensor, clock: Clock,
                     save: Callable[[], None], bar: Silent) -> bool:

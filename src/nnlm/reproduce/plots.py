@@ -56,7 +56,7 @@ def curves(out: Path, rows: dict[str, dict[str, Any]], nets: list[str], corpus_n
     ax.set_xlabel("epoch")
     ax.set_ylabel("perplexity")
     if ax.get_lines():
-        from nnlm.neural.train import log_scale_plain_labels
+        from nnlm.neural.checkpoint import log_scale_plain_labels
 
         log_scale_plain_labels(ax)
         ax.legend(fontsize=8, loc="upper right")
