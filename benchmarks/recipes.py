@@ -15,11 +15,12 @@ Corpora (written once into WORK/corpora; Brown needs NLTK_DATA):
   brown-learned  Brown's learned category (cj01-cj80)
   brown       the bengio2003 protocol; nets: MLP1 with the sampled loss (as `nnlm reproduce` trains them)
 Nets: n = 3, m = 30, h = 50, direct connections, full softmax (the issue's net) on the small corpora.
-Recipes: `default` (what `nnlm train` picks), `newbob` (the default with the newbob schedule),
-`modern` and `sampled` (the defaults before), `classes` (the default with `--init-features exchange` and
-h = 200), `plain`
-(Adam at a constant 2e-3, no weight decay, no dropout, early stopping after 3 epochs without any
-improvement: the script a user would write). One thread, epochs capped at --epochs; each finished run
+Recipes: `default` (what `nnlm train` picks, `--init-features auto` included), `random` (the default with
+random rows, the paper's initialisation: the default before auto), `newbob` (the default with the newbob
+schedule), `modern` and `sampled` (the defaults before), `classes` (the default with `--init-features
+exchange` and h = 200, without the class-pair features), `plain` (Adam at a constant 2e-3, no weight decay,
+no dropout, random rows, early stopping after 3 epochs without any improvement: the script a user would
+write). One thread, epochs capped at --epochs; each finished run
 is kept in WORK/runs and reused, so an interrupted benchmark continues where it stopped.
 """
 from __future__ import annotations
@@ -51,14 +52,15 @@ CORPORA: dict[str, dict[str, Any]] = {
 # recipe label -> train options (recipe None: the default for the loss)
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
+    "random": {"init_features": "random"},
     "modern": {"recipe": "modern"},
     "sampled": {"recipe": "sampled"},
     "newbob": {"lr_schedule": "newbob"},
     "plain": {"recipe": "adaptive", "lr": 2e-3, "lr_schedule": "constant", "weight_decay": 0.0, "dropout": 0.0,
-              "min_improvement": 0.0},
+              "min_improvement": 0.0, "init_features": "random"},
     # the default recipe on a net whose rows start from, and are pulled towards, the exchange classes of train
     # (K about sqrt(|V|)), with h = 200 (docs/recipes.md, "Word rows from the exchange classes")
-    "classes": {"init_features": "exchange", "hidden": 200},
+    "classes": {"init_features": "exchange", "class_context": False, "hidden": 200},
 }
 
 
@@ -131,7 +133,8 @@ def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int,
               "epochs": len(state["history"]), "best_epoch": state["best"]["epoch"],
               "minutes": state["elapsed"] / 60, "stop": state["stop_reason"],
               "recipe": {k: run.get(k) for k in ("recipe", "lr", "lr_schedule", "lr_factor", "weight_decay", "dropout",
-                                                 "min_improvement", "init_features", "feature_classes", "class_pull")}
+                                                 "min_improvement", "init_features", "feature_classes", "class_pull",
+                                                 "class_context")}
               | {"hidden": run["model"]["hidden"]}}
     if state["finished"] or not report_only:
         atomic_write_text(result_file, json.dumps(result) + "\n")
@@ -144,7 +147,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("runs/recipes"))
     ap.add_argument("--corpora", default="gen-500,gen-2k,brown-news,brown-learned,gen-2k-1m,brown")
-    ap.add_argument("--recipes", default="default,plain,modern")
+    ap.add_argument("--recipes", default="default,random,plain")
     ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--report-only", action="store_true", help="train nothing: the runs' figures as they stand")
@@ -197,7 +200,7 @@ def main() -> None:
                     f"dropout {rec['dropout']:g}")
             if rec.get("init_features") == "exchange":
                 what += (f", h {rec['hidden']}, rows from {rec['feature_classes']} exchange classes, "
-                         f"pull {rec['class_pull']:g}")
+                         f"pull {rec['class_pull']:g}{', class pairs' if rec.get('class_context') else ''}")
             print(f"| {label} ({what}) | {r['valid']:.2f} | {r['test']:.2f} | {r['minutes']:.1f} | "
                   f"{r['epochs']} ({r['best_epoch']}) | {r['test'] / grams['kn5']['test']:.3f} | {ratio} |", flush=True)
     print(f"\n(load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())})")

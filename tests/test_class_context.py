@@ -43,10 +43,10 @@ def test_x_ends_with_the_row_of_the_last_two_words_class_pair():
     contexts = torch.tensor([[0, 1, 2], [5, 4, 3], [1, 2, 6]])  # 6: a word outside V (the unknown's class, 1)
     table = torch.cat([net.C.detach(), torch.zeros(1, 2)])
     x = net.embed(contexts, table)
-    assert x.shape == (3, 4 * 2) == (3, net.config.input_size)
+    assert x.shape == (3, 3 * 2 + 3) == (3, net.config.input_size)
     for row, (c1, c2) in enumerate([(1, 2), (1, 0), (2, 1)]):
-        torch.testing.assert_close(x[row, -2:], net.P[c1 * 3 + c2].detach())
-        torch.testing.assert_close(x[row, :-2], table[contexts[row]].flatten())
+        torch.testing.assert_close(x[row, -3:], net.P[c1 * 3 + c2].detach())
+        torch.testing.assert_close(x[row, :-3], table[contexts[row]].flatten())
     assert net.config.parameter_count() == sum(p.numel() for p in net.parameters())
 
 
@@ -54,7 +54,7 @@ def test_a_run_stores_its_pairs_sums_to_one_and_scores_unknown_words(trained, ge
     run = json.loads((trained / "run.json").read_text())
     assert run["class_context"] is True and run["model"]["class_context"] == 5
     weights = load_file(str(trained / "model.safetensors"))
-    assert weights["P"].shape == (25, 4) and weights["context_class"].shape == (41,)
+    assert weights["P"].shape == (25, 5) and weights["context_class"].shape == (41,)
     model = load_neural(trained)
     corpus = load_corpus(gen_dir, min_count=1)
     unk = model.vocab.unk_id

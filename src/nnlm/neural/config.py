@@ -104,9 +104,9 @@ class RunOptions:
                                             "rows of C, U and W from their class's mean rows is added to each "
                                             "batch's mean loss (0: the classes only start the net)",
                                       bounds=Bounds(0.0, 1e6), metavar="PULL", shown=str(DEFAULT_CLASS_PULL))
-    class_context: bool | None = option(None, "--init-features exchange: x also holds one learned m-vector for the "
-                                              "pair of classes of the last two context words (the class trigram's "
-                                              "history as a feature; n >= 3)", flag=True, shown="off")
+    class_context: bool | None = option(None, "--init-features exchange: x also holds a learned row of K numbers for "
+                                              "the pair of classes of the last two context words (the class "
+                                              "trigram's history as a feature; n >= 3)", flag=True, shown="off")
     recipe: str | None = option(None, "how the net is trained, one of " + ", ".join(RECIPES),
                                 shown="adaptive with --loss full; sampled with --loss sampled / nce, "
                                       "sampled-large for the presets past the paper")

@@ -46,17 +46,32 @@ TIED = ("C", "U", "W")  # the per-word rows that start from and are pulled towar
 AUTO_MARGIN = 0.9
 
 
-def class_evidence(corpus, n_classes: int) -> dict[str, float]:
-    """How well K exchange classes explain the text: the validation perplexities of the class trigram (KN over
-    the classes, P(w | c) counted) and of the word KN trigram, both counted from train."""
+# where the classes pay, auto also tries these multiples of the default K (about sqrt(|V|)) and keeps the K whose
+# class trigram is best on validation: the exchange clustering's local optima make that perplexity uneven in K
+# (gen-2k: K 40 146.9, 42 130.0, 45 130.5, 48 134.7; docs/recipes.md)
+AUTO_CLASS_SCALES = (0.8, 0.85, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3)
+
+
+def class_evidence(corpus, n_classes: int, limit: int) -> dict[str, float]:
+    """How well exchange classes explain the text: the validation perplexities of the class trigram (KN over
+    the classes, P(w | c) counted) and of the word KN trigram, both counted from train; where the classes
+    pay at K = `n_classes`, the class count among the AUTO_CLASS_SCALES multiples (at most `limit`) whose
+    class trigram is best on validation."""
     from nnlm.lm import perplexity
     from nnlm.ngram.class_based import ClassNgram
     from nnlm.ngram.kneser_ney import KneserNeyModel
 
-    classes = ClassNgram.fit(corpus.vocab, corpus.train, 3, n_classes, progress=False)
-    words = KneserNeyModel.fit(corpus.vocab, corpus.train, 3)
-    return {"classes": n_classes, "class_trigram_valid": perplexity(classes, corpus, "valid"),
-            "kn_trigram_valid": perplexity(words, corpus, "valid")}
+    def class_trigram(k: int) -> float:
+        return perplexity(ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False), corpus, "valid")
+
+    words = perplexity(KneserNeyModel.fit(corpus.vocab, corpus.train, 3), corpus, "valid")
+    tried = {n_classes: class_trigram(n_classes)}
+    if tried[n_classes] < AUTO_MARGIN * words:
+        for k in sorted({min(limit, max(2, round(scale * n_classes))) for scale in AUTO_CLASS_SCALES} - set(tried)):
+            tried[k] = class_trigram(k)
+    best = min(tried, key=tried.get)
+    return {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
+            "classes_tried": len(tried)}
 
 
 def classes_pay(evidence: dict[str, float]) -> bool:

@@ -70,7 +70,7 @@ class NPLMParameters(nn.Module):
             setattr(self, name, nn.Parameter(torch.empty(h)))
         self.A = nn.Parameter(torch.empty(config.distant)) if config.distant else None
         pairs = config.class_context
-        self.P = nn.Parameter(torch.empty(pairs * pairs, m)) if pairs else None
+        self.P = nn.Parameter(torch.empty(pairs * pairs, pairs)) if pairs else None
         if pairs:  # the class of every word, and last the class a word outside V (the paper's OOV vector) counts as
             self.register_buffer("context_class", torch.zeros(config.vocab_size + 1, dtype=torch.int64))
             self.register_load_state_dict_post_hook(_check_context_classes)

@@ -20,10 +20,12 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   E = v_w . tanh(d + H x + H_0 C(w)) + b_w (+ W_w . x with direct connections). One hidden layer, all
   n-1 context words concatenated.
 - `energy_shared_v`: the energy net with one v for every word (h numbers) instead of v_w (|V| x h).
-- `class_context`: 0 is the paper's x; K > 0 appends one more m-vector to x, a learned row P[c1 K + c2] for the
+- `class_context`: 0 is the paper's x; K > 0 appends a learned row P[c1 K + c2] of K numbers to x for the
   pair of word classes (c1, c2) of the last two context words (the net's `context_class` map, K classes):
   the class trigram's history given to the net as a feature, so a table of K^2 class pairs needs no
-  hidden units to carve it out of sums of word features (docs/recipes.md, "Class-pair features").
+  hidden units to carve it out of sums of word features. K numbers a row (not m) because with them the
+  direct connections alone can hold any table of K^2 x K class logits (W_c . P[pair]); on gen-2k m-wide rows
+  (m = 30 < K = 45) stopped 4% short (docs/recipes.md, "Class-pair features").
 """
 from __future__ import annotations
 
@@ -101,14 +103,14 @@ class ModelConfig:
 
     @property
     def input_size(self) -> int:
-        """The length of x: (n-1) m, or (local + 1) m with the wide-context branch; + m with class-pair features."""
+        """The length of x: (n-1) m, or (local + 1) m with the wide-context branch; + K with class-pair features."""
         words = self.local + 1 if self.local else self.order - 1
-        return (words + (1 if self.class_context else 0)) * self.features
+        return words * self.features + self.class_context
 
     def parameter_count(self) -> int:
         """The paper's count |V|(1+nm+h) + h(1+(n-1)m) (minus |V|(n-1)m when W is off) for the paper's
         net; in general C, b, W, U over |V| rows, H and d, the variants' H_l, d_l, g_l and A, and the class
-        factor's b, W, U over K rows, and the K^2 class-pair rows P."""
+        factor's b, W, U over K rows, and the K^2 class-pair rows P of K numbers."""
         v, m, h, k = self.vocab_size, self.features, self.hidden, self.input_size
         if self.energy:  # C, b; H over the n-1 context words and H_0 over the output word; d; v (v_w or shared); W
             output = h if self.energy_shared_v else v * h
@@ -118,7 +120,7 @@ class ModelConfig:
             count += (self.layers - 1) * (h * h + h) + (self.layers * h if self.layer_norm else 0)
         if self.output_classes:
             count += self.output_classes * (1 + h + (k if self.direct else 0))
-        return count + self.distant + self.class_context ** 2 * m
+        return count + self.distant + self.class_context ** 3
 
     def to_dict(self) -> dict:
         """Every field, but the variant fields only where they differ from the paper's net."""

@@ -213,11 +213,12 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
             return dataclasses.replace(options, init_features="random"), model, None
         from nnlm.neural.feature_init import class_evidence, classes_pay
 
-        k = min(class_count_limit("exchange", corpus.train, len(corpus.vocab)), default_class_count(len(corpus.vocab)))
-        evidence = class_evidence(corpus, k)
+        limit = class_count_limit("exchange", corpus.train, len(corpus.vocab))
+        evidence = class_evidence(corpus, min(limit, default_class_count(len(corpus.vocab))), limit)
         if not classes_pay(evidence):
             return dataclasses.replace(options, init_features="random"), model, evidence
-        options = dataclasses.replace(options, init_features="exchange", feature_classes=k, class_context=True)
+        options = dataclasses.replace(options, init_features="exchange", feature_classes=evidence["classes"],
+                                      class_context=True)
     if options.init_features == "random":
         return options, model, None
     if model.energy or model.output_classes:

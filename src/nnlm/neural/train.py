@@ -99,8 +99,9 @@ def run_setup(setup: TrainingSetup, spec: TrainerSpec, log: Callable[[str], None
 def tied_rows_text(run: Run) -> str:
     """The run's rows tied to classes, as the training log's first line says it ('' for random rows)."""
     evidence = run.init_evidence
-    why = (f" (--init-features auto: their trigram's valid perplexity {evidence['class_trigram_valid']:.1f}, the word "
-           f"KN trigram's {evidence['kn_trigram_valid']:.1f})") if evidence else ""
+    why = (f" (--init-features auto: the trigram of {evidence['classes']} exchange classes has valid perplexity "
+           f"{evidence['class_trigram_valid']:.1f}, the word KN trigram {evidence['kn_trigram_valid']:.1f})"
+           ) if evidence else ""
     if run.init_features != "exchange":
         return f"random rows{why}, " if evidence else ""
     pairs = " with class-pair features" if run.model_config.class_context else ""
