@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nnlm.data import load_corpus
+from nnlm.data.provenance import default_min_count
 from nnlm.data.synthetic import known_class_perplexity, read_source, write_corpus
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
@@ -99,10 +100,16 @@ def corpus_options(name: str, work: Path) -> dict[str, Any]:
     return {"corpus": "brown"}
 
 
+def min_count(options: dict[str, Any]) -> int | None:
+    """The corpus's --min-count as `nnlm train` resolves it (2 for a text directory unless given), so the
+    n-gram rows and the header count the vocabulary the nets train on."""
+    return options["min_count"] if options.get("min_count") is not None else default_min_count(options["corpus"])
+
+
 def ngram_rows(options: dict[str, Any]) -> dict[str, dict[str, float]]:
     from nnlm.ngram.build import build_ngram
 
-    corpus = load_corpus(options["corpus"], min_count=options.get("min_count"))
+    corpus = load_corpus(options["corpus"], min_count=min_count(options))
     rows = {}
     for kind, order in (("kn", 3), ("kn", 4), ("kn", 5), ("interpolated", 3)):
         model = build_ngram(kind, corpus, order, progress=False)
@@ -156,7 +163,7 @@ def main() -> None:
         if name not in CORPORA:
             raise SystemExit(f"recipes.py: unknown corpus {name!r}; choose from {', '.join(CORPORA)}")
         options = corpus_options(name, args.work)
-        corpus = load_corpus(options["corpus"], min_count=options.get("min_count"))
+        corpus = load_corpus(options["corpus"], min_count=min_count(options))
         source = read_source(options["corpus"]) if "gen" in CORPORA[name] else None
         print(f"\n## {name}: train/valid/test {len(corpus.train):,}/{len(corpus.valid):,}/{len(corpus.test):,} tokens, "
               f"|V| = {len(corpus.vocab):,}; net {CORPORA[name]['net']}", flush=True)
