@@ -23,7 +23,8 @@ word features learns poorly from little text (docs/recipes.md, "Class-pair featu
 `--init-features auto` (the default) chooses: where the run could tie its rows (the full softmax's NPLM with
 n >= 3, in one process), the exchange class trigram and the word Kneser-Ney trigram are counted from train
 (seconds) and compared on validation; if the classes explain the text better by the margin AUTO_MARGIN, the
-run takes exchange rows with the class-pair features, otherwise random rows. Real text (Brown, its news and
+run takes exchange rows with the class-pair features, K the best of a few counts near sqrt(|V|) by the class
+trigram's validation perplexity, otherwise random rows. Real text (Brown, its news and
 learned categories) stays random; text drawn from a class source takes the classes (docs/recipes.md).
 
 A resumed run recomputes the classes (the clustering is a function of the training text and K) and

@@ -97,7 +97,8 @@ def run_setup(setup: TrainingSetup, spec: TrainerSpec, log: Callable[[str], None
 
 
 def tied_rows_text(run: Run) -> str:
-    """The run's rows tied to classes, as the training log's first line says it ('' for random rows)."""
+    """How the run's rows started, as the training log's first line says it: tied to classes, or random after
+    --init-features auto compared (with what it compared); '' for random rows nothing chose."""
     evidence = run.init_evidence
     why = (f" (--init-features auto: the trigram of {evidence['classes']} exchange classes has valid perplexity "
            f"{evidence['class_trigram_valid']:.1f}, the word KN trigram {evidence['kn_trigram_valid']:.1f})"
