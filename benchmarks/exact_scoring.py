@@ -44,7 +44,8 @@ def main() -> None:
 
         lm, what = load_neural(args.run, device="cpu"), f"trained run {args.run}"
     else:
-        from nnlm.neural.model import NPLM, NeuralLM
+        from nnlm.neural.model import NPLM
+        from nnlm.neural.neural_lm import NeuralLM
         from nnlm.neural.run_config import model_config
 
         torch.manual_seed(0)

@@ -31,7 +31,8 @@ import torch
 from nnlm import threads
 from nnlm.data.corpus import load_corpus
 from nnlm.data.vocab import start_token
-from nnlm.neural.model import NPLM, NeuralLM
+from nnlm.neural.model import NPLM
+from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.presets import preset
 
 BEAM = 16

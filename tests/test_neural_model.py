@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
-from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.presets import PRESETS, preset
 from nnlm.neural.scoring import BF16
 
@@ -122,12 +123,13 @@ def test_distribution_rows_sum_to_one(n, h, m, direct, seed):
 
 def test_scoring_in_chunks_equals_one_pass(monkeypatch):
     import nnlm.neural.model as model
+    import nnlm.neural.neural_lm as neural_lm
 
     lm = NeuralLM(tiny().float(), vocab_of(11), "<p>")
     ctx = np.random.default_rng(0).integers(0, 11, size=(50, 3))
     targets = np.random.default_rng(1).integers(0, 11, size=50)
     whole = lm.log_prob(ctx, targets)
-    monkeypatch.setattr(model, "EVAL_ROWS", 7)
+    monkeypatch.setattr(neural_lm, "EVAL_ROWS", 7)  # the adapter's blocks (its own binding of the name)
     monkeypatch.setattr(model, "SCORE_BYTES", 1)  # exact fp32 blocks of 16 rows
     np.testing.assert_allclose(lm.log_prob(ctx, targets), whole, rtol=1e-6)  # float32 matmul blocking
 

@@ -114,7 +114,7 @@ def _vocab_language_model(config_dict: dict) -> None:
     """In each rank: the vocabulary-parallel LanguageModel gives the whole model's log-probabilities
     and distributions (fp32), and bf16 log-probabilities within bf16 rounding of them."""
     from nnlm.data.vocab import Vocabulary
-    from nnlm.neural.model import NeuralLM
+    from nnlm.neural.neural_lm import NeuralLM
     from nnlm.neural.vocab_parallel import VocabParallelLM
 
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -25,7 +25,8 @@ from nnlm.lm import perplexity
 from nnlm.neural import train as tr
 from nnlm.neural.checkpoint import load_neural
 from nnlm.neural.config import RUN_DEFAULTS
-from nnlm.neural.model import NPLM, NeuralLM
+from nnlm.neural.model import NPLM
+from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.optim import Adam
 from nnlm.neural.sampled import (
     RowAdam,

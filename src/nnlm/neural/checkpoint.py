@@ -32,8 +32,9 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
 from nnlm.neural.config import LOSSES, stored_value_check
-from nnlm.neural.model import NPLM, ModelConfig, NeuralLM
+from nnlm.neural.model import NPLM, ModelConfig
 from nnlm.neural.nets import build_net, language_model
+from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.scoring import EXACT, Scoring
 
 RUN_FORMAT = "nnlm-neural-run/1"
