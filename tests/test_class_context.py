@@ -73,8 +73,9 @@ def test_a_run_stores_its_pairs_sums_to_one_and_scores_unknown_words(trained, ge
     assert scores.shape == (32,) and np.isfinite(scores).all()
 
 
-def test_it_resumes_to_the_same_weights(gen_dir, tmp_path):
-    requested = {"corpus": str(gen_dir)} | NET | PAIRS
+@pytest.mark.parametrize("clustering", ["exchange", "trigram"])
+def test_it_resumes_to_the_same_weights(clustering, gen_dir, tmp_path):
+    requested = {"corpus": str(gen_dir)} | NET | PAIRS | {"feature_clustering": clustering}
     tr.train(tmp_path / "one", requested | {"epochs": 2}, progress=False, log=lambda s: None)
     tr.train(tmp_path / "two", requested | {"epochs": 1}, progress=False, log=lambda s: None)
     tr.train(tmp_path / "two", {"epochs": 2}, resume=True, progress=False, log=lambda s: None)
@@ -86,6 +87,7 @@ def test_it_resumes_to_the_same_weights(gen_dir, tmp_path):
 
 @pytest.mark.parametrize("options,fragment", [
     ({"class_context": True}, "--class-context applies to --init-features exchange only"),
+    ({"feature_clustering": "trigram"}, "--feature-clustering applies to --init-features exchange only"),
     (PAIRS | {"order": 2}, "--class-context needs n >= 3"),
 ])
 def test_bad_combinations_are_refused_before_anything_is_written(options, fragment, gen_dir, tmp_path):
@@ -114,6 +116,8 @@ def test_auto_takes_the_classes_where_they_explain_the_text(gen_dir, tmp_path):
     assert evidence["class_trigram_valid"] < 0.9 * evidence["kn_trigram_valid"]
     assert (run["init_features"], run["class_context"]) == ("exchange", True)
     assert run["model"]["class_context"] == run["feature_classes"] == evidence["classes"]
+    refined = evidence["refined_class_trigram_valid"] < evidence["class_trigram_valid"]
+    assert run["feature_clustering"] == ("trigram" if refined else "exchange")
 
 
 def test_auto_keeps_random_rows_where_words_not_classes_explain_the_text(tmp_path):

@@ -104,3 +104,14 @@ def test_parallel_trainers_refuse_it_before_anything_is_written(gen_dir, tmp_pat
         train_parallel(tmp_path / "h", {"corpus": str(gen_dir)} | NET | EXCHANGE | {"epochs": 1}, "hogwild", 2,
                        progress=False, log=lambda s: None)
     assert not (tmp_path / "h").exists()
+
+
+def test_a_run_json_from_before_the_trigram_refinement_resumes_with_exchange_classes(gen_dir, tmp_path):
+    requested = {"corpus": str(gen_dir)} | NET | EXCHANGE
+    tr.train(tmp_path / "old", requested | {"epochs": 1}, progress=False, log=lambda s: None)
+    path = tmp_path / "old" / "run.json"
+    run = json.loads(path.read_text())
+    assert run.pop("feature_clustering") == "exchange"
+    path.write_text(json.dumps(run))
+    state = tr.train(tmp_path / "old", {"epochs": 2}, resume=True, progress=False, log=lambda s: None)
+    assert state["epoch"] == 2

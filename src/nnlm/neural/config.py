@@ -25,6 +25,7 @@ LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.sampled 
 OUTPUT_LAYERS = ("full", "classes")
 CLUSTERINGS = ("exchange", "frequency")  # nnlm.neural.output_clustering.CLUSTERINGS, repeated (numpy-free)
 INIT_FEATURES = ("auto", "random", "exchange")  # nnlm.neural.feature_init
+FEATURE_CLUSTERINGS = ("exchange", "trigram")  # the classes --init-features exchange ties rows to
 DEFAULT_CLASS_PULL = 1.0  # --init-features exchange: the measured best on gen-500 / gen-2k (docs/recipes.md)
 DEVICES = ("auto", "cpu", "cuda")
 MINUTES = Bounds(0.0, 60.0 * 24 * 365, lo_open=True)  # at most a year
@@ -104,6 +105,11 @@ class RunOptions:
                                             "rows of C, U and W from their class's mean rows is added to each "
                                             "batch's mean loss (0: the classes only start the net)",
                                       bounds=Bounds(0.0, 1e6), metavar="PULL", shown=str(DEFAULT_CLASS_PULL))
+    feature_clustering: str | None = option(None, "--init-features exchange: exchange (the class-based n-gram's "
+                                                  "classes, class bigram likelihood) or trigram (those classes "
+                                                  "refined by the class trigram's likelihood)",
+                                            choices=FEATURE_CLUSTERINGS, shown="exchange; auto: the better on "
+                                                                                 "validation")
     class_context: bool | None = option(None, "--init-features exchange: x also holds a learned row of K numbers for "
                                               "the pair of classes of the last two context words (the class "
                                               "trigram's history as a feature; n >= 3)", flag=True, shown="off")
@@ -166,7 +172,8 @@ class RunOptions:
         """--init-features and its options agree with each other and with the loss and the output layer (its
         value is among its choices: `check_values`)."""
         if self.init_features != "exchange":
-            self.refuse_given(("feature_classes", "class_pull", "class_context"), "--init-features exchange")
+            self.refuse_given(("feature_classes", "class_pull", "class_context", "feature_clustering"),
+                              "--init-features exchange")
             return
         if self.loss != "full":
             raise NnlmError(f"--init-features exchange pulls every word's output rows towards its class's: it trains "

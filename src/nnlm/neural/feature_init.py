@@ -35,10 +35,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from nnlm.neural.config import INIT_FEATURES
+from nnlm.neural.config import FEATURE_CLUSTERINGS, INIT_FEATURES
 
-__all__ = ["AUTO_MARGIN", "INIT_FEATURES", "INIT_SCALE", "add_class_pull", "class_evidence", "classes_pay",
-           "feature_classes", "tie_rows_to_classes"]
+__all__ = ["AUTO_MARGIN", "FEATURE_CLUSTERINGS", "INIT_FEATURES", "INIT_SCALE", "add_class_pull", "chosen_clustering",
+           "class_evidence", "classes_pay", "feature_classes", "tie_rows_to_classes"]
 
 INIT_SCALE = 0.5  # the class vectors' range (the paper's random C: +-0.1); 0.5 beat 0.1 on gen-500 / gen-2k
 TIED = ("C", "U", "W")  # the per-word rows that start from and are pulled towards their class's
@@ -55,24 +55,38 @@ AUTO_CLASS_SCALES = (0.8, 0.85, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3)
 
 def class_evidence(corpus, n_classes: int, limit: int) -> dict[str, float]:
     """How well exchange classes explain the text: the validation perplexities of the class trigram (KN over
-    the classes, P(w | c) counted) and of the word KN trigram, both counted from train; where the classes
-    pay at K = `n_classes`, the class count among the AUTO_CLASS_SCALES multiples (at most `limit`) whose
-    class trigram is best on validation."""
+    the classes, P(w | c) counted) and of the word KN trigram, both counted from train. Where the classes
+    pay at K = `n_classes`: the class count among the AUTO_CLASS_SCALES multiples (at most `limit`) whose
+    class trigram is best on validation, and that class trigram on the same classes refined by trigrams
+    (`refined_class_trigram_valid`; `feature_clustering` says which the run takes)."""
     from nnlm.lm import perplexity
     from nnlm.ngram.class_based import ClassNgram
+    from nnlm.ngram.clusters import WordClasses
     from nnlm.ngram.kneser_ney import KneserNeyModel
 
-    def class_trigram(k: int) -> float:
-        return perplexity(ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False), corpus, "valid")
+    def class_trigram(k: int, classes: np.ndarray | None = None) -> float:
+        clusters = None if classes is None else WordClasses(classes, k)
+        model = ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False, clusters=clusters)
+        return perplexity(model, corpus, "valid")
 
     words = perplexity(KneserNeyModel.fit(corpus.vocab, corpus.train, 3), corpus, "valid")
     tried = {n_classes: class_trigram(n_classes)}
-    if tried[n_classes] < AUTO_MARGIN * words:
-        for k in sorted({min(limit, max(2, round(scale * n_classes))) for scale in AUTO_CLASS_SCALES} - set(tried)):
-            tried[k] = class_trigram(k)
+    if tried[n_classes] >= AUTO_MARGIN * words:
+        return {"classes": n_classes, "class_trigram_valid": tried[n_classes], "kn_trigram_valid": words,
+                "classes_tried": 1}
+    for k in sorted({min(limit, max(2, round(scale * n_classes))) for scale in AUTO_CLASS_SCALES} - set(tried)):
+        tried[k] = class_trigram(k)
     best = min(tried, key=tried.get)
+    refined = class_trigram(best, feature_classes(corpus.train, len(corpus.vocab), best, "trigram"))
     return {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
-            "classes_tried": len(tried)}
+            "classes_tried": len(tried), "refined_class_trigram_valid": refined}
+
+
+def chosen_clustering(evidence: dict[str, float]) -> str:
+    """The clustering auto takes: the trigram-refined classes where their class trigram is the better on
+    validation (text whose classes act through pairs), else the exchange classes."""
+    refined = evidence.get("refined_class_trigram_valid")
+    return "trigram" if refined is not None and refined < evidence["class_trigram_valid"] else "exchange"
 
 
 def classes_pay(evidence: dict[str, float]) -> bool:
@@ -80,11 +94,17 @@ def classes_pay(evidence: dict[str, float]) -> bool:
     return evidence["class_trigram_valid"] < AUTO_MARGIN * evidence["kn_trigram_valid"]
 
 
-def feature_classes(train: np.ndarray, vocab_size: int, n_classes: int) -> np.ndarray:
-    """classes[w] in 0 .. K-1: the exchange clustering of the training text."""
+def feature_classes(train: np.ndarray, vocab_size: int, n_classes: int, clustering: str = "exchange") -> np.ndarray:
+    """classes[w] in 0 .. K-1: the exchange clustering of the training text; `clustering` "trigram": those
+    classes refined by the class trigram's likelihood (nnlm.ngram.trigram_clusters)."""
     from nnlm.neural.output_clustering import output_classes
 
-    return output_classes("exchange", train, vocab_size, n_classes)
+    classes = output_classes("exchange", train, vocab_size, n_classes)
+    if clustering == "trigram":
+        from nnlm.ngram.trigram_clusters import refine_by_trigrams
+
+        classes = refine_by_trigrams(train, classes, n_classes)[0]
+    return classes
 
 
 def tied_parameters(net: torch.nn.Module) -> list[torch.nn.Parameter]:

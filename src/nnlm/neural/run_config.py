@@ -55,6 +55,8 @@ class Run(RunOptions):
         runs of that time trained with: the full softmax, and their named recipe's values."""
         data = {"loss": "full", "samples": None, "output_layer": "full",  # runs from before these options
                 "init_features": "random", "feature_classes": None, "class_pull": None} | data
+        if data["init_features"] == "exchange" and data.get("feature_clustering") is None:
+            data["feature_clustering"] = "exchange"  # (runs from before the trigram refinement)
         if data["recipe"] not in RECIPES:
             raise NnlmError(f"this version lacks recipe {data['recipe']!r}")
         data |= {k: v for k, v in recipe_values(RECIPES[data["recipe"]]).items() if data.get(k) is None}
@@ -211,14 +213,14 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
         can_tie = ties_rows and options.loss == "full" and not (model.energy or model.output_classes or model.local)
         if not can_tie or model.order < 3:
             return dataclasses.replace(options, init_features="random"), model, None
-        from nnlm.neural.feature_init import class_evidence, classes_pay
+        from nnlm.neural.feature_init import chosen_clustering, class_evidence, classes_pay
 
         limit = class_count_limit("exchange", corpus.train, len(corpus.vocab))
         evidence = class_evidence(corpus, min(limit, default_class_count(len(corpus.vocab))), limit)
         if not classes_pay(evidence):
             return dataclasses.replace(options, init_features="random"), model, evidence
         options = dataclasses.replace(options, init_features="exchange", feature_classes=evidence["classes"],
-                                      class_context=True)
+                                      class_context=True, feature_clustering=chosen_clustering(evidence))
     if options.init_features == "random":
         return options, model, None
     if model.energy or model.output_classes:
@@ -235,7 +237,8 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
     if options.class_context:
         model = dataclasses.replace(model, class_context=k)
     options = dataclasses.replace(options, feature_classes=k, class_pull=pull,
-                                  class_context=bool(options.class_context))
+                                  class_context=bool(options.class_context),
+                                  feature_clustering=options.feature_clustering or "exchange")
     return options, model, evidence
 
 

@@ -100,13 +100,15 @@ def tied_rows_text(run: Run) -> str:
     """How the run's rows started, as the training log's first line says it: tied to classes, or random after
     --init-features auto compared (with what it compared); '' for random rows nothing chose."""
     evidence = run.init_evidence
-    why = (f" (--init-features auto: the trigram of {evidence['classes']} exchange classes has valid perplexity "
-           f"{evidence['class_trigram_valid']:.1f}, the word KN trigram {evidence['kn_trigram_valid']:.1f})"
-           ) if evidence else ""
+    refined = run.feature_clustering == "trigram"
+    valid = evidence and evidence["refined_class_trigram_valid" if refined else "class_trigram_valid"]
+    why = (f" (--init-features auto: a class trigram on {evidence['classes']} classes has valid perplexity "
+           f"{valid:.1f}, the word KN trigram {evidence['kn_trigram_valid']:.1f})") if evidence else ""
     if run.init_features != "exchange":
         return f"random rows{why}, " if evidence else ""
     pairs = " with class-pair features" if run.model_config.class_context else ""
-    return f"rows tied to {run.feature_classes} exchange classes{pairs}{why}, "
+    how = " refined by trigrams" if refined else ""
+    return f"rows tied to {run.feature_classes} exchange classes{how}{pairs}{why}, "
 
 
 def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, state: TrainingState,
