@@ -16,6 +16,7 @@ from nnlm.data.synthetic import write_corpus
 from nnlm.errors import NnlmError
 from nnlm.neural import train as tr
 from nnlm.neural.checkpoint import load_neural, load_tensors, save_tensors
+from nnlm.neural.feature_init import feature_classes
 from nnlm.neural.model import NPLM, ModelConfig
 
 NET = {"preset": "mlp7", "order": 3, "hidden": 8, "features": 4, "batch_size": 32, "threads": 1}
@@ -80,6 +81,9 @@ def test_it_resumes_to_the_same_weights(clustering, gen_dir, tmp_path):
     tr.train(tmp_path / "two", requested | {"epochs": 1}, progress=False, log=lambda s: None)
     tr.train(tmp_path / "two", {"epochs": 2}, resume=True, progress=False, log=lambda s: None)
     one, two = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("one", "two"))
+    corpus = load_corpus(gen_dir, min_count=json.loads((tmp_path / "one" / "run.json").read_text())["min_count"])
+    expected = feature_classes(corpus.train, len(corpus.vocab), 5, clustering)  # the run's classes are these
+    np.testing.assert_array_equal(one["context_class"][:-1].numpy(), expected)
     assert set(one) == set(two)
     for name, tensor in one.items():
         torch.testing.assert_close(two[name], tensor)

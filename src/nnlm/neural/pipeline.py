@@ -154,7 +154,7 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     if state is None and net.config.output_classes:  # a fresh class-factored net: the run's classes
         net.set_classes(output_classes(run.output_clustering, corpus.train, words, net.config.output_classes))
     if run.init_features == "exchange":  # the classes start a fresh net's rows, and hold every run's near them
-        classes = feature_classes(corpus.train, words, run.feature_classes)
+        classes = feature_classes(corpus.train, words, run.feature_classes, run.feature_clustering)
         if state is None:
             tie_rows_to_classes(net, classes, run.seed)
             if run.model_config.class_context:  # (a checkpoint holds the map with the weights)
