@@ -141,7 +141,7 @@ def train_one(out: Path, options: dict[str, Any], epochs: int, threads: int,
               "minutes": state["elapsed"] / 60, "stop": state["stop_reason"],
               "recipe": {k: run.get(k) for k in ("recipe", "lr", "lr_schedule", "lr_factor", "weight_decay", "dropout",
                                                  "min_improvement", "init_features", "feature_classes", "class_pull",
-                                                 "class_context")}
+                                                 "class_context", "feature_clustering")}
               | {"hidden": run["model"]["hidden"]}}
     if state["finished"] or not report_only:
         atomic_write_text(result_file, json.dumps(result) + "\n")
@@ -206,7 +206,8 @@ def main() -> None:
             what = (f"{rec['recipe']}, lr {rec['lr']:g} {rec['lr_schedule']}, wd {rec['weight_decay']:g}, "
                     f"dropout {rec['dropout']:g}")
             if rec.get("init_features") == "exchange":
-                what += (f", h {rec['hidden']}, rows from {rec['feature_classes']} exchange classes, "
+                refined = " refined by trigrams" if rec.get("feature_clustering") == "trigram" else ""
+                what += (f", h {rec['hidden']}, rows from {rec['feature_classes']} exchange classes{refined}, "
                          f"pull {rec['class_pull']:g}{', class pairs' if rec.get('class_context') else ''}")
             print(f"| {label} ({what}) | {r['valid']:.2f} | {r['test']:.2f} | {r['minutes']:.1f} | "
                   f"{r['epochs']} ({r['best_epoch']}) | {r['test'] / grams['kn5']['test']:.3f} | {ratio} |", flush=True)

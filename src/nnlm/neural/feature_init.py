@@ -18,14 +18,17 @@ counts in seconds. With it:
 
 With `--class-context` the net also gets one learned feature vector for the pair of classes of the last
 two context words (`ModelConfig.class_context`): the class trigram's history, which a tanh layer over sums of
-word features learns poorly from little text (docs/recipes.md, "Class-pair features").
+word features learns poorly from little text (docs/recipes.md, "Class-pair features, classes refined by
+trigrams").
 
 `--init-features auto` (the default) chooses: where the run could tie its rows (the full softmax's NPLM with
 n >= 3, in one process), the exchange class trigram and the word Kneser-Ney trigram are counted from train
 (seconds) and compared on validation; if the classes explain the text better by the margin AUTO_MARGIN, the
-run takes exchange rows with the class-pair features, K the best of a few counts near sqrt(|V|) by the class
-trigram's validation perplexity, otherwise random rows. Real text (Brown, its news and
-learned categories) stays random; text drawn from a class source takes the classes (docs/recipes.md).
+run takes tied rows with the class-pair features, K the best of a few counts near sqrt(|V|) by the class
+trigram's validation perplexity, and the classes refined by trigrams (`--feature-clustering trigram`,
+nnlm.ngram.trigram_clusters) where their class trigram is the better on validation; otherwise random rows.
+Real text (Brown, its news and learned categories) stays random; text drawn from a class source takes the
+classes (docs/recipes.md).
 
 A resumed run recomputes the classes (the clustering is a function of the training text and K) and
 puts the penalty back; its rows come from the checkpoint.
@@ -49,7 +52,7 @@ AUTO_MARGIN = 0.9
 
 # where the classes pay, auto also tries these multiples of the default K (about sqrt(|V|)) and keeps the K whose
 # class trigram is best on validation: the exchange clustering's local optima make that perplexity uneven in K
-# (gen-2k: K 40 146.9, 42 130.0, 45 130.5, 48 134.7; docs/recipes.md)
+# (gen-2k: K 40 137.4, 44 129.8, 46 133.5, 48 134.7; docs/recipes.md)
 AUTO_CLASS_SCALES = (0.8, 0.85, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3)
 
 

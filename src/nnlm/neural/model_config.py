@@ -25,7 +25,7 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   the class trigram's history given to the net as a feature, so a table of K^2 class pairs needs no
   hidden units to carve it out of sums of word features. K numbers a row (not m) because with them the
   direct connections alone can hold any table of K^2 x K class logits (W_c . P[pair]); on gen-2k m-wide rows
-  (m = 30 < K = 45) stopped 4% short (docs/recipes.md, "Class-pair features").
+  (m = 30 < K = 45) stopped 4% short (docs/recipes.md, "Class-pair features, classes refined by trigrams").
 """
 from __future__ import annotations
 
