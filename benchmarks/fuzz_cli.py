@@ -259,7 +259,8 @@ def arpa_cases(S: Path) -> list[Case]:
 
 RUN_FIELDS = ["format", "corpus", "min_count", "max_vocab", "vocab_from", "preset", "recipe", "batch_size", "seed",
               "patience", "model", "vocab_fingerprint", "pad_token", "order", "hidden", "features", "direct", "lr",
-              "bf16", "loss", "samples"]
+              "bf16", "loss", "samples", "init_features", "feature_classes", "class_pull", "class_context",
+              "feature_clustering", "init_evidence"]
 ODD_VALUES: list[object] = [None, "x", -1, 1.5, True, [], {}, 1e308]
 
 
