@@ -32,7 +32,8 @@ import torch
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
 from nnlm.neural import direct_tables
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.scoring import BF16
 

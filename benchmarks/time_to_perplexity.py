@@ -39,7 +39,8 @@ from training_path import TrainingPath
 from nnlm.data.corpus import Corpus, load_corpus
 from nnlm.lm import perplexity
 from nnlm.neural.batches import epoch_batches, padded_stream
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import RECIPES

@@ -30,7 +30,7 @@ from torch import nn
 from training_path import TrainingPath
 
 from nnlm.data.corpus import load_corpus
-from nnlm.neural.model import ModelConfig
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import RECIPES
 from nnlm.neural.run_config import bf16_is_fast

@@ -17,7 +17,8 @@ from nnlm.errors import NnlmError
 from nnlm.neural import train as tr
 from nnlm.neural.checkpoint import load_neural, load_tensors, save_tensors
 from nnlm.neural.feature_init import feature_classes
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 
 NET = {"preset": "mlp7", "order": 3, "hidden": 8, "features": 4, "batch_size": 32, "threads": 1}
 PAIRS = {"init_features": "exchange", "feature_classes": 5, "class_context": True}

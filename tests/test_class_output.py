@@ -22,7 +22,7 @@ from nnlm.neural import train as tr
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.class_lm import ClassNeuralLM
 from nnlm.neural.class_output import ClassNPLM, class_output_loss, within_class_log_probs_padded
-from nnlm.neural.model import ModelConfig
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.output_clustering import default_class_count, frequency_classes, output_classes
 from nnlm.neural.parallel import ShardLoss, train_parallel
 from nnlm.neural.presets import preset

@@ -19,7 +19,7 @@ from nnlm.neural.batches import batch_loss
 from nnlm.neural.checkpoint import load_tensors
 from nnlm.neural.class_lm import ClassNeuralLM
 from nnlm.neural.class_output import ClassNPLM, ClassRowLoss, class_output_loss
-from nnlm.neural.model import ModelConfig
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.optim import Adam, PaperSGD
 from nnlm.neural.pipeline import full_loss
 from nnlm.neural.recipes import RECIPES

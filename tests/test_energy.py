@@ -21,7 +21,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural import energy
 from nnlm.neural.energy import EnergyLM, EnergyNPLM, EnergySampledLoss, hidden_sums
-from nnlm.neural.model import ModelConfig
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.presets import preset, run_name
 from nnlm.neural.scoring import BF16, UNNORMALIZED

@@ -15,7 +15,8 @@ from nnlm.data.synthetic import write_corpus
 from nnlm.errors import NnlmError
 from nnlm.neural import train as tr
 from nnlm.neural.feature_init import add_class_pull, feature_classes, tie_rows_to_classes
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 
 NET = {"preset": "mlp7", "order": 3, "hidden": 8, "features": 4, "batch_size": 32, "threads": 1}
 EXCHANGE = {"init_features": "exchange", "feature_classes": 5}

@@ -18,7 +18,8 @@ from test_sampled import definition, skewed
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.presets import BEYOND, preset, run_name
 from nnlm.neural.sampled import ROWS, SampledLoss

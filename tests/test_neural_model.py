@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.presets import PRESETS, preset
 from nnlm.neural.scoring import BF16

@@ -21,7 +21,8 @@ from nnlm.neural import pipeline  # (where a run gets its default batch loss)
 from nnlm.neural import train as tr
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.checkpoint import load_neural
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.optim import PaperSGD
 from nnlm.neural.recipes import RECIPES
 from nnlm.neural.trainer import Clock, TrainingDiverged

@@ -19,7 +19,8 @@ from nnlm.errors import NnlmError
 from nnlm.neural import distributed as dd
 from nnlm.neural import train as tr
 from nnlm.neural.batches import batch_loss
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.parallel import ShardLoss, train_parallel
 from nnlm.neural.softmax_loss import softmax_cross_entropy
 from nnlm.neural.vocab_parallel import VocabParallelNPLM, full_tensors, vocab_slices, vocab_softmax_cross_entropy

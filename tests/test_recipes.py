@@ -53,7 +53,7 @@ def test_run_json_stores_every_recipe_field_scaled_to_the_net(gen_dir, tmp_path)
 
 
 def run_params(run: dict) -> int:
-    from nnlm.neural.model import ModelConfig
+    from nnlm.neural.model_config import ModelConfig
 
     return ModelConfig.from_dict(run["model"]).parameter_count()
 

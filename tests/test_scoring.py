@@ -13,7 +13,7 @@ import torch
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.neural import direct_tables
-from nnlm.neural.model import ModelConfig
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.scoring import BF16, EXACT, UNNORMALIZED, V_SLICE, Scoring

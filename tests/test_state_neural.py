@@ -11,7 +11,8 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LMState, stream_log_probs
 from nnlm.mixture import Mixture
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.scoring import BF16, UNNORMALIZED
 

@@ -18,7 +18,8 @@ from nnlm.loading import load
 from nnlm.neural import direct_tables
 from nnlm.neural import model as neural_model
 from nnlm.neural.features import neighbors, pca_2d, word2vec_text
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.ngram.simple import AddOneBigram
 from nnlm.use import score_lines, score_words

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nnlm.lazy import lazy_getattr
 
-_EXPORTS = {"NPLM": "nnlm.neural.model", "ModelConfig": "nnlm.neural.model", "NeuralLM": "nnlm.neural.neural_lm",
+_EXPORTS = {"NPLM": "nnlm.neural.model", "ModelConfig": "nnlm.neural.model_config", "NeuralLM": "nnlm.neural.neural_lm",
             "PRESETS": "nnlm.neural.presets", "preset": "nnlm.neural.presets"}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_getattr("nnlm.neural", _EXPORTS, globals())

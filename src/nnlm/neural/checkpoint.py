@@ -32,7 +32,8 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
 from nnlm.neural.config import LOSSES, stored_value_check
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.scoring import EXACT, Scoring

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from nnlm.errors import NnlmError
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 
 
 class ClassNPLM(NPLM):

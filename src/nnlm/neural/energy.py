@@ -35,7 +35,8 @@ from torch import nn
 
 from nnlm import threads
 from nnlm.errors import NnlmError
-from nnlm.neural.model import EVAL_ROWS, ModelConfig
+from nnlm.neural.model import EVAL_ROWS
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.sampled import SampledLoss
 from nnlm.neural.scoring import Scoring, target_scores

@@ -26,7 +26,7 @@ from nnlm.errors import NnlmError
 from nnlm.neural.dropout import dropout as seeded_dropout
 from nnlm.neural.model_config import ModelConfig
 
-__all__ = ["EVAL_ROWS", "NPLM", "ModelConfig", "NPLMParameters", "score_rows"]
+__all__ = ["EVAL_ROWS", "NPLM", "NPLMParameters", "score_rows"]
 
 EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distribution paths
 SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from nnlm.data.vocab import Vocabulary
-from nnlm.neural.model import NPLM, ModelConfig
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.scoring import EXACT, Scoring
 

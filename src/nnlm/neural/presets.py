@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from nnlm.errors import NnlmError
-from nnlm.neural.model import ModelConfig
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.output_clustering import default_class_count
 
 _TABLE1 = {  # name: (n, h, m, direct)

@@ -21,8 +21,7 @@ from nnlm.data.provenance import OPTION_NAMES, corpus_options, load_recorded_cor
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.config import DEFAULT_CLASS_PULL, RUN_DEFAULTS, RunOptions, check_loss
-from nnlm.neural.model import ModelConfig
-from nnlm.neural.model_config import VARIANTS
+from nnlm.neural.model_config import VARIANTS, ModelConfig
 from nnlm.neural.output_clustering import CLUSTERINGS, class_count_limit, default_class_count
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import (

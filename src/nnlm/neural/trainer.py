@@ -24,7 +24,7 @@ from nnlm.lm import LanguageModel
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import EXPLODED, batch_rows, diverged, padded_stream, update
 from nnlm.neural.config import SessionOptions
-from nnlm.neural.model import ModelConfig
+from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.nets import language_model
 from nnlm.neural.run_config import Run
 from nnlm.neural.scoring import BF16, EXACT
