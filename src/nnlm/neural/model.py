@@ -215,10 +215,11 @@ class NPLM(NPLMParameters):
         product (`softmax_loss`); see `output_operands_from_features`."""
         return self.output_operands_from_features(self.features(contexts))
 
-    def target_logits(self, x: torch.Tensor, targets: torch.Tensor, hidden: torch.Tensor | None = None
+    def target_logits(self, x: torch.Tensor | None, targets: torch.Tensor, hidden: torch.Tensor | None = None
                       ) -> torch.Tensor:
         """y[i, targets[i]] [N] from the targets' rows of W, U, b only: no |V|-wide product (eval mode).
-        `hidden`: the last hidden layer's output when the caller has it (a stepped state), else from x."""
+        `hidden`: the last hidden layer's output when the caller has it (a stepped state), else from x;
+        x may be None when neither needs it (no W, `hidden` given)."""
         y = self.b[targets]
         if self.W is not None:
             y = y + (x * self.W[targets]).sum(1)

@@ -235,8 +235,9 @@ class NeuralStepper:
     def picked_logits(self, context: np.ndarray, hidden: torch.Tensor | None, words: np.ndarray) -> torch.Tensor:
         """y[i, words[i]] [B] from the words' rows of W, U and b, the hidden layer from the state's sums."""
         net = self.net
-        x = net.features(torch.as_tensor(context, device=self.features.device))
         a = None if hidden is None else net.hidden_from_preactivation(hidden)
+        needs_x = net.W is not None or a is None  # (x feeds W, or the hidden layer when no sums were kept)
+        x = net.features(torch.as_tensor(context, device=self.features.device)) if needs_x else None
         return net.target_logits(x, torch.as_tensor(words, device=self.bias.device), a)
 
     def shift(self, extra: dict[str, torch.Tensor], words: np.ndarray) -> dict[str, torch.Tensor]:
