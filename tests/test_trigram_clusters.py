@@ -79,3 +79,23 @@ def test_on_class_trigram_text_the_refined_classes_predict_validation_better(tmp
     exchange = feature_classes(corpus.train, v, k)
     refined = feature_classes(corpus.train, v, k, "trigram")
     assert valid(refined) < valid(exchange)
+
+
+def test_too_many_classes_for_the_dense_table_is_one_clear_error():
+    from nnlm.ngram.trigram_clusters import MAX_CLASSES
+
+    train = np.arange(2000) % 1000
+    with pytest.raises(NnlmError, match=f"at most {MAX_CLASSES} classes"):
+        refine_by_trigrams(train, np.arange(1000) % (MAX_CLASSES + 1), MAX_CLASSES + 1)
+
+
+def test_candidate_blocks_give_the_same_gains(monkeypatch):
+    import nnlm.ngram.trigram_clusters as tc
+
+    rng = np.random.default_rng(2)
+    train = rng.integers(0, 20, size=1500)
+    classes = np.arange(20) % 6
+    whole = refine_by_trigrams(train, classes, 6)
+    monkeypatch.setattr(tc, "BLOCK_CELLS", 50)  # a few classes a block
+    np.testing.assert_array_equal(refine_by_trigrams(train, classes, 6)[0], whole[0])
+    assert refine_by_trigrams(train, classes, 6)[1] == pytest.approx(whole[1])

@@ -66,6 +66,7 @@ def class_evidence(corpus, n_classes: int, limit: int) -> dict[str, float]:
     from nnlm.ngram.class_based import ClassNgram
     from nnlm.ngram.clusters import WordClasses
     from nnlm.ngram.kneser_ney import KneserNeyModel
+    from nnlm.ngram.trigram_clusters import MAX_CLASSES
 
     def class_trigram(k: int, classes: np.ndarray | None = None) -> float:
         clusters = None if classes is None else WordClasses(classes, k)
@@ -80,9 +81,12 @@ def class_evidence(corpus, n_classes: int, limit: int) -> dict[str, float]:
     for k in sorted({min(limit, max(2, round(scale * n_classes))) for scale in AUTO_CLASS_SCALES} - set(tried)):
         tried[k] = class_trigram(k)
     best = min(tried, key=tried.get)
-    refined = class_trigram(best, feature_classes(corpus.train, len(corpus.vocab), best, "trigram"))
-    return {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
-            "classes_tried": len(tried), "refined_class_trigram_valid": refined}
+    evidence = {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
+                "classes_tried": len(tried)}
+    if best <= MAX_CLASSES:  # (the refinement's dense K^3 table)
+        refined = feature_classes(corpus.train, len(corpus.vocab), best, "trigram")
+        evidence["refined_class_trigram_valid"] = class_trigram(best, refined)
+    return evidence
 
 
 def chosen_clustering(evidence: dict[str, float]) -> str:

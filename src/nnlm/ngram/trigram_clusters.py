@@ -28,6 +28,8 @@ from nnlm.errors import NnlmError
 MAX_PASSES = 10
 STOP_MOVED_FRACTION = 0.005  # as the exchange algorithm: stop once a pass moves fewer than this share of the words
 THRESHOLD = 1e-9
+MAX_CLASSES = 400  # the K^3 trigram counts are one dense float64 table: 400 classes are 512 MB
+BLOCK_CELLS = 1 << 22  # candidate classes x trigrams per sort (a frequent word touches many trigrams)
 
 
 def xlogx(x: np.ndarray) -> np.ndarray:
@@ -58,15 +60,20 @@ class _TrigramCounts:
         return float(xlogx(self.n3).sum() - xlogx(self.n2).sum() - xlogx(self.n1).sum())
 
     def gains(self, word: int, ends: np.ndarray) -> np.ndarray:
-        """L after putting `word` (already uncounted from the trigrams `ends`) in each class, minus L now."""
+        """L after putting `word` (already uncounted from the trigrams `ends`) in each class, minus L now:
+        the candidate classes in blocks of at most BLOCK_CELLS (class, trigram) pairs."""
         k, tr, g = self.k, self.train, self.classes
-        candidates = np.arange(k)[:, None]
         x1, x2, x3 = tr[ends - 2], tr[ends - 1], tr[ends]
-        c1 = np.where(x1 == word, candidates, g[x1])
-        c2 = np.where(x2 == word, candidates, g[x2])
-        c3 = np.where(x3 == word, candidates, g[x3])
-        return (_cell_gains((c1 * k + c2) * k + c3, self.n3) - _cell_gains(c1 * k + c2, self.n2)
-                - _cell_gains(c3, self.n1))
+        step = max(1, BLOCK_CELLS // max(1, len(ends)))
+        out = np.empty(k)
+        for lo in range(0, k, step):
+            candidates = np.arange(lo, min(k, lo + step))[:, None]
+            c1 = np.where(x1 == word, candidates, g[x1])
+            c2 = np.where(x2 == word, candidates, g[x2])
+            c3 = np.where(x3 == word, candidates, g[x3])
+            out[lo:lo + len(candidates)] = (_cell_gains((c1 * k + c2) * k + c3, self.n3)
+                                            - _cell_gains(c1 * k + c2, self.n2) - _cell_gains(c3, self.n1))
+        return out
 
 
 def _cell_gains(cells: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -88,6 +95,9 @@ def refine_by_trigrams(train: np.ndarray, classes: np.ndarray, n_classes: int,
         raise NnlmError("refining classes by trigrams needs at least three training tokens")
     if classes.min() < 0 or classes.max() >= n_classes:
         raise NnlmError(f"the classes to refine must be ids from 0 to {n_classes - 1}")
+    if n_classes > MAX_CLASSES:
+        raise NnlmError(f"refining {n_classes} classes by trigrams needs a table of {n_classes}^3 counts; it refines "
+                        f"at most {MAX_CLASSES} classes")
     counts = _TrigramCounts(train, classes, n_classes)
     freq = np.bincount(train, minlength=len(classes))
     words = np.argsort(-freq, kind="stable")[: np.count_nonzero(freq)]
