@@ -99,3 +99,16 @@ def test_candidate_blocks_give_the_same_gains(monkeypatch):
     monkeypatch.setattr(tc, "BLOCK_CELLS", 50)  # a few classes a block
     np.testing.assert_array_equal(refine_by_trigrams(train, classes, 6)[0], whole[0])
     assert refine_by_trigrams(train, classes, 6)[1] == pytest.approx(whole[1])
+
+
+def test_the_class_ngram_builds_on_refined_classes_and_refuses_the_option_elsewhere(tmp_path):
+    from nnlm.ngram.evaluate import obtain_ngram
+
+    write_corpus(tmp_path / "gen", 20_000, words=80, classes=6, seed=2)
+    corpus = load_corpus(tmp_path / "gen", min_count=2)
+    built = obtain_ngram(corpus, "class", 3, 8, clustering="trigram").model
+    exchange = feature_classes(corpus.train, len(corpus.vocab), 8)
+    np.testing.assert_array_equal(built.classes, refine_by_trigrams(corpus.train, exchange, 8)[0])
+    np.testing.assert_allclose(built.distribution(np.array([[1, 2], [3, 3]])).sum(1), 1.0, atol=1e-9)
+    with pytest.raises(NnlmError, match="--clustering applies only when building --kind class"):
+        obtain_ngram(corpus, "kn", 3, clustering="trigram")

@@ -17,6 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", default="addone", help=KINDS_HELP)
     p.add_argument("--classes", type=T.positive_int, default=None, metavar="C",
                    help="--kind class: number of word classes (default 500)")
+    p.add_argument("--clustering", choices=("exchange", "trigram"), default=None,
+                   help="--kind class: exchange (class bigram likelihood) or trigram (those classes refined by the "
+                        "class trigram's likelihood) (default exchange)")
     p.add_argument("--order", type=T.ngram_order, default=None, help="n-gram order (default: the kind's own)")
     p.add_argument("--memory", type=T.positive_float, metavar="GB",
                    help="--kind kn or interpolated: count and estimate out of core within about GB of memory "
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
                   inputs=[args.load, args.load_arpa, corpus_path(args.corpus, args.load)], force=args.force)
     corpus, options = corpus_and_options(args, args.load)
     obtained = obtain_ngram(corpus, args.kind, args.order, args.classes, args.load, args.load_arpa,
-                            memory_gb=args.memory)
+                            memory_gb=args.memory, clustering=args.clustering)
     write_outputs(obtained, save=args.save, arpa=args.arpa, corpus=options)
     result = evaluate_ngram(obtained, corpus)
     json_result = {"corpus": result.corpus, "kind": result.kind, "order": result.order, "vocab": result.vocab,

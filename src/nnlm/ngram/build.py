@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from nnlm.capabilities import Saveable
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
@@ -45,8 +47,22 @@ def _kn(corpus: Corpus, order: int, options: dict) -> LanguageModel:
 
 
 def _class(corpus: Corpus, order: int, options: dict) -> LanguageModel:
-    return ClassNgram.fit(corpus.vocab, corpus.train, order, options.get("classes") or DEFAULT_CLASSES,
-                          progress=options.get("progress", True), clusters=options.get("clusters"))
+    """`clustering` "trigram": the exchange classes refined by the class trigram's likelihood
+    (nnlm.ngram.trigram_clusters) -- for text whose classes act through pairs of classes."""
+    n_classes, clusters = options.get("classes") or DEFAULT_CLASSES, options.get("clusters")
+    clustering = options.get("clustering", "exchange")
+    if clustering not in ("exchange", "trigram"):
+        raise NnlmError(f"unknown --clustering {clustering!r}; choose exchange or trigram")
+    if clustering == "trigram" and clusters is None:
+        from nnlm.ngram.clusters import WordClasses, exchange_clusters
+        from nnlm.ngram.trigram_clusters import refine_by_trigrams
+
+        train = np.asarray(corpus.train, dtype=np.int64)
+        found = exchange_clusters(train, len(corpus.vocab), n_classes, progress=options.get("progress", True))
+        refined, history = refine_by_trigrams(train, found.classes, found.n_classes)
+        clusters = WordClasses(refined, found.n_classes, history, [0] * (len(history) - 1))
+    return ClassNgram.fit(corpus.vocab, corpus.train, order, n_classes,
+                          progress=options.get("progress", True), clusters=clusters)
 
 
 # kind -> (builder, default order)

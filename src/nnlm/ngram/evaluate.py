@@ -39,9 +39,10 @@ OUT_OF_CORE = ("kn", "interpolated")  # the kinds --memory builds out of core
 
 def obtain_ngram(corpus: Corpus, kind: str, order: int | None = None, classes: int | None = None,
                  load: str | None = None, load_arpa: str | None = None,
-                 memory_gb: float | None = None) -> ObtainedNgram:
+                 memory_gb: float | None = None, clustering: str | None = None) -> ObtainedNgram:
     """Build `kind` on the corpus's train split, or load a saved model (`load`) or an ARPA file.
-    `memory_gb` (kn, interpolated): count and estimate out of core within about that much memory (the same model)."""
+    `memory_gb` (kn, interpolated): count and estimate out of core within about that much memory (the same model).
+    `clustering` (class): "exchange", or "trigram" for the exchange classes refined by trigrams."""
     from nnlm.ngram.arpa import read_arpa
     from nnlm.ngram.build import build_ngram, load_ngram
 
@@ -49,11 +50,14 @@ def obtain_ngram(corpus: Corpus, kind: str, order: int | None = None, classes: i
         raise NnlmError("give --load or --load-arpa, not both")
     if classes is not None and (kind != "class" or load or load_arpa):
         raise NnlmError("--classes applies only when building --kind class")
+    if clustering is not None and (kind != "class" or load or load_arpa):
+        raise NnlmError("--clustering applies only when building --kind class")
     if memory_gb is not None and (kind not in OUT_OF_CORE or load or load_arpa):
         raise NnlmError(f"--memory applies only when building --kind {' or '.join(OUT_OF_CORE)}")
     started = time.perf_counter()
     if not (load or load_arpa):
-        options = {k: v for k, v in (("classes", classes), ("memory_gb", memory_gb)) if v is not None}
+        options = {k: v for k, v in (("classes", classes), ("memory_gb", memory_gb), ("clustering", clustering))
+                   if v is not None}
         model = build_ngram(kind, corpus, order, **options)
         return ObtainedNgram(model, kind, "built", time.perf_counter() - started)
     model = load_ngram(load) if load else read_arpa(load_arpa, corpus.vocab)
