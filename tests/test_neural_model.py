@@ -123,15 +123,15 @@ def test_distribution_rows_sum_to_one(n, h, m, direct, seed):
 
 
 def test_scoring_in_chunks_equals_one_pass(monkeypatch):
-    import nnlm.neural.model as model
     import nnlm.neural.neural_lm as neural_lm
+    import nnlm.neural.scoring as scoring
 
     lm = NeuralLM(tiny().float(), vocab_of(11), "<p>")
     ctx = np.random.default_rng(0).integers(0, 11, size=(50, 3))
     targets = np.random.default_rng(1).integers(0, 11, size=50)
     whole = lm.log_prob(ctx, targets)
     monkeypatch.setattr(neural_lm, "EVAL_ROWS", 7)  # the adapter's blocks (its own binding of the name)
-    monkeypatch.setattr(model, "SCORE_BYTES", 1)  # exact fp32 blocks of 16 rows
+    monkeypatch.setattr(scoring, "SCORE_BYTES", 1)  # exact fp32 blocks of 16 rows
     np.testing.assert_allclose(lm.log_prob(ctx, targets), whole, rtol=1e-6)  # float32 matmul blocking
 
 
@@ -147,7 +147,7 @@ def plain_log_softmax(net: NPLM, ctx: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("h,direct", [(6, True), (6, False), (0, True)])
 def test_fast_exact_scoring_is_the_plain_formula(monkeypatch, h, direct):
-    import nnlm.neural.model as model
+    import nnlm.neural.scoring as scoring
 
     torch.manual_seed(3)
     net = NPLM(ModelConfig(vocab_size=97, order=4, hidden=h, features=5, direct=direct))
@@ -158,7 +158,7 @@ def test_fast_exact_scoring_is_the_plain_formula(monkeypatch, h, direct):
     rng = np.random.default_rng(0)
     ctx, targets = rng.integers(0, 97, size=(203, 3)), rng.integers(0, 97, size=203)
     expected = plain_log_softmax(net, ctx)[np.arange(203), targets]
-    monkeypatch.setattr(model, "SCORE_BYTES", 1)  # 16-row blocks, the last one partial
+    monkeypatch.setattr(scoring, "SCORE_BYTES", 1)  # 16-row blocks, the last one partial
     for got in (lm.log_prob(ctx, targets), NeuralLM(net, vocab_of(97), "<p>").log_prob(ctx[:5], targets[:5])):
         np.testing.assert_allclose(got, expected[:len(got)], rtol=1e-5, atol=1e-5)  # fp32 rounding only
     p = {k: v.detach().double() for k, v in net.named_parameters()}

@@ -16,7 +16,7 @@ from nnlm.errors import NnlmError
 from nnlm.lm import EVAL_CHUNK, perplexity, split_log_probs
 from nnlm.loading import load
 from nnlm.neural import direct_tables
-from nnlm.neural import model as neural_model
+from nnlm.neural import scoring as neural_scoring
 from nnlm.neural.features import neighbors, pca_2d, word2vec_text
 from nnlm.neural.model import NPLM
 from nnlm.neural.model_config import ModelConfig
@@ -108,7 +108,7 @@ def test_a_200k_token_line_is_scored_in_bounded_chunks(neural_run, saved_addone,
         rows.clear()
         (score,), _ = score_lines(model, [line], oov_vector=oov_vector)
         assert score.tokens == 200_001 and score.oov == 200 and np.isfinite(score.word_log10).all()
-        assert rows and max(rows) <= max(neural_model.score_rows(len(model.vocab)), direct_tables.ROWS)
+        assert rows and max(rows) <= max(neural_scoring.score_rows(len(model.vocab)), direct_tables.ROWS)
     ngram = load(saved_addone)
     calls: list[int] = []
     log_prob = ngram.log_prob

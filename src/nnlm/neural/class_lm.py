@@ -17,9 +17,8 @@ import torch
 from nnlm import threads
 from nnlm.errors import NnlmError
 from nnlm.neural.class_output import ClassNPLM
-from nnlm.neural.model import EVAL_ROWS
 from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.scoring import Scoring
+from nnlm.neural.scoring import EVAL_ROWS, Scoring
 
 SCORE_TOKENS = 16384  # contexts per block: a class's product is then large enough to run near GEMM rate
 

@@ -35,11 +35,10 @@ from torch import nn
 
 from nnlm import threads
 from nnlm.errors import NnlmError
-from nnlm.neural.model import EVAL_ROWS
 from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.sampled import SampledLoss
-from nnlm.neural.scoring import Scoring, target_scores
+from nnlm.neural.scoring import EVAL_ROWS, Scoring, target_scores
 
 __all__ = ["EnergyLM", "EnergyNPLM", "EnergySampledLoss", "hidden_sums"]
 

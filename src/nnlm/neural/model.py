@@ -26,18 +26,7 @@ from nnlm.errors import NnlmError
 from nnlm.neural.dropout import dropout as seeded_dropout
 from nnlm.neural.model_config import ModelConfig
 
-__all__ = ["EVAL_ROWS", "NPLM", "NPLMParameters", "score_rows"]
-
-EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distribution paths
-SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):
-# larger blocks keep the output product near the CPU's large-matrix rate; one buffer for the whole call costs
-# no page faults (a fresh 73 MB tensor per block was mmap'd and faulted anew every time)
-
-
-def score_rows(vocab_size: int) -> int:
-    """Rows per block of exact scoring: the [rows, |V|] fp32 buffer fills SCORE_BYTES (at least 16 rows)."""
-    return max(16, SCORE_BYTES // (4 * vocab_size))
-
+__all__ = ["NPLM", "NPLMParameters"]
 
 class NPLMParameters(nn.Module):
     """The NPLM's parameters and its one formula, with the output layer (b, W, U) holding `rows`

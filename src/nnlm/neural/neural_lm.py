@@ -18,9 +18,9 @@ from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState, text_contexts
-from nnlm.neural.model import EVAL_ROWS, NPLM, score_rows
+from nnlm.neural.model import NPLM
 from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.scoring import EXACT, Scoring, exact_scores, softmax_scores, target_scores
+from nnlm.neural.scoring import EVAL_ROWS, EXACT, Scoring, exact_scores, score_rows, softmax_scores, target_scores
 
 __all__ = ["NeuralLM"]
 

@@ -36,10 +36,20 @@ import torch
 from nnlm import threads
 from nnlm.errors import NnlmError
 
-__all__ = ["BF16", "EXACT", "PRECISIONS", "UNNORMALIZED", "Scoring", "exact_scores", "softmax_scores",
-           "target_scores"]
+__all__ = ["BF16", "EVAL_ROWS", "EXACT", "PRECISIONS", "SCORE_BYTES", "UNNORMALIZED", "Scoring", "exact_scores",
+           "score_rows", "softmax_scores", "target_scores"]
 
 PRECISIONS = ("fp32", "bf16")
+EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distribution paths
+SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):
+# larger blocks keep the output product near the CPU's large-matrix rate; one buffer for the whole call costs
+# no page faults (a fresh 73 MB tensor per block was mmap'd and faulted anew every time)
+
+
+def score_rows(vocab_size: int) -> int:
+    """Rows per block of exact scoring: the [rows, |V|] fp32 buffer fills SCORE_BYTES (at least 16 rows)."""
+    return max(16, SCORE_BYTES // (4 * vocab_size))
+
 
 
 @dataclass(frozen=True)

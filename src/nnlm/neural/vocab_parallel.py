@@ -28,8 +28,9 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel
 from nnlm.neural.distributed import all_gather_rows
-from nnlm.neural.model import EVAL_ROWS, NPLM, NPLMParameters
+from nnlm.neural.model import NPLM, NPLMParameters
 from nnlm.neural.model_config import ModelConfig
+from nnlm.neural.scoring import EVAL_ROWS
 
 SLICED = ("b", "W", "U")  # the output layer's parameters, split by rows (words)
 
