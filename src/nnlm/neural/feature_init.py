@@ -66,25 +66,30 @@ def class_evidence(corpus, n_classes: int, limit: int) -> dict[str, float]:
     from nnlm.ngram.class_based import ClassNgram
     from nnlm.ngram.clusters import WordClasses
     from nnlm.ngram.kneser_ney import KneserNeyModel
-    from nnlm.ngram.trigram_clusters import MAX_CLASSES
+    from nnlm.ngram.trigram_clusters import MAX_CLASSES, refine_by_trigrams
 
-    def class_trigram(k: int, classes: np.ndarray | None = None) -> float:
-        clusters = None if classes is None else WordClasses(classes, k)
-        model = ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False, clusters=clusters)
+    exchange: dict[int, np.ndarray] = {}  # K -> the exchange classes, clustered once and refined from
+
+    def class_trigram(k: int, classes: np.ndarray) -> float:
+        model = ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False, clusters=WordClasses(classes, k))
         return perplexity(model, corpus, "valid")
 
+    def exchange_trigram(k: int) -> float:
+        exchange[k] = feature_classes(corpus.train, len(corpus.vocab), k)
+        return class_trigram(k, exchange[k])
+
     words = perplexity(KneserNeyModel.fit(corpus.vocab, corpus.train, 3), corpus, "valid")
-    tried = {n_classes: class_trigram(n_classes)}
+    tried = {n_classes: exchange_trigram(n_classes)}
     if tried[n_classes] >= AUTO_MARGIN * words:
         return {"classes": n_classes, "class_trigram_valid": tried[n_classes], "kn_trigram_valid": words,
                 "classes_tried": 1}
     for k in sorted({min(limit, max(2, round(scale * n_classes))) for scale in AUTO_CLASS_SCALES} - set(tried)):
-        tried[k] = class_trigram(k)
+        tried[k] = exchange_trigram(k)
     best = min(tried, key=tried.get)
     evidence = {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
                 "classes_tried": len(tried)}
     if best <= MAX_CLASSES:  # (the refinement's dense K^3 table)
-        refined = feature_classes(corpus.train, len(corpus.vocab), best, "trigram")
+        refined = refine_by_trigrams(corpus.train, exchange[best], best)[0]
         evidence["refined_class_trigram_valid"] = class_trigram(best, refined)
     return evidence
 

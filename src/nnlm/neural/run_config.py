@@ -207,31 +207,33 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
     what the clustering can make) and the pull. It ties the rows of the full softmax's NPLM; --class-context
     gives the net the K^2 class-pair rows (`ModelConfig.class_context` = K). auto (the default) is decided
     here, from the text (nnlm.neural.feature_init), and what it compared is returned beside."""
-    evidence = None
-    if options.init_features in (None, "auto"):
+    auto = options.init_features in (None, "auto")
+    if auto:
         can_tie = ties_rows and options.loss == "full" and not (model.energy or model.output_classes or model.local)
         if not can_tie or model.order < 3:
             return dataclasses.replace(options, init_features="random"), model, None
-        from nnlm.neural.feature_init import chosen_clustering, class_evidence, classes_pay
-
-        limit = class_count_limit("exchange", corpus.train, len(corpus.vocab))
-        evidence = class_evidence(corpus, min(limit, default_class_count(len(corpus.vocab))), limit)
-        if not classes_pay(evidence):
-            return dataclasses.replace(options, init_features="random"), model, evidence
-        options = dataclasses.replace(options, init_features="exchange", feature_classes=evidence["classes"],
-                                      class_context=True, feature_clustering=chosen_clustering(evidence))
-    if options.init_features == "random":
+    elif options.init_features == "random":
         return options, model, None
     if model.energy or model.output_classes:
         what = "the energy network (--energy)" if model.energy else "--output-layer classes"
         raise NnlmError(f"--init-features exchange ties the full softmax's output rows U and W of each class; "
                         f"{what} has other output rows: choose one of them")
     limit = class_count_limit("exchange", corpus.train, model.vocab_size)
+    default_k = min(limit, default_class_count(model.vocab_size))
+    evidence = None
+    if auto:
+        from nnlm.neural.feature_init import chosen_clustering, class_evidence, classes_pay
+
+        evidence = class_evidence(corpus, default_k, limit)
+        if not classes_pay(evidence):
+            return dataclasses.replace(options, init_features="random"), model, evidence
+        options = dataclasses.replace(options, init_features="exchange", feature_classes=evidence["classes"],
+                                      class_context=True, feature_clustering=chosen_clustering(evidence))
     k = options.feature_classes
     if k is not None and k > limit:
         raise NnlmError(f"--feature-classes {k}: the exchange clustering of this corpus can make at most {limit} "
                         "classes")
-    k = k or min(limit, default_class_count(model.vocab_size))
+    k = k or default_k
     pull = DEFAULT_CLASS_PULL if options.class_pull is None else options.class_pull
     if options.class_context:
         model = dataclasses.replace(model, class_context=k)

@@ -47,7 +47,7 @@ CLOCK_EVERY = 64  # words between two looks at the deadline
 THRESHOLD = kernels.THRESHOLD  # a word moves only if its best class gains more than this over staying
 
 
-def _xlogx(x: np.ndarray) -> np.ndarray:
+def xlogx(x: np.ndarray) -> np.ndarray:
     """x log x for counts (integers stored as floats), with 0 log 0 = 0."""
     return x * np.log(np.maximum(x, 1.0))
 
@@ -162,8 +162,8 @@ def _start(train: np.ndarray, vocab_size: int, n_classes: int, resume_from: Word
 
 def _mean_log_likelihood(m: np.ndarray, left: np.ndarray, right: np.ndarray, counts: _ClassBigramCounts) -> float:
     """The mean log-likelihood per train bigram (module docstring), from the class counts as floats."""
-    constant = _xlogx(counts.right_total).sum()
-    return float((_xlogx(m).sum() - _xlogx(left).sum() - _xlogx(right).sum() + constant) / counts.bigrams)
+    constant = xlogx(counts.right_total).sum()
+    return float((xlogx(m).sum() - xlogx(left).sum() - xlogx(right).sum() + constant) / counts.bigrams)
 
 
 def _reference_gain(m: np.ndarray, left: np.ndarray, right: np.ndarray, r: np.ndarray, lc: np.ndarray,
@@ -174,18 +174,19 @@ def _reference_gain(m: np.ndarray, left: np.ndarray, right: np.ndarray, r: np.nd
     itself and its totals. m, left, right may hold the counts as integers: they are read as floats."""
     dr, dl = np.flatnonzero(r), np.flatnonzero(lc)
     cols = m[:, dr].astype(np.float64, copy=False)
-    gain = (_xlogx(cols + r[dr]) - _xlogx(cols)).sum(axis=1)
+    gain = (xlogx(cols + r[dr]) - xlogx(cols)).sum(axis=1)
     rows = m[dl, :].astype(np.float64, copy=False)
-    gain += (_xlogx(rows + lc[dl, None]) - _xlogx(rows)).sum(axis=0)
+    gain += (xlogx(rows + lc[dl, None]) - xlogx(rows)).sum(axis=0)
     diag = np.diagonal(m).astype(np.float64)  # the (b, b) cell gets r[b] + lc[b] + s, not the two parts separately
-    gain += _xlogx(diag + r + lc + s) - _xlogx(diag + r) - _xlogx(diag + lc) + _xlogx(diag)
+    gain += xlogx(diag + r + lc + s) - xlogx(diag + r) - xlogx(diag + lc) + xlogx(diag)
     left, right = left.astype(np.float64, copy=False), right.astype(np.float64, copy=False)
-    gain -= _xlogx(left + lw) - _xlogx(left) + _xlogx(right + rw) - _xlogx(right)
+    gain -= xlogx(left + lw) - xlogx(left) + xlogx(right + rw) - xlogx(right)
     return gain
 
 
-def _reference_choice(gain: np.ndarray, a: int) -> int:
-    """The best class, the first of equals; the word's own class a unless another gains more than 1e-9 over it."""
+def choose_class(gain: np.ndarray, a: int) -> int:
+    """The best class, the first of equals; the word's own class a unless another gains more than 1e-9 over it
+    (the exchange algorithm's rule; nnlm.ngram.trigram_clusters moves by it too)."""
     b = int(np.argmax(gain))
     return a if gain[b] <= gain[a] + THRESHOLD else b
 
@@ -215,7 +216,7 @@ def exchange_clusters_reference(train: np.ndarray, vocab_size: int, n_classes: i
             m[a, a] -= s
             left[a] -= lw
             right[a] -= rw
-            b = _reference_choice(_reference_gain(m, left, right, r, lc, s, lw, rw), a)
+            b = choose_class(_reference_gain(m, left, right, r, lc, s, lw, rw), a)
             m[b, :] += r
             m[:, b] += lc
             m[b, b] += s
@@ -274,7 +275,7 @@ class _CompiledExchange:
                 gain = _reference_gain(self.m, self.left, self.right, self.r.astype(np.float64),
                                        self.lc.astype(np.float64), c.self_count[w], c.left_total[w],
                                        c.right_total[w])
-                b = _reference_choice(gain, int(self.classes[w]))
+                b = choose_class(gain, int(self.classes[w]))
                 kernels.place_word(w, b, self.classes, self.size, self.m, self.mt, self.left, self.right,
                                    self.self_count, self.left_total, self.right_total, self.r, self.lc,
                                    self.dr, self.dl, self.state)

@@ -24,17 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from nnlm.errors import NnlmError
+from nnlm.ngram.clusters import STOP_MOVED_FRACTION, choose_class, xlogx
 
 MAX_PASSES = 10
-STOP_MOVED_FRACTION = 0.005  # as the exchange algorithm: stop once a pass moves fewer than this share of the words
-THRESHOLD = 1e-9
 MAX_CLASSES = 400  # the K^3 trigram counts are one dense float64 table: 400 classes are 512 MB
 BLOCK_CELLS = 1 << 22  # candidate classes x trigrams per sort (a frequent word touches many trigrams)
-
-
-def xlogx(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    return np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0)
 
 
 class _TrigramCounts:
@@ -115,10 +109,7 @@ def refine_by_trigrams(train: np.ndarray, classes: np.ndarray, n_classes: int,
             ends = np.unique(np.concatenate([at, at + 1, at + 2]))
             ends = ends[(ends >= 2) & (ends < len(train))]
             counts.add(ends, -1.0)
-            gain = counts.gains(word, ends)
-            b = int(np.argmax(gain))
-            if gain[b] <= gain[a] + THRESHOLD:
-                b = a
+            b = choose_class(counts.gains(word, ends), a)
             classes[word] = b
             counts.add(ends, 1.0)
             if b != a:
