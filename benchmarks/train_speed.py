@@ -78,13 +78,19 @@ def optimizer_seconds(path: TrainingPath, seconds: float) -> float:
     """Seconds per step of nnlm's own optimizer alone (the run's, on its net, gradients present): the part of
     a step that streams every parameter through memory, which the products' roofline leaves out."""
     optimizer = path.trainer.optimizer
+    kept = getattr(optimizer, "kept", None)  # the kept bf16 output layer (--recipe paper --bf16): its own gradient
     for p in path.trainer.net.parameters():
-        if p.grad is None:
+        if p.grad is None and not (kept and kept.owns(p)):
             p.grad = torch.zeros_like(p)
-    optimizer.step(0, 1)
+
+    def step() -> None:
+        if kept:
+            kept.has_grad = True  # (the buffer holds the last batch's gradient; applying it again times the same pass)
+        optimizer.step(0, 1)
+    step()
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        optimizer.step(0, 1)
+        step()
         n += 1
     return (time.perf_counter() - start) / n
 

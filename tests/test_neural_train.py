@@ -76,7 +76,8 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
 
 
 # adaptive: every epoch a stall (min_improvement 0.5), so its learning rate halves each epoch (state.json's lr)
-@pytest.mark.parametrize("recipe, extra", [("modern", {}), ("paper", {}),
+# paper with --bf16: the kept bf16 output layer (nnlm.neural.kept_bf16) is rebuilt from the checkpoint's weights
+@pytest.mark.parametrize("recipe, extra", [("modern", {}), ("paper", {}), ("paper", {"bf16": True}),
                                            ("adaptive", {"min_improvement": 0.5, "patience": 10})])
 def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, recipe, extra):
     epochs = 4
@@ -87,7 +88,7 @@ def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, reci
     cmd = [sys.executable, "-m", "nnlm", "train", "--corpus", str(rand_dir), "--out", str(killed),
            "--recipe", recipe, "--epochs", str(epochs), "--checkpoint-minutes", "0.0005", "--no-progress",
            "--preset", "mlp7", "--hidden", "8", "--features", "4", "--batch-size", "16", "--threads", "1"]
-    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]
+    cmd += [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}" for k, v in extra.items()]
     env = os.environ | {"PYTHONPATH": str(REPO / "src")}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     state_file = killed / "state.json"

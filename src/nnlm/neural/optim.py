@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from nnlm.errors import NnlmError
+from nnlm.neural.kept_bf16 import KeptOutput
 from nnlm.neural.model import NPLM
 
 
@@ -18,17 +19,24 @@ class PaperSGD:
     the batch-start parameters: step eps_t x (sum of the B gradients), decay (1 - eps_t lambda)^B.
     The loss handed to backward() is the batch *mean*, hence the factor B below."""
 
-    def __init__(self, net: NPLM, lr: float, lr_decay: float, weight_decay: float) -> None:
+    def __init__(self, net: NPLM, lr: float, lr_decay: float, weight_decay: float,
+                 kept: KeptOutput | None = None) -> None:
         self.net, self.lr, self.lr_decay, self.weight_decay = net, lr, lr_decay, weight_decay
+        self.kept = kept  # the output weights updated from their bf16 gradient in one pass (nnlm.neural.kept_bf16)
 
     @torch.no_grad()
     def step(self, examples_seen: int, batch: int) -> None:
         eps = self.lr / (1.0 + self.lr_decay * examples_seen)
         shrink = (1.0 - eps * self.weight_decay) ** batch
+        kept = self.kept
         for p in self.net.decayed_parameters():
-            p.mul_(shrink).add_(p.grad, alpha=-eps * batch)
+            if kept is None or not kept.owns(p):
+                p.mul_(shrink).add_(p.grad, alpha=-eps * batch)
         for p in self.net.bias_parameters():
-            p.add_(p.grad, alpha=-eps * batch)
+            if kept is None or not kept.owns(p):
+                p.add_(p.grad, alpha=-eps * batch)
+        if kept is not None:
+            kept.step(shrink, -eps * batch)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {}  # stateless: eps_t is a function of the examples seen, which state.json holds

@@ -23,6 +23,7 @@ from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import SessionOptions, run_part, session_options
 from nnlm.neural.feature_init import add_class_pull, feature_classes, tie_rows_to_classes
+from nnlm.neural.kept_bf16 import KeptLoss, keeps_bf16
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net
 from nnlm.neural.optim import Adam, PaperSGD
@@ -96,30 +97,35 @@ def build_optimizer(net: torch.nn.Module, recipe: Recipe, lr: float) -> PaperSGD
     return Adam(net, lr, recipe.weight_decay)
 
 
-def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
+def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = False,
+              one_process: bool = False) -> tuple[Callable[..., torch.Tensor], Any]:
     """The loss and optimizer of a --loss full run in one process or a Hogwild worker: `batch_loss` and
     the recipe's optimizer; for a class-factored net with an Adam recipe, `ClassRowLoss` and RowAdam,
     which update only the rows a batch touched (its context words' C rows, its present classes' word
     rows): dense Adam over the |V|-row parameters was most of a step at a large vocabulary
     (docs/experiments/class-output.md, "Row-wise Adam"). ddp keeps dense Adam: DistributedDataParallel
-    sums dense gradients."""
+    sums dense gradients. The paper's SGD in bf16 in one CPU process keeps a bf16 copy of the output
+    weights and updates it with the master in one pass (`KeptLoss`, nnlm.neural.kept_bf16)."""
     if net.config.output_classes and recipe.optimizer == "adam":
         from nnlm.neural.class_output import ClassRowLoss
 
         loss = ClassRowLoss()
         return loss, RowAdam(net, loss, lr, recipe.weight_decay)
+    if keeps_bf16(net, recipe.optimizer, bf16, one_process):
+        kept_loss = KeptLoss(net)
+        return kept_loss, PaperSGD(net, lr, recipe.lr_decay, recipe.weight_decay, kept=kept_loss.kept)
     return batch_loss, build_optimizer(net, recipe, lr)
 
 
 def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: torch.device,
-               lr: float) -> tuple[Callable[..., torch.Tensor], Any]:
+               lr: float, one_process: bool = False) -> tuple[Callable[..., torch.Tensor], Any]:
     """The run's batch loss and the one optimizer that goes with it: `full_loss` for the full softmax
     (and the class-factored output); the sampled loss and RowAdam (Adam on the rows a batch touched)
     for sampled / nce. Called before a resume loads its checkpoint, which then replaces the sampled
     runs' initial b."""
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
-        return full_loss(net, run.training_recipe, lr)
+        return full_loss(net, run.training_recipe, lr, run.bf16, one_process)
     energy, words = net.config.energy, net.config.vocab_size  # energy net (nnlm.neural.energy): b enters as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss
@@ -148,7 +154,7 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)
-    loss_fn, optimizer = build_loss(run, net, corpus, device, run.learning_rate)
+    loss_fn, optimizer = build_loss(run, net, corpus, device, run.learning_rate, one_process=spec.name == "single")
     state = ck.load_training_state(out, net, optimizer) if resume else None
     words = net.config.vocab_size  # |V|: the run's vocabulary is the net's output (run.json checked it)
     if state is None and net.config.output_classes:  # a fresh class-factored net: the run's classes

@@ -1,0 +1,130 @@
+"""The paper's SGD on a kept bf16 output layer (`nnlm.neural.kept_bf16`): the same update as the plain
+bf16 path, the bf16 copy always the master rounded, refreshed when anything else changes a master, and
+chosen for exactly the runs it fits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nnlm.neural.batches import batch_loss, update
+from nnlm.neural.kept_bf16 import KeptLoss, KeptOutput, keeps_bf16, sgd_keep_bf16
+from nnlm.neural.model import NPLM
+from nnlm.neural.model_config import ModelConfig
+from nnlm.neural.optim import PaperSGD
+from nnlm.neural.pipeline import full_loss
+from nnlm.neural.recipes import RECIPES
+
+
+def net_pair(direct: bool = True, hidden: int = 20, seed: int = 0) -> tuple[NPLM, NPLM]:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=300, order=4, features=12, hidden=hidden, direct=direct)
+    a = NPLM(cfg)
+    b = NPLM(cfg)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def kept_copy(net: NPLM, width: int) -> torch.Tensor:
+    """[W, U, b, 0 ...] of `net` rounded to bf16, `width` columns."""
+    parts = [w.detach() for w in (net.W, net.U) if w is not None] + [net.b.detach()[:, None]]
+    copy = torch.cat(parts, 1)
+    assert width % 32 == 0 and width > copy.shape[1]
+    return torch.nn.functional.pad(copy, (0, width - copy.shape[1])).to(torch.bfloat16)
+
+
+def batches(steps: int, v: int = 300, batch: int = 48, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        yield torch.randint(0, v, (batch, 3), generator=g), torch.randint(0, v, (batch,), generator=g)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=40),
+       st.floats(0.5, 1.0, width=32), st.floats(-1.0, 1.0, width=32))
+def test_kernel_is_decay_then_step_in_fp32_and_the_copy_is_the_cast(values, shrink, step):
+    p = torch.tensor(values, dtype=torch.float32)[None, :]
+    g = torch.flip(p, [1]).to(torch.bfloat16)  # any bf16 gradient: the same values, reversed
+    expected = (p * shrink) + (g.float() * step)
+    w16 = torch.zeros_like(p, dtype=torch.bfloat16)
+    got = p.clone()
+    sgd_keep_bf16(got.numpy(), g.view(torch.int16).numpy().view(np.uint16),
+                  w16.view(torch.int16).numpy().view(np.uint16), 0, np.float32(shrink), np.float32(step))
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+    cast = got.to(torch.bfloat16)  # round to nearest-even, as every cast of the plain path rounds
+    same = (w16.view(torch.int16) == cast.view(torch.int16)) | (torch.isnan(w16) & torch.isnan(cast))
+    assert bool(same.all()), (got, w16, cast)
+
+
+def test_rounding_ties_go_to_even_like_torch():
+    bits = torch.tensor([0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F7FFFFF, 0x00008000, 0x80018000],
+                        dtype=torch.int64).to(torch.int32)
+    p = bits.view(torch.float32)[None, :].clone()
+    w16 = torch.empty_like(p, dtype=torch.bfloat16)
+    zero = torch.zeros_like(w16)
+    sgd_keep_bf16(p.numpy(), zero.view(torch.int16).numpy().view(np.uint16),
+                  w16.view(torch.int16).numpy().view(np.uint16), 0, np.float32(1.0), np.float32(0.0))
+    assert torch.equal(w16.view(torch.int16), p.to(torch.bfloat16).view(torch.int16))
+
+
+@pytest.mark.parametrize("direct, hidden", [(True, 20), (False, 20), (True, 0)])
+def test_kept_training_follows_the_plain_bf16_path(direct, hidden):
+    """The same first loss; after one step C, H, d to the bit (their gradients are the same computation)
+    and W, U, b within bf16 rounding of their gradient (b's now comes out of the product, rounded like
+    W's); after 15 steps every weight within that; the bf16 copy stays the masters rounded, zeros after."""
+    a, b = net_pair(direct, hidden)
+    start = {name: p.detach().clone() for name, p in a.named_parameters()}
+    kept_loss = KeptLoss(a)
+    opt_a = PaperSGD(a, 0.1, 1e-8, 1e-4, kept=kept_loss.kept)
+    opt_b = PaperSGD(b, 0.1, 1e-8, 1e-4)
+    for step, (ctx, tgt) in enumerate(batches(15)):
+        la, lb = kept_loss(a, ctx, tgt), batch_loss(b, ctx, tgt, True)
+        if step == 0:
+            assert la.item() == lb.item()
+        update(a, opt_a, la, step * 48, 48)
+        update(b, opt_b, lb, step * 48, 48)
+        pb = dict(b.named_parameters())
+        for name, p in a.named_parameters():
+            moved_a, moved_b = p.detach() - start[name], pb[name].detach() - start[name]
+            if step == 0 and name not in ("W", "U", "b"):
+                assert torch.equal(moved_a, moved_b), name
+            elif step == 0:  # one bf16 rounding of the gradient (b: 2^-8 of its step, W and U: 1 fp32 ulp)
+                assert (moved_a - moved_b).abs().max() <= 2 ** -8 * moved_b.abs().max() + 1e-7, name
+            else:
+                assert (moved_a - moved_b).norm() <= 0.01 * moved_b.norm(), name
+    assert all(p.grad is None for p in kept_loss.kept.masters)  # their gradient went to the kept buffer
+    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.w16.shape[1]))
+
+
+def test_a_master_changed_elsewhere_is_copied_again_before_the_next_product():
+    a, b = net_pair()
+    kept_loss = KeptLoss(a)
+    ctx, tgt = next(batches(1))
+    kept_loss(a, ctx, tgt)
+    with torch.no_grad():
+        a.W.mul_(3.0)  # what a test or a tool might do
+    a.load_state_dict(a.state_dict() | {"U": b.U.detach() * 0.5})  # and what a resumed checkpoint does
+    assert kept_loss(a, ctx, tgt).item() == batch_loss(a, ctx, tgt, True).item()
+    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.w16.shape[1]))
+
+
+def test_a_step_without_a_backward_pass_is_refused():
+    a, _ = net_pair()
+    kept = KeptOutput([a.W, a.U], a.b)
+    with pytest.raises(RuntimeError, match="no gradient"):
+        kept.step(1.0, -0.1)
+
+
+def test_the_kept_path_is_chosen_for_paper_sgd_in_bf16_in_one_cpu_process_only():
+    a, _ = net_pair()
+    paper, modern = RECIPES["paper"], RECIPES["modern"]
+    loss, opt = full_loss(a, paper, 0.1, bf16=True, one_process=True)
+    assert isinstance(loss, KeptLoss) and opt.kept is loss.kept
+    for recipe, bf16, one in [(paper, False, True), (paper, True, False), (modern, True, True)]:
+        loss, opt = full_loss(a, recipe, 0.1, bf16=bf16, one_process=one)
+        assert not isinstance(loss, KeptLoss) and getattr(opt, "kept", None) is None
+    torch.manual_seed(0)
+    bias_only = NPLM(ModelConfig(vocab_size=30, order=3, features=4, hidden=0, direct=False))
+    assert not keeps_bf16(bias_only, "paper-sgd", True, True)  # y = b: no product to keep
