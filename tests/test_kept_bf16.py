@@ -18,10 +18,12 @@ from nnlm.neural.pipeline import full_loss
 from nnlm.neural.recipes import RECIPES
 
 
-def net_pair(direct: bool = True, hidden: int = 20, seed: int = 0) -> tuple[NPLM, NPLM]:
+def net_pair(direct: bool = True, hidden: int = 20, seed: int = 0, class_context: int = 0) -> tuple[NPLM, NPLM]:
     torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=300, order=4, features=12, hidden=hidden, direct=direct)
+    cfg = ModelConfig(vocab_size=300, order=4, features=12, hidden=hidden, direct=direct, class_context=class_context)
     a = NPLM(cfg)
+    if class_context:
+        a.set_context_classes(torch.arange(300) % class_context, unknown=0)
     b = NPLM(cfg)
     b.load_state_dict(a.state_dict())
     return a, b
@@ -69,12 +71,13 @@ def test_rounding_ties_go_to_even_like_torch():
     assert torch.equal(w16.view(torch.int16), p.to(torch.bfloat16).view(torch.int16))
 
 
-@pytest.mark.parametrize("direct, hidden", [(True, 20), (False, 20), (True, 0)])
-def test_kept_training_follows_the_plain_bf16_path(direct, hidden):
-    """The same first loss; after one step C, H, d to the bit (their gradients are the same computation)
-    and W, U, b within bf16 rounding of their gradient (b's now comes out of the product, rounded like
-    W's); after 15 steps every weight within that; the bf16 copy stays the masters rounded, zeros after."""
-    a, b = net_pair(direct, hidden)
+@pytest.mark.parametrize("direct, hidden, class_context", [(True, 20, 0), (False, 20, 0), (True, 0, 0), (True, 20, 5)])
+def test_kept_training_follows_the_plain_bf16_path(direct, hidden, class_context):
+    """The same first loss; after one step H, d to the bit (their gradients are the same computation), C
+    to fp32 rounding (its touched rows added one by one) and W, U, b within bf16 rounding of their
+    gradient (b's now comes out of the product, rounded like W's); after 15 steps every weight within
+    1% of its move; the bf16 copy stays the masters rounded, zeros after."""
+    a, b = net_pair(direct, hidden, class_context=class_context)
     start = {name: p.detach().clone() for name, p in a.named_parameters()}
     kept_loss = KeptLoss(a)
     opt_a = PaperSGD(a, 0.1, 1e-8, 1e-4, kept=kept_loss.kept)
@@ -88,8 +91,10 @@ def test_kept_training_follows_the_plain_bf16_path(direct, hidden):
         pb = dict(b.named_parameters())
         for name, p in a.named_parameters():
             moved_a, moved_b = p.detach() - start[name], pb[name].detach() - start[name]
-            if step == 0 and name not in ("W", "U", "b"):
+            if step == 0 and name in ("H", "d", "P"):
                 assert torch.equal(moved_a, moved_b), name
+            elif step == 0 and name == "C":  # its rows' gradients added one by one (sparse), not summed first
+                torch.testing.assert_close(p, pb[name], rtol=1e-6, atol=1e-9)
             elif step == 0:  # one bf16 rounding of the gradient (b: 2^-8 of its step, W and U: 1 fp32 ulp)
                 assert (moved_a - moved_b).abs().max() <= 2 ** -8 * moved_b.abs().max() + 1e-7, name
             else:

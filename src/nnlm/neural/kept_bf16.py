@@ -168,7 +168,8 @@ class KeptLoss:
         self.kept = KeptOutput([w for w in (net.W, net.U) if w is not None], net.b)
 
     def __call__(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool = True) -> torch.Tensor:
-        zs, _ = net.output_operands(contexts)
+        x = net.embed(contexts, net.C, sparse=True)  # (C's gradient: its touched rows; PaperSGD adds them)
+        zs, _ = net.output_operands_from_features(x)
         z = torch.cat([zi.to(torch.bfloat16) for zi in zs], dim=1)
         return _KeptSoftmaxCrossEntropy.apply(z, targets, self.kept)
 

@@ -77,10 +77,11 @@ class NPLMParameters(nn.Module):
         """x: [N, n-1] word ids -> [N, input_size] feature vectors (see `embed`)."""
         return self.embed(contexts, self.C)
 
-    def embed(self, contexts: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    def embed(self, contexts: torch.Tensor, table: torch.Tensor, sparse: bool = False) -> torch.Tensor:
         """x from the rows of `table` (C, or C with unknown words' features) that `contexts` [N, n-1] index;
-        with class-pair features, the last two context words' pair's row of P appended."""
-        x = self.context_input(F.embedding(contexts, table))
+        with class-pair features, the last two context words' pair's row of P appended. `sparse`: the
+        table's gradient as the rows the contexts touched (a sparse tensor), not a dense |V| x m one."""
+        x = self.context_input(F.embedding(contexts, table, sparse=sparse))
         if self.P is None:
             return x
         return torch.cat([x, F.embedding(self.class_pairs(contexts), self.P)], dim=1)
