@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from nnlm.errors import NnlmError
-from nnlm.neural.kept_bf16 import KeptOutput
+from nnlm.neural.kept_output import KeptOutput
 from nnlm.neural.model import NPLM
 
 
@@ -22,7 +22,7 @@ class PaperSGD:
     def __init__(self, net: NPLM, lr: float, lr_decay: float, weight_decay: float,
                  kept: KeptOutput | None = None) -> None:
         self.net, self.lr, self.lr_decay, self.weight_decay = net, lr, lr_decay, weight_decay
-        self.kept = kept  # the output weights updated from their bf16 gradient in one pass (nnlm.neural.kept_bf16)
+        self.kept = kept  # the output weights and their copy updated in one pass (nnlm.neural.kept_output)
 
     @torch.no_grad()
     def step(self, examples_seen: int, batch: int) -> None:

@@ -23,7 +23,7 @@ from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import SessionOptions, run_part, session_options
 from nnlm.neural.feature_init import add_class_pull, feature_classes, tie_rows_to_classes
-from nnlm.neural.kept_bf16 import KeptLoss, keeps_bf16
+from nnlm.neural.kept_output import KeptLoss, keeps_output
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net
 from nnlm.neural.optim import Adam, PaperSGD
@@ -104,15 +104,15 @@ def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = Fals
     which update only the rows a batch touched (its context words' C rows, its present classes' word
     rows): dense Adam over the |V|-row parameters was most of a step at a large vocabulary
     (docs/experiments/class-output.md, "Row-wise Adam"). ddp keeps dense Adam: DistributedDataParallel
-    sums dense gradients. The paper's SGD in bf16 in one CPU process keeps a bf16 copy of the output
-    weights and updates it with the master in one pass (`KeptLoss`, nnlm.neural.kept_bf16)."""
+    sums dense gradients. The paper's SGD in one CPU process keeps a copy of the output weights side by
+    side and updates it with the masters in one pass (`KeptLoss`, nnlm.neural.kept_output)."""
     if net.config.output_classes and recipe.optimizer == "adam":
         from nnlm.neural.class_output import ClassRowLoss
 
         loss = ClassRowLoss()
         return loss, RowAdam(net, loss, lr, recipe.weight_decay)
-    if keeps_bf16(net, recipe.optimizer, bf16, one_process):
-        kept_loss = KeptLoss(net)
+    if keeps_output(net, recipe.optimizer, one_process):
+        kept_loss = KeptLoss(net, torch.bfloat16 if bf16 else torch.float32)
         return kept_loss, PaperSGD(net, lr, recipe.lr_decay, recipe.weight_decay, kept=kept_loss.kept)
     return batch_loss, build_optimizer(net, recipe, lr)
 

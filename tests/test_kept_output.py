@@ -1,6 +1,6 @@
-"""The paper's SGD on a kept bf16 output layer (`nnlm.neural.kept_bf16`): the same update as the plain
-bf16 path, the bf16 copy always the master rounded, refreshed when anything else changes a master, and
-chosen for exactly the runs it fits."""
+"""The paper's SGD on a kept output layer (`nnlm.neural.kept_output`): the same update as the plain bf16
+and fp32 paths up to rounding, the copy always the masters (rounded to bf16), refreshed when anything
+else changes a master, and chosen for exactly the runs it fits."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnlm.neural.batches import batch_loss, update
-from nnlm.neural.kept_bf16 import KeptLoss, KeptOutput, keeps_bf16, sgd_keep_bf16
+from nnlm.neural.kept_output import KeptLoss, KeptOutput, keeps_output, sgd_keep_bf16, sgd_keep_f32
 from nnlm.neural.model import NPLM
 from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.optim import PaperSGD
@@ -29,12 +29,12 @@ def net_pair(direct: bool = True, hidden: int = 20, seed: int = 0, class_context
     return a, b
 
 
-def kept_copy(net: NPLM, width: int) -> torch.Tensor:
-    """[W, U, b, 0 ...] of `net` rounded to bf16, `width` columns."""
+def kept_copy(net: NPLM, width: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """[W, U, b, 0 ...] of `net` in `dtype` (rounded to bf16), `width` columns."""
     parts = [w.detach() for w in (net.W, net.U) if w is not None] + [net.b.detach()[:, None]]
     copy = torch.cat(parts, 1)
-    assert width % 32 == 0 and width > copy.shape[1]
-    return torch.nn.functional.pad(copy, (0, width - copy.shape[1])).to(torch.bfloat16)
+    assert width % (32 if dtype == torch.bfloat16 else 8) == 0 and width > copy.shape[1]
+    return torch.nn.functional.pad(copy, (0, width - copy.shape[1])).to(dtype)
 
 
 def batches(steps: int, v: int = 300, batch: int = 48, seed: int = 1):
@@ -71,6 +71,16 @@ def test_rounding_ties_go_to_even_like_torch():
     assert torch.equal(w16.view(torch.int16), p.to(torch.bfloat16).view(torch.int16))
 
 
+def test_the_fp32_kernel_is_decay_then_step_and_copies_the_result():
+    torch.manual_seed(0)
+    p, g = torch.randn(7, 5), torch.randn(7, 9)
+    copy = torch.zeros(7, 9)
+    expected = p * 0.99 + g[:, 3:8] * -0.25
+    sgd_keep_f32(p.numpy(), g.numpy(), copy.numpy(), 3, np.float32(0.99), np.float32(-0.25))
+    assert torch.equal(p, expected) and torch.equal(copy[:, 3:8], expected)
+    assert not copy[:, :3].any() and not copy[:, 8:].any()
+
+
 @pytest.mark.parametrize("direct, hidden, class_context", [(True, 20, 0), (False, 20, 0), (True, 0, 0), (True, 20, 5)])
 def test_kept_training_follows_the_plain_bf16_path(direct, hidden, class_context):
     """The same first loss; after one step H, d to the bit (their gradients are the same computation), C
@@ -100,7 +110,28 @@ def test_kept_training_follows_the_plain_bf16_path(direct, hidden, class_context
             else:
                 assert (moved_a - moved_b).norm() <= 0.01 * moved_b.norm(), name
     assert all(p.grad is None for p in kept_loss.kept.masters)  # their gradient went to the kept buffer
-    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.w16.shape[1]))
+    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.copy.shape[1]))
+
+
+@pytest.mark.parametrize("direct, hidden", [(True, 20), (False, 20), (True, 0)])
+def test_kept_fp32_training_follows_the_plain_fp32_path(direct, hidden):
+    """fp32: the same losses and moves to fp32 rounding (b inside the product, -log softmax for
+    log-softmax, C's rows added one by one); the copy is the masters themselves."""
+    a, b = net_pair(direct, hidden)
+    start = {name: p.detach().clone() for name, p in a.named_parameters()}
+    kept_loss = KeptLoss(a, torch.float32)
+    opt_a = PaperSGD(a, 0.1, 1e-8, 1e-4, kept=kept_loss.kept)
+    opt_b = PaperSGD(b, 0.1, 1e-8, 1e-4)
+    for step, (ctx, tgt) in enumerate(batches(15)):
+        la, lb = kept_loss(a, ctx, tgt, False), batch_loss(b, ctx, tgt, False)
+        assert abs(la.item() - lb.item()) <= 1e-5 * lb.item(), step
+        update(a, opt_a, la, step * 48, 48)
+        update(b, opt_b, lb, step * 48, 48)
+    pb = dict(b.named_parameters())
+    for name, p in a.named_parameters():
+        moved_a, moved_b = p.detach() - start[name], pb[name].detach() - start[name]
+        assert (moved_a - moved_b).norm() <= 1e-4 * moved_b.norm(), name
+    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.copy.shape[1], torch.float32))
 
 
 def test_a_master_changed_elsewhere_is_copied_again_before_the_next_product():
@@ -112,7 +143,7 @@ def test_a_master_changed_elsewhere_is_copied_again_before_the_next_product():
         a.W.mul_(3.0)  # what a test or a tool might do
     a.load_state_dict(a.state_dict() | {"U": b.U.detach() * 0.5})  # and what a resumed checkpoint does
     assert kept_loss(a, ctx, tgt).item() == batch_loss(a, ctx, tgt, True).item()
-    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.w16.shape[1]))
+    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.copy.shape[1]))
 
 
 def test_a_step_without_a_backward_pass_is_refused():
@@ -122,14 +153,15 @@ def test_a_step_without_a_backward_pass_is_refused():
         kept.step(1.0, -0.1)
 
 
-def test_the_kept_path_is_chosen_for_paper_sgd_in_bf16_in_one_cpu_process_only():
+def test_the_kept_path_is_chosen_for_paper_sgd_in_one_cpu_process_only():
     a, _ = net_pair()
     paper, modern = RECIPES["paper"], RECIPES["modern"]
-    loss, opt = full_loss(a, paper, 0.1, bf16=True, one_process=True)
-    assert isinstance(loss, KeptLoss) and opt.kept is loss.kept
-    for recipe, bf16, one in [(paper, False, True), (paper, True, False), (modern, True, True)]:
+    for bf16, dtype in [(True, torch.bfloat16), (False, torch.float32)]:
+        loss, opt = full_loss(a, paper, 0.1, bf16=bf16, one_process=True)
+        assert isinstance(loss, KeptLoss) and opt.kept is loss.kept and loss.kept.dtype == dtype
+    for recipe, bf16, one in [(paper, True, False), (paper, False, False), (modern, True, True)]:
         loss, opt = full_loss(a, recipe, 0.1, bf16=bf16, one_process=one)
-        assert not isinstance(loss, KeptLoss) and getattr(opt, "kept", None) is None
+        assert not isinstance(loss, KeptLoss) and getattr(opt, "kept", None) is None, (recipe.name, bf16, one)
     torch.manual_seed(0)
     bias_only = NPLM(ModelConfig(vocab_size=30, order=3, features=4, hidden=0, direct=False))
-    assert not keeps_bf16(bias_only, "paper-sgd", True, True)  # y = b: no product to keep
+    assert not keeps_output(bias_only, "paper-sgd", True)  # y = b: no product to keep

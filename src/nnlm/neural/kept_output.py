@@ -1,0 +1,203 @@
+"""The paper's SGD in one CPU process with the output layer kept side by side (`--loss full --recipe paper`).
+
+Why: a full-softmax step is three [B, K] x [K, |V|] products and the passes over [B, |V|] and over the
+|V| x K output weights around them; with bf16 products (AMX, AVX-512 BF16) the products are no longer
+what the step waits on. The plain paths cast the fp32 W and U to bf16 for every forward product (bf16)
+or multiply them one by one and add b (fp32), cast the gradients back, update each weight in two
+passes (decay, then the step), sum [B, |V|] for b's gradient, fill and add a dense |V| x m gradient of
+C, and allocate their [B, |V|] tensors afresh each step: MLP1's bf16 step ran at 30% of the bf16
+roofline on the AMX host (docs/performance.md). Here:
+
+- `KeptOutput` holds [W, U, b] side by side in the compute dtype (bf16, or fp32) for as long as
+  training runs, padded to a width the matrix units like; the products read it directly (no cast, no
+  copy), and b rides in the product as the column that multiplies a 1 (no bias add, no sum over [B, |V|]);
+- the backward product writes the gradient of [W, U, b] into one buffer that lives as long, and the
+  logits (softmax in place, then their gradient in place) and z's gradient go to buffers kept too;
+- `sgd_keep_bf16` / `sgd_keep_f32` apply the paper's update to the fp32 masters from that gradient and
+  write the new copy in the same pass (12 / 16 bytes a weight);
+- C's gradient is the rows the batch touched (`NPLM.embed(..., sparse=True)`), which PaperSGD adds
+  after decaying C.
+
+The arithmetic is the plain path's up to rounding: b's gradient comes out of the product (in bf16 it is
+rounded like W's, where the plain path summed it in fp32), C's rows are added one by one, and the loss is
+-log of the softmax rather than log-softmax. The masters are decayed, then stepped, in fp32; a bf16 copy
+is the master rounded to nearest-even, as a cast would round it. A change to a master made by anything
+else (a checkpoint loaded, a test that edits a weight) bumps the tensor's version counter, and the next
+forward pass copies the masters again; the kernels write through NumPy views, which do not.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+from nnlm.neural.model import NPLM
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def sgd_keep_bf16(p, g16, w16, first, shrink, step):
+    """p <- p shrink + step g (fp32; g the bf16 gradient, as uint16 bits) and w16 <- bf16(p), rounded to
+    nearest-even (a NaN stays a quiet NaN), for every cell of p [R, D] and of columns first .. first + D
+    of g16, w16 [R, K]. The inner loop runs over one row's contiguous slices, in SIMD lanes: on column
+    views of g16, w16 (or with 2-D indexing) it did not, and took 4x as long."""
+    rows, cols = p.shape
+    for i in range(rows):
+        pr, gr, wr = p[i], g16[i, first:first + cols], w16[i, first:first + cols]
+        for j in range(cols):
+            grad = np.uint32(np.uint32(gr[j]) << np.uint32(16)).view(np.float32)
+            x = np.float32(np.float32(pr[j] * shrink) + np.float32(step * grad))
+            pr[j] = x
+            bits = x.view(np.uint32)
+            rounded = np.uint32(bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+            wr[j] = np.uint16(0x7FC0) if x != x else np.uint16(rounded)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def sgd_keep_f32(p, g, copy, first, shrink, step):
+    """`sgd_keep_bf16` with an fp32 gradient and copy: p <- p shrink + step g, copy <- p."""
+    rows, cols = p.shape
+    for i in range(rows):
+        pr, gr, cr = p[i], g[i, first:first + cols], copy[i, first:first + cols]
+        for j in range(cols):
+            x = np.float32(np.float32(pr[j] * shrink) + np.float32(step * gr[j]))
+            pr[j] = x
+            cr[j] = x
+
+
+def _cells(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's cells as a NumPy view of the same memory (bf16 as its uint16 bits)."""
+    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
+# the kept layer's width is a multiple of this: AMX multiplies bf16 in tiles 32 wide (MLP1's three
+# products: 7.6 ms at width 320, 9.2 ms at its 290); fp32 products run best at a multiple of 8 (41.5 ms at
+# 296; 45.9 at 320) -- AMX host, one thread
+TILE = {torch.bfloat16: 32, torch.float32: 8}
+
+
+class KeptOutput:
+    """[W, U, b] side by side in `dtype` (b as one more column, zeros after it up to a multiple of TILE),
+    kept in step with the fp32 master weights, and the gradient buffer of the same shape.
+
+    With z' = [z, 1, 0 ...] the logits are z' copy^T: one product, the bias inside it, and b's gradient
+    the column of the backward product that multiplies the 1s (no sum over [B, |V|]). The padding costs
+    no result (zeros times zeros) and buys speed (TILE).
+
+    `weights()` is the [|V|, width] operand of the loss's products (copied again from the masters if
+    something else changed one); `grad` receives the loss's backward product; `step` is the paper's
+    update of the masters from `grad` (decay on W and U, not on b), writing the copy in the same pass."""
+
+    def __init__(self, decayed: list[torch.Tensor], bias: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> None:
+        masters = [*decayed, bias]
+        if any(m.device.type != "cpu" or m.dtype != torch.float32 for m in masters):
+            raise ValueError("KeptOutput keeps fp32 CPU weights")
+        self.decayed, self.bias, self.masters = decayed, bias, masters
+        self.inputs = sum(m.shape[1] for m in decayed)  # K: the width of z
+        if dtype not in TILE:
+            raise ValueError("KeptOutput keeps a bf16 or an fp32 copy")
+        rows, width = bias.shape[0], -(-(self.inputs + 1) // TILE[dtype]) * TILE[dtype]
+        self.dtype = dtype
+        self.copy = torch.zeros(rows, width, dtype=dtype)
+        self.grad = torch.zeros(rows, width, dtype=dtype)
+        self.first, lo = [], 0
+        for m in decayed:
+            self.first.append(lo)
+            lo += m.shape[1]
+        self.first.append(lo)  # b's column
+        self.versions: list[int] | None = None
+        self.has_grad = False
+        self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # logits [B, |V|] and grad z' [B, width]
+
+    def batch_buffers(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's [batch, |V|] logits (softmax in place, then the logits' gradient in place) and its
+        [batch, width] gradient of z', allocated once: a fresh 9 MB tensor a step is fresh pages a step,
+        which the kernel then faults in; in MLP1's step that doubled the time of the products and the softmax."""
+        if self.buffers is None or len(self.buffers[0]) < batch:
+            self.buffers = (torch.empty(batch, len(self.copy), dtype=self.dtype),
+                            torch.empty(batch, self.copy.shape[1], dtype=self.dtype))
+        return self.buffers[0][:batch], self.buffers[1][:batch]
+
+    @staticmethod
+    def _matrix(m: torch.Tensor) -> torch.Tensor:
+        return m.detach().reshape(len(m), -1)  # (b as one column)
+
+    def weights(self) -> torch.Tensor:
+        if self.versions != [m._version for m in self.masters]:
+            with torch.no_grad():
+                for m, first in zip(self.masters, self.first, strict=True):
+                    matrix = self._matrix(m)
+                    self.copy[:, first:first + matrix.shape[1]].copy_(matrix)
+            self.versions = [m._version for m in self.masters]
+        return self.copy
+
+    def extended(self, z: torch.Tensor) -> torch.Tensor:
+        """z' = [z, 1, 0 ...] [B, width]: the operand that multiplies the copy (z is [B, K] in its dtype)."""
+        out = torch.zeros(len(z), self.copy.shape[1], dtype=z.dtype)
+        out[:, :self.inputs] = z
+        out[:, self.inputs] = 1
+        return out
+
+    def owns(self, p: torch.Tensor) -> bool:
+        return any(p is m for m in self.masters)
+
+    @torch.no_grad()
+    def step(self, shrink: float, step: float) -> None:
+        """The update of every master from `grad` (left by the last backward pass), the copy with it:
+        W, U decayed by `shrink` then stepped, b stepped."""
+        if not self.has_grad:
+            raise RuntimeError("KeptOutput.step: no gradient since the last step (backward did not run)")
+        self.weights()  # (the copy is current before the kernel writes it)
+        grad, copy = _cells(self.grad), _cells(self.copy)
+        kernel = sgd_keep_bf16 if self.dtype == torch.bfloat16 else sgd_keep_f32
+        for m, first in zip(self.masters, self.first, strict=True):
+            decay = shrink if m is not self.bias else 1.0
+            kernel(self._matrix(m).numpy(), grad, copy, first, np.float32(decay), np.float32(step))
+        self.has_grad = False
+
+
+class _KeptSoftmaxCrossEntropy(torch.autograd.Function):
+    """`softmax_loss._SoftmaxCrossEntropy` on the weights of a `KeptOutput` (b among them): the gradient
+    of W, U and b is written into the KeptOutput's buffer, for its own update, not returned to autograd."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, targets: torch.Tensor, kept: KeptOutput) -> torch.Tensor:
+        extended = kept.extended(z)
+        probs, _ = kept.batch_buffers(len(z))
+        torch.softmax(torch.mm(extended, kept.weights().t(), out=probs), dim=1, out=probs)
+        picked = probs.gather(1, targets[:, None])[:, 0]
+        ctx.save_for_backward(extended, probs, targets)
+        ctx.kept = kept
+        return -picked.float().log().mean()
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):
+        extended, probs, targets = ctx.saved_tensors
+        kept = ctx.kept
+        probs[torch.arange(len(targets)), targets] -= 1  # the summed loss's gradient w.r.t. the logits
+        scale = (grad_loss / len(targets)).to(extended.dtype)
+        _, grad_extended = kept.batch_buffers(len(targets))
+        grad_z = torch.mm(probs, kept.copy, out=grad_extended)[:, :kept.inputs].mul(scale)
+        torch.mm(probs.t(), extended.mul_(scale), out=kept.grad)
+        kept.has_grad = True
+        return grad_z, None, None
+
+
+class KeptLoss:
+    """The batch loss of a `--loss full` run with the paper's SGD in one CPU process: the output layer's
+    products on the kept [W, U, b] (`kept`, which `PaperSGD` then updates), in bf16 or fp32."""
+
+    def __init__(self, net: NPLM, dtype: torch.dtype = torch.bfloat16) -> None:
+        self.kept = KeptOutput([w for w in (net.W, net.U) if w is not None], net.b, dtype)
+
+    def __call__(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool = True) -> torch.Tensor:
+        x = net.embed(contexts, net.C, sparse=True)  # (C's gradient: its touched rows; PaperSGD adds them)
+        zs, _ = net.output_operands_from_features(x)
+        z = torch.cat([zi.to(self.kept.dtype) for zi in zs], dim=1)
+        return _KeptSoftmaxCrossEntropy.apply(z, targets, self.kept)
+
+
+def keeps_output(net: NPLM, optimizer: str, one_process: bool) -> bool:
+    """Whether a full-softmax run takes the kept path: the paper's SGD, one CPU process, a word output
+    layer with a product (W or U)."""
+    return (one_process and optimizer == "paper-sgd" and not net.config.output_classes
+            and (net.W is not None or net.U is not None) and net.b.device.type == "cpu")
