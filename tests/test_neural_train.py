@@ -76,7 +76,7 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
 
 
 # adaptive: every epoch a stall (min_improvement 0.5), so its learning rate halves each epoch (state.json's lr)
-# paper, in fp32 and with --bf16: the kept output layer (nnlm.neural.kept_output) is rebuilt from the checkpoint's weights
+# paper, in fp32 and with --bf16: the kept output layer (nnlm.neural.kept_output) is rebuilt from the checkpoint
 @pytest.mark.parametrize("recipe, extra", [("modern", {}), ("paper", {}), ("paper", {"bf16": True}),
                                            ("adaptive", {"min_improvement": 0.5, "patience": 10})])
 def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, recipe, extra):
