@@ -126,7 +126,10 @@ def main() -> int:
         differ += not ok
         print(f"{name:18s} {'identical' if ok else 'DIFFERENT: ' + ', '.join(k for k, v in same.items() if not v)}"
               f"  (checkpoint {cur['checkpoint'][:12]}, best valid ppl {cur['best']['valid_ppl']:.6f}, "
-              f"{cur['step']} steps)" + (f"; run.json differs in {', '.join(run_diff)}" if run_diff else ""))
+              f"{cur['step']} steps)" + (f"; run.json differs in {', '.join(run_diff)}" if run_diff else "")
+              + ("" if ok else f"; the reference: best valid ppl {ref['best']['valid_ppl']:.6f}, "
+                 f"history {[round(h['valid_ppl'], 6) for h in ref['history']]} against "
+                 f"{[round(h['valid_ppl'], 6) for h in cur['history']]}"))
     print(f"{len(names) - differ} of {len(names)} cases identical to {args.reference}")
     return 1 if differ else 0
 
