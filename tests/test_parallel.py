@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from nnlm.errors import NnlmError
 from nnlm.neural import distributed as dd
+from nnlm.neural import pipeline
 from nnlm.neural import train as tr
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.model import NPLM
@@ -261,18 +262,29 @@ def test_hogwild_trains_close_to_one_process(recipe, random_corpus, tmp_path):
     assert hog_ppl == pytest.approx(single_ppl, rel=0.15)
 
 
-def test_one_hogwild_worker_with_paper_sgd_is_the_single_process_bit_for_bit(random_corpus, tmp_path):
+def test_one_hogwild_worker_with_paper_sgd_is_the_single_process_bit_for_bit(random_corpus, tmp_path, monkeypatch):
     """Nothing races with one worker, so its batches, their order and its SGD updates must be the
     single process's exactly: the exact check behind the loose two-worker bound above. (Adam
-    and the sampled losses differ by design: per-worker row-wise moments and samples.)"""
+    and the sampled losses differ by design: per-worker row-wise moments and samples.) The single
+    process's paper SGD runs through the kept output layer (nnlm.neural.kept_output), the same
+    training up to fp32 rounding; the bit-for-bit comparison is with the plain path the workers run."""
     corpus_dir = tmp_path / "rand"
     options = {"recipe": "paper", "lr": 0.05, "epochs": 2}
-    single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
-                      log=lambda s: None)
+    kept = tr.train(tmp_path / "kept", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
+                    log=lambda s: None)
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "keeps_output", lambda *args: False)
+        single = tr.train(tmp_path / "one", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
+                          log=lambda s: None)
     hog = _train(tmp_path / "hog", corpus_dir, "hogwild", workers=1, **options)
     assert hog["best"] == single["best"] and hog["examples"] == single["examples"]
     one, two = _weights(tmp_path / "one"), _weights(tmp_path / "hog")
     assert set(one) == set(two) and all(torch.equal(one[name], two[name]) for name in one)
+    assert kept["examples"] == single["examples"]
+    assert abs(kept["best"]["valid_ppl"] - single["best"]["valid_ppl"]) <= 1e-5 * single["best"]["valid_ppl"]
+    three = _weights(tmp_path / "kept")
+    for name in one:
+        torch.testing.assert_close(three[name], one[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def _die_on_rank_1() -> None:
