@@ -28,7 +28,8 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        probs = torch.addmm(b.to(z.dtype), z, w.t()).softmax(dim=1)  # a new tensor: the logits are freed
+        probs = torch.addmm(b.to(z.dtype), z, w.t())
+        torch.softmax(probs, dim=1, out=probs)  # in place: the same values, one [B, |V|] tensor instead of two
         picked = probs.gather(1, targets[:, None])[:, 0]
         ctx.save_for_backward(z, w, probs, targets)
         ctx.b_dtype = b.dtype
