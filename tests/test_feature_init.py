@@ -116,3 +116,25 @@ def test_a_run_json_from_before_the_trigram_refinement_resumes_with_exchange_cla
     path.write_text(json.dumps(run))
     state = tr.train(tmp_path / "old", {"epochs": 2}, resume=True, progress=False, log=lambda s: None)
     assert state["epoch"] == 2
+
+
+def test_the_same_classes_are_clustered_once_a_process_and_handed_out_as_copies(gen_dir, monkeypatch):
+    """auto's evidence and the run's setup ask for the same classes: the second ask is remembered."""
+    import nnlm.neural.feature_init as fi
+    import nnlm.neural.output_clustering as oc
+
+    monkeypatch.setattr(fi, "_CLUSTERED", {})  # (nothing remembered from other tests in this process)
+    corpus = load_corpus(gen_dir, min_count=1)
+    v = len(corpus.vocab)
+    calls = []
+    clustering = oc.output_classes
+    monkeypatch.setattr(oc, "output_classes", lambda *args: calls.append(args[3]) or clustering(*args))
+    first = feature_classes(corpus.train, v, 6)
+    refined = feature_classes(corpus.train, v, 6, "trigram")
+    first[:] = 0  # a caller's copy; the remembered classes are not changed by it
+    again, refined_again = feature_classes(corpus.train, v, 6), feature_classes(corpus.train, v, 6, "trigram")
+    assert calls == [6] and again.max() > 0 and np.array_equal(refined, refined_again)
+    other = corpus.train.copy()
+    other[:2] = other[2:4]  # another text: clustered anew
+    feature_classes(other, v, 6)
+    assert calls == [6, 6]

@@ -35,6 +35,8 @@ puts the penalty back; its rows come from the checkpoint.
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import torch
 
@@ -66,17 +68,14 @@ def class_evidence(corpus, n_classes: int, limit: int) -> dict[str, float]:
     from nnlm.ngram.class_based import ClassNgram
     from nnlm.ngram.clusters import WordClasses
     from nnlm.ngram.kneser_ney import KneserNeyModel
-    from nnlm.ngram.trigram_clusters import MAX_CLASSES, refine_by_trigrams
-
-    exchange: dict[int, np.ndarray] = {}  # K -> the exchange classes, clustered once and refined from
+    from nnlm.ngram.trigram_clusters import MAX_CLASSES
 
     def class_trigram(k: int, classes: np.ndarray) -> float:
         model = ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False, clusters=WordClasses(classes, k))
         return perplexity(model, corpus, "valid")
 
     def exchange_trigram(k: int) -> float:
-        exchange[k] = feature_classes(corpus.train, len(corpus.vocab), k)
-        return class_trigram(k, exchange[k])
+        return class_trigram(k, feature_classes(corpus.train, len(corpus.vocab), k))
 
     words = perplexity(KneserNeyModel.fit(corpus.vocab, corpus.train, 3), corpus, "valid")
     tried = {n_classes: exchange_trigram(n_classes)}
@@ -89,7 +88,7 @@ def class_evidence(corpus, n_classes: int, limit: int) -> dict[str, float]:
     evidence = {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
                 "classes_tried": len(tried)}
     if best <= MAX_CLASSES:  # (the refinement's dense K^3 table)
-        refined = refine_by_trigrams(corpus.train, exchange[best], best)[0]
+        refined = feature_classes(corpus.train, len(corpus.vocab), best, "trigram")  # (from best's remembered ones)
         evidence["refined_class_trigram_valid"] = class_trigram(best, refined)
     return evidence
 
@@ -106,17 +105,30 @@ def classes_pay(evidence: dict[str, float]) -> bool:
     return evidence["class_trigram_valid"] < AUTO_MARGIN * evidence["kn_trigram_valid"]
 
 
+_CLUSTERED: dict[tuple[str, int, int, str], np.ndarray] = {}  # feature_classes' results in this process
+_CLUSTERED_MAX = 16
+
+
 def feature_classes(train: np.ndarray, vocab_size: int, n_classes: int, clustering: str = "exchange") -> np.ndarray:
     """classes[w] in 0 .. K-1: the exchange clustering of the training text; `clustering` "trigram": those
-    classes refined by the class trigram's likelihood (nnlm.ngram.trigram_clusters)."""
-    from nnlm.neural.output_clustering import output_classes
+    classes refined by the class trigram's likelihood (nnlm.ngram.trigram_clusters).
 
-    classes = output_classes("exchange", train, vocab_size, n_classes)
-    if clustering == "trigram":
-        from nnlm.ngram.trigram_clusters import refine_by_trigrams
+    Both are deterministic, and a new run asks for the same classes twice in one process (auto's evidence,
+    then the run's setup: ~8 s of clustering on gen-2k), so the results are remembered by the text's digest."""
+    key = (hashlib.blake2b(np.ascontiguousarray(train).view(np.uint8)).hexdigest(), vocab_size, n_classes, clustering)
+    if key not in _CLUSTERED:
+        if clustering == "trigram":
+            from nnlm.ngram.trigram_clusters import refine_by_trigrams
 
-        classes = refine_by_trigrams(train, classes, n_classes)[0]
-    return classes
+            classes = refine_by_trigrams(train, feature_classes(train, vocab_size, n_classes), n_classes)[0]
+        else:
+            from nnlm.neural.output_clustering import output_classes
+
+            classes = output_classes("exchange", train, vocab_size, n_classes)
+        if len(_CLUSTERED) >= _CLUSTERED_MAX:
+            _CLUSTERED.pop(next(iter(_CLUSTERED)))
+        _CLUSTERED[key] = classes
+    return _CLUSTERED[key].copy()
 
 
 def tied_parameters(net: torch.nn.Module) -> list[torch.nn.Parameter]:
