@@ -165,3 +165,25 @@ def test_the_kept_path_is_chosen_for_paper_sgd_in_one_cpu_process_only():
     torch.manual_seed(0)
     bias_only = NPLM(ModelConfig(vocab_size=30, order=3, features=4, hidden=0, direct=False))
     assert not keeps_output(bias_only, "paper-sgd", True)  # y = b: no product to keep
+
+
+def test_a_run_whose_rows_are_pulled_to_classes_keeps_the_plain_path(tmp_path):
+    """--init-features exchange pulls W's and U's rows through gradient hooks, which the kept layer's own
+    gradient would skip: such a run takes the plain path; the same run without the pull, the kept one."""
+    from nnlm.data.synthetic import write_corpus
+    from nnlm.neural.pipeline import prepare, trainer_spec
+
+    write_corpus(tmp_path / "gen", 3000, words=40, classes=5, seed=3)
+    base = {"corpus": str(tmp_path / "gen"), "preset": "mlp7", "order": 3, "hidden": 8, "features": 4,
+            "threads": 1, "recipe": "paper", "init_features": "exchange", "feature_classes": 5}
+    for pull, kept in [(None, False), (0.0, True)]:
+        setup = prepare(tmp_path / f"run-{pull}", base | {"class_pull": pull}, False, torch.device("cpu"),
+                        trainer_spec("single"))
+        assert isinstance(setup.loss_fn, KeptLoss) == kept, pull
+
+
+def test_a_kept_loss_refuses_a_net_whose_weights_it_does_not_keep():
+    a, b = net_pair()
+    ctx, tgt = next(batches(1))
+    with pytest.raises(RuntimeError, match="not the ones kept"):
+        KeptLoss(a)(b, ctx, tgt)

@@ -191,13 +191,16 @@ class KeptLoss:
 
     def __call__(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool = True) -> torch.Tensor:
         x = net.embed(contexts, net.C, sparse=True)  # (C's gradient: its touched rows; PaperSGD adds them)
-        zs, _ = net.output_operands_from_features(x)
+        zs, ws = net.output_operands_from_features(x)
+        if len(ws) != len(self.kept.decayed) or any(w is not m for w, m in zip(ws, self.kept.decayed, strict=False)):
+            raise RuntimeError("KeptLoss: the net's output weights are not the ones kept")
         z = torch.cat([zi.to(self.kept.dtype) for zi in zs], dim=1)
         return _KeptSoftmaxCrossEntropy.apply(z, targets, self.kept)
 
 
-def keeps_output(net: NPLM, optimizer: str, one_process: bool) -> bool:
+def keeps_output(net: NPLM, optimizer: str, one_process: bool, pulled: bool = False) -> bool:
     """Whether a full-softmax run takes the kept path: the paper's SGD, one CPU process, a word output
-    layer with a product (W or U)."""
-    return (one_process and optimizer == "paper-sgd" and not net.config.output_classes
-            and (net.W is not None or net.U is not None) and net.b.device.type == "cpu")
+    layer with a product (W or U), and no pull of the rows towards classes (`pulled`: --init-features
+    exchange adds it to W's and U's gradients by hooks, and here those gradients never reach them)."""
+    return (one_process and optimizer == "paper-sgd" and not pulled and not net.config.output_classes
+            and not net.config.energy and (net.W is not None or net.U is not None) and net.b.device.type == "cpu")

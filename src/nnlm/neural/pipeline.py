@@ -98,7 +98,7 @@ def build_optimizer(net: torch.nn.Module, recipe: Recipe, lr: float) -> PaperSGD
 
 
 def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = False,
-              one_process: bool = False) -> tuple[Callable[..., torch.Tensor], Any]:
+              one_process: bool = False, pulled: bool = False) -> tuple[Callable[..., torch.Tensor], Any]:
     """The loss and optimizer of a --loss full run in one process or a Hogwild worker: `batch_loss` and
     the recipe's optimizer; for a class-factored net with an Adam recipe, `ClassRowLoss` and RowAdam,
     which update only the rows a batch touched (its context words' C rows, its present classes' word
@@ -111,7 +111,7 @@ def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = Fals
 
         loss = ClassRowLoss()
         return loss, RowAdam(net, loss, lr, recipe.weight_decay)
-    if keeps_output(net, recipe.optimizer, one_process):
+    if keeps_output(net, recipe.optimizer, one_process, pulled):
         kept_loss = KeptLoss(net, torch.bfloat16 if bf16 else torch.float32)
         return kept_loss, PaperSGD(net, lr, recipe.lr_decay, recipe.weight_decay, kept=kept_loss.kept)
     return batch_loss, build_optimizer(net, recipe, lr)
@@ -125,7 +125,8 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     runs' initial b."""
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
-        return full_loss(net, run.training_recipe, lr, run.bf16, one_process)
+        pulled = run.init_features == "exchange" and (run.class_pull or 0) > 0  # (add_class_pull's hooks)
+        return full_loss(net, run.training_recipe, lr, run.bf16, one_process, pulled)
     energy, words = net.config.energy, net.config.vocab_size  # energy net (nnlm.neural.energy): b enters as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss
