@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnlm.neural.batches import batch_loss, update
-from nnlm.neural.kept_output import KeptLoss, KeptOutput, keeps_output, sgd_keep_bf16, sgd_keep_f32
+from nnlm.neural.kept_output import KeptLoss, KeptOutput, keeps_output, sgd_keep_bf16
 from nnlm.neural.model import NPLM
 from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.optim import PaperSGD
@@ -71,16 +71,6 @@ def test_rounding_ties_go_to_even_like_torch():
     assert torch.equal(w16.view(torch.int16), p.to(torch.bfloat16).view(torch.int16))
 
 
-def test_the_fp32_kernel_is_decay_then_step_and_copies_the_result():
-    torch.manual_seed(0)
-    p, g = torch.randn(7, 5), torch.randn(7, 9)
-    copy = torch.zeros(7, 9)
-    expected = p * 0.99 + g[:, 3:8] * -0.25
-    sgd_keep_f32(p.numpy(), g.numpy(), copy.numpy(), 3, np.float32(0.99), np.float32(-0.25))
-    assert torch.equal(p, expected) and torch.equal(copy[:, 3:8], expected)
-    assert not copy[:, :3].any() and not copy[:, 8:].any()
-
-
 @pytest.mark.parametrize("direct, hidden, class_context", [(True, 20, 0), (False, 20, 0), (True, 0, 0), (True, 20, 5)])
 def test_kept_training_follows_the_plain_bf16_path(direct, hidden, class_context):
     """The same first loss; after one step H, d to the bit (their gradients are the same computation), C
@@ -134,16 +124,24 @@ def test_kept_fp32_training_follows_the_plain_fp32_path(direct, hidden):
     assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.copy.shape[1], torch.float32))
 
 
-def test_a_master_changed_elsewhere_is_copied_again_before_the_next_product():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_master_changed_elsewhere_is_in_the_next_product(dtype):
     a, b = net_pair()
-    kept_loss = KeptLoss(a)
+    kept_loss = KeptLoss(a, dtype)
     ctx, tgt = next(batches(1))
     kept_loss(a, ctx, tgt)
+    if dtype == torch.float32:  # the parameters are the copy's columns
+        width = kept_loss.kept.copy.shape[1]
+        assert a.W.data_ptr() == kept_loss.kept.copy.data_ptr() and a.W.stride() == (width, 1)
     with torch.no_grad():
         a.W.mul_(3.0)  # what a test or a tool might do
     a.load_state_dict(a.state_dict() | {"U": b.U.detach() * 0.5})  # and what a resumed checkpoint does
-    assert kept_loss(a, ctx, tgt).item() == batch_loss(a, ctx, tgt, True).item()
-    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, kept_loss.kept.copy.shape[1]))
+    a.b.data = b.b.detach().clone()  # and what replaces a parameter's data outright
+    plain = batch_loss(a, ctx, tgt, dtype == torch.bfloat16).item()
+    assert kept_loss(a, ctx, tgt).item() == pytest.approx(plain, rel=1e-6 if dtype == torch.float32 else 0)
+    width = kept_loss.kept.copy.shape[1]
+    assert torch.equal(kept_loss.kept.weights(), kept_copy(a, width, dtype))
+    assert torch.equal(a.b, b.b) and torch.equal(a.U, b.U * 0.5)
 
 
 def test_a_step_without_a_backward_pass_is_refused():
