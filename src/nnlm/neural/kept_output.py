@@ -68,15 +68,16 @@ TILE = {torch.bfloat16: 32, torch.float32: 8}
 
 class KeptOutput:
     """[W, U, b] side by side in `dtype` (b as one more column, zeros after it up to a multiple of TILE),
-    kept in step with the fp32 master weights, and the gradient buffer of the same shape.
+    kept in step with the fp32 master weights (in fp32, *as* them: the parameters become its columns).
 
     With z' = [z, 1, 0 ...] the logits are z' copy^T: one product, the bias inside it, and b's gradient
     the column of the backward product that multiplies the 1s (no sum over [B, |V|]). The padding costs
     no result (zeros times zeros) and buys speed (TILE).
 
-    `weights()` is the [|V|, width] operand of the loss's products (copied again from the masters if
-    something else changed one); `grad` receives the loss's backward product; `step` is the paper's
-    update of the masters from `grad` (decay on W and U, not on b), writing the copy in the same pass."""
+    `weights()` is the [|V|, width] operand of the loss's products, current whatever else changed a
+    master; `take_gradient` receives the backward pass's factors of the copy's gradient; `step` is the
+    paper's update (decay on W and U, not on b): bf16, a pass over the masters that writes the copy too;
+    fp32, the gradient's product itself, accumulated into the copy."""
 
     def __init__(self, decayed: list[torch.Tensor], bias: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> None:
         masters = [*decayed, bias]
