@@ -12,7 +12,7 @@ The contenders are measured in interleaved rounds (reference, nnlm, reference, n
 load from other processes falls on all of them alike; ratios are of the totals.
 
     PYTHONPATH=src NLTK_DATA=... python benchmarks/train_speed.py [--preset mlp1] [--batch-size 256]
-        [--threads 1] [--seconds 60] [--recipe modern] [--bf16]
+        [--threads 1] [--seconds 60] [--recipe modern] [--bf16 | --fp32]
 """
 from __future__ import annotations
 
@@ -149,8 +149,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--recipe", default="modern", choices=sorted(RECIPES))
     ap.add_argument("--no-autocast-reference", action="store_true", help="skip the bf16-autocast reference")
-    ap.add_argument("--bf16", action="store_true",
-                    help="train nnlm's output layer in bf16 whatever the recipe says (`nnlm train --bf16`)")
+    precision = ap.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true",
+                           help="train nnlm's output layer in bf16 whatever the recipe says (`nnlm train --bf16`)")
+    precision.add_argument("--fp32", action="store_true",
+                           help="train it in fp32 whatever the recipe says (as on a CPU without bf16 units)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -160,7 +163,7 @@ def main() -> None:
     work = tempfile.TemporaryDirectory()
     path = TrainingPath.new(Path(work.name) / "run", {"corpus": "brown", "preset": args.preset, "recipe": args.recipe,
                                                   "batch_size": batch, "threads": args.threads}
-                              | ({"bf16": True} if args.bf16 else {}))
+                              | ({"bf16": True} if args.bf16 else {"bf16": False} if args.fp32 else {}))
     bf16 = path.run.bf16
     flops_per_token = 6.0 * v * k
     print(f"{args.preset} on Brown (|V| = {v:,}, n = {cfg.order}, h = {cfg.hidden}, m = {cfg.features}, "
