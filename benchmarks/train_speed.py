@@ -78,7 +78,7 @@ def optimizer_seconds(path: TrainingPath, seconds: float) -> float:
     """Seconds per step of nnlm's own optimizer alone (the run's, on its net, gradients present): the part of
     a step that streams every parameter through memory, which the products' roofline leaves out."""
     optimizer = path.trainer.optimizer
-    kept = getattr(optimizer, "kept", None)  # the kept bf16 output layer (--recipe paper --bf16): its own gradient
+    kept = getattr(optimizer, "kept", None)  # the kept output layer (--recipe paper, one process): its own gradient
     for p in path.trainer.net.parameters():
         if p.grad is None and not (kept and kept.owns(p)):
             p.grad = torch.zeros_like(p)

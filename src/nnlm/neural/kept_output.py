@@ -11,8 +11,8 @@ roofline on the AMX host (docs/performance.md). Here:
 - `KeptOutput` holds [W, U, b] side by side in the compute dtype (bf16, or fp32) for as long as
   training runs, padded to a width the matrix units like; the products read it directly (no cast, no
   copy), and b rides in the product as the column that multiplies a 1 (no bias add, no sum over [B, |V|]);
-- the backward product writes the gradient of [W, U, b] into one buffer that lives as long, and the
-  logits (softmax in place, then their gradient in place) and z's gradient go to buffers kept too;
+- the logits (softmax in place, then their gradient in place) and z's gradient go to buffers kept
+  across steps; in bf16 the gradient of [W, U, b] too;
 - bf16: `sgd_keep_bf16` applies the paper's update to the fp32 masters from the product's bf16 gradient
   and writes the new copy in the same pass (12 bytes a weight); fp32: W, U and b become views into the
   copy, and the update happens inside the gradient's product (a GEMM with beta, in place on the copy):
@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from nnlm.neural.model import NPLM
+from nnlm.neural.softmax_loss import logit_gradient_, mean_nll
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -192,17 +193,15 @@ class _KeptSoftmaxCrossEntropy(torch.autograd.Function):
         extended = kept.extended(z)
         probs, _ = kept.batch_buffers(len(z))
         torch.softmax(torch.mm(extended, kept.weights().t(), out=probs), dim=1, out=probs)
-        picked = probs.gather(1, targets[:, None])[:, 0]
         ctx.save_for_backward(extended, probs, targets)
         ctx.kept = kept
-        return -picked.float().log().mean()
+        return mean_nll(probs, targets)
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
         extended, probs, targets = ctx.saved_tensors
         kept = ctx.kept
-        probs[torch.arange(len(targets)), targets] -= 1  # the summed loss's gradient w.r.t. the logits
-        scale = (grad_loss / len(targets)).to(extended.dtype)
+        scale = logit_gradient_(probs, targets, grad_loss)
         _, grad_extended = kept.batch_buffers(len(targets))
         grad_z = torch.mm(probs, kept.copy, out=grad_extended)[:, :kept.inputs].mul(scale)
         kept.take_gradient(probs, extended.mul_(scale))

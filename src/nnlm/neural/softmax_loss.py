@@ -22,6 +22,20 @@ from __future__ import annotations
 import torch
 
 
+def mean_nll(probs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """mean_i -log probs[i, targets[i]], computed in fp32 or wider from the (possibly bf16) probabilities."""
+    picked = probs.gather(1, targets[:, None])[:, 0]
+    return -picked.to(torch.promote_types(picked.dtype, torch.float32)).log().mean()
+
+
+def logit_gradient_(probs: torch.Tensor, targets: torch.Tensor, grad_loss: torch.Tensor) -> torch.Tensor:
+    """Turn softmax probabilities [B, |V|] into the gradient of the summed loss w.r.t. the logits, in place
+    (p - onehot(target): one entry per row changed); returns the scale grad_loss / B, in probs' dtype, that
+    the caller applies to the small [B, K] operands rather than to this [B, |V|] one."""
+    probs[torch.arange(len(targets), device=targets.device), targets] -= 1
+    return (grad_loss / len(targets)).to(probs.dtype)
+
+
 class _SoftmaxCrossEntropy(torch.autograd.Function):
     """mean_i -log softmax(b + z w^T)_i[t_i]; z [B, K] and w [|V|, K] in the compute dtype, b [|V|]
     in its own (cast inside, so its gradient comes back in b's dtype)."""
@@ -30,17 +44,14 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
     def forward(ctx, z: torch.Tensor, w: torch.Tensor, b: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         probs = torch.addmm(b.to(z.dtype), z, w.t())
         torch.softmax(probs, dim=1, out=probs)  # in place: the same values, one [B, |V|] tensor instead of two
-        picked = probs.gather(1, targets[:, None])[:, 0]
         ctx.save_for_backward(z, w, probs, targets)
         ctx.b_dtype = b.dtype
-        return -picked.to(torch.promote_types(picked.dtype, torch.float32)).log().mean()
+        return mean_nll(probs, targets)
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
         z, w, probs, targets = ctx.saved_tensors
-        rows = torch.arange(len(targets), device=targets.device)
-        probs[rows, targets] -= 1  # now the gradient of the summed loss w.r.t. the logits (reusing p's memory)
-        scale = (grad_loss / len(targets)).to(z.dtype)
+        scale = logit_gradient_(probs, targets, grad_loss)  # (reusing p's memory)
         grad_z = (probs @ w).mul_(scale)
         grad_w = probs.t() @ (z * scale)
         grad_b = probs.sum(dim=0).mul_(scale).to(ctx.b_dtype)  # summed with fp32 accumulation, rounded once
