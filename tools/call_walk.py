@@ -29,6 +29,7 @@ RUNNER = r"""
 import collections, json, sys
 sys.path.insert(0, sys.argv[1])
 edges = set()
+calls = set()
 
 def module_of(frame):
     name = frame.f_globals.get("__name__", "")
@@ -41,6 +42,7 @@ def hook(frame, event, arg):
     caller = module_of(frame.f_back) if frame.f_back is not None else None
     if callee and caller and callee != caller:
         edges.add((caller, callee))
+        calls.add((caller, frame.f_back.f_code.co_qualname, callee, frame.f_code.co_qualname))
 
 from nnlm.cli.main import main
 sys.setprofile(hook)
@@ -50,7 +52,7 @@ except SystemExit as exc:
     code = exc.code
 finally:
     sys.setprofile(None)
-json.dump({"code": code, "edges": sorted(edges)}, open(sys.argv[2], "w"))
+json.dump({"code": code, "edges": sorted(edges), "calls": sorted(calls)}, open(sys.argv[2], "w"))
 """
 
 
@@ -86,10 +88,15 @@ def walk(src: str, command: list[str]) -> dict:
     crossings = [(a, b) for a, b in edges if package(a) != package(b)]
     pairs = collections.Counter(" <-> ".join(sorted((package(a), package(b)))) for a, b in crossings)
     into = collections.Counter(b for _, b in crossings)
+    # the same walk function by function: each (calling function, called function) pair between packages once
+    # (a module calling three functions of another package counts three, where the module edge counts one)
+    calls = [tuple(c) for c in data.get("calls", [])]
+    call_crossings = [c for c in calls if package(c[0]) != package(c[2])]
     return {"exit": data["code"], "modules": len({m for e in edges for m in e}), "edges": len(edges),
-            "crossings": len(crossings), "pairs": dict(pairs.most_common()),
+            "crossings": len(crossings), "function_crossings": len(call_crossings), "pairs": dict(pairs.most_common()),
             "most_entered_across": dict(into.most_common(6)),
-            "crossing_edges": [f"{a} -> {b}" for a, b in sorted(crossings)]}
+            "crossing_edges": [f"{a} -> {b}" for a, b in sorted(crossings)],
+            "crossing_calls": [f"{a}.{f} -> {b}.{g}" for a, f, b, g in sorted(call_crossings)]}
 
 
 def main() -> None:
@@ -108,7 +115,8 @@ def main() -> None:
     with contextlib.redirect_stdout(out):
         print(f"{args.src}: nnlm {' '.join(args.command)} (exit {result['exit']})")
         print(f"  modules visited {result['modules']}, module-to-module edges {result['edges']}, "
-              f"crossings between packages {result['crossings']}")
+              f"crossings between packages {result['crossings']} "
+              f"(function to function: {result['function_crossings']})")
         for pair, count in result["pairs"].items():
             print(f"    {pair:40s} {count}")
         print("  entered most often from another package: "

@@ -42,6 +42,7 @@ class NeuralLM(LanguageModel):
         self.check_scoring(scoring)
         self.net = net
         self.vocab = vocab
+        self.vocab_size = net.config.vocab_size  # |V|, the outputs' count (equal to len(vocab), checked above)
         self.order = net.config.order
         self.pad_token = pad_token
         self.device = torch.device(device)
@@ -76,7 +77,7 @@ class NeuralLM(LanguageModel):
         contexts = np.asarray(contexts)
         if contexts.ndim != 2 or contexts.shape[1] != self.context_size:
             raise NnlmError(f"contexts must have shape [N, {self.context_size}], got {list(contexts.shape)}")
-        if contexts.size and (contexts.min() < 0 or contexts.max() >= len(self.vocab)):
+        if contexts.size and (contexts.min() < 0 or contexts.max() >= self.vocab_size):
             raise NnlmError("contexts hold ids outside the vocabulary")
         return torch.as_tensor(np.ascontiguousarray(contexts, dtype=np.int64), device=self.device)
 
@@ -84,7 +85,7 @@ class NeuralLM(LanguageModel):
         targets = np.asarray(targets)
         if targets.shape != (rows,):
             raise NnlmError(f"targets must have shape [{rows}], got {list(targets.shape)}")
-        if targets.size and (targets.min() < 0 or targets.max() >= len(self.vocab)):
+        if targets.size and (targets.min() < 0 or targets.max() >= self.vocab_size):
             raise NnlmError("targets hold ids outside the vocabulary")
         return torch.as_tensor(np.ascontiguousarray(targets, dtype=np.int64), device=self.device)
 
@@ -192,7 +193,7 @@ class NeuralLM(LanguageModel):
     def distribution(self, contexts: np.ndarray) -> np.ndarray:
         ctx = self._check(contexts)
         self.net.eval()
-        out = np.empty((len(ctx), len(self.vocab)), dtype=np.float64)
+        out = np.empty((len(ctx), self.vocab_size), dtype=np.float64)
         for lo in range(0, len(ctx), EVAL_ROWS):
             threads.check()
             y = self.net(ctx[lo:lo + EVAL_ROWS]).double()
@@ -212,7 +213,7 @@ class NeuralLM(LanguageModel):
         targets they are scored as `<unk>` (the output layer has no unit for them).
         """
         self.net.eval()
-        k, v = self.context_size, len(self.vocab)
+        k, v = self.context_size, self.vocab_size
         new_words: dict[str, int] = {}
         ids = np.empty(len(tokens), dtype=np.int64)
         for pos, tok in enumerate(tokens):  # string lookup: one dict access per token, no tensor work
@@ -260,7 +261,7 @@ class NeuralLM(LanguageModel):
                 free = available_bytes()
                 budget = CACHE_BYTES if free is None else min(CACHE_BYTES, int(CACHE_SHARE_OF_FREE * free))
             self.net.eval()
-            self._stepper = version, NeuralStepper(self.net, len(self.vocab), self.device, budget)
+            self._stepper = version, NeuralStepper(self.net, self.vocab_size, self.device, budget)
         return self._stepper[1]
 
     @torch.no_grad()
