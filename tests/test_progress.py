@@ -89,6 +89,31 @@ def test_clustering_progress_goes_through_the_same_helper(monkeypatch, capsys):
     assert "clustering into 4 classes: " in err and " word/s" in err and "\r" not in err
 
 
+def test_slow_work_says_the_time_a_unit_takes_instead_of_zero_a_second():
+    now = [0.0]
+    log = io.StringIO()
+    lines = LogLines(None, "fitted", "model", 0, log, clock=lambda: now[0])
+    now[0] = 150.0
+    lines.update(1)
+    assert log.getvalue() == "fitted: 1 model, 2.5 min/model\n"
+
+
+def test_init_features_auto_shows_each_trigram_it_fits(tmp_path, monkeypatch, capsys):
+    from nnlm.data import load_corpus
+    from nnlm.data.synthetic import write_corpus
+    from nnlm.neural.feature_init import class_evidence
+
+    write_corpus(tmp_path / "gen", 3000, words=40, classes=5, seed=3)
+    corpus = load_corpus(str(tmp_path / "gen"), min_count=1)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    class_evidence(corpus, 5, 40, progress=True)
+    err = capsys.readouterr().err
+    assert "--init-features auto: trigrams fitted: 1 model" in err and "word KN trigram: valid perplexity" in err
+    assert "class trigram, K = 5: valid perplexity" in err and "\r" not in err
+    class_evidence(corpus, 5, 40)  # without progress: silent
+    assert capsys.readouterr().err == ""
+
+
 def test_generation_shows_progress_when_its_text_goes_to_a_file(random_corpus, tmp_path, capsys, monkeypatch):
     from nnlm.cli import main
     from nnlm.ngram.simple import AddOneBigram

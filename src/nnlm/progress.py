@@ -37,10 +37,11 @@ class Silent:
 class Bar(Silent):
     """A tqdm bar, for a terminal."""
 
-    def __init__(self, total: int | None, desc: str, unit: str, initial: int, stream: TextIO) -> None:
+    def __init__(self, total: int | None, desc: str, unit: str, initial: int, stream: TextIO,
+                 scaled: bool = True) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, unit_scale=True, leave=False,
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, unit_scale=scaled, leave=False,
                         dynamic_ncols=True, file=stream)
 
     def update(self, n: int) -> None:
@@ -89,7 +90,7 @@ class LogLines(Silent):
         rate = (self.done - self.first) / max(now - self.started, 1e-9)
         parts = [f"{self.desc}: {self.done:,}" + (f"/{self.total:,}" if self.total else "") + f" {self.unit}"
                  + (f" ({100 * self.done / self.total:.0f}%)" if self.total else ""),
-                 f"{rate:,.0f} {self.unit}/s"]
+                 f"{rate:,.0f} {self.unit}/s" if rate >= 1 or rate == 0 else f"{duration(1 / rate)}/{self.unit}"]
         if self.total and rate > 0:
             parts.append(f"ETA {duration(max(self.total - self.done, 0) / rate)}")
         return ", ".join(parts) + (f"; {self.text}" if self.text else "")
@@ -103,12 +104,13 @@ def is_terminal(stream: Any) -> bool:
 
 
 def show_progress(total: int | None, desc: str, unit: str = "tok", initial: int = 0, enabled: bool = True,
-             stream: TextIO | None = None) -> Silent:
+                  stream: TextIO | None = None, scaled: bool = True) -> Silent:
     """Progress of `total` units (None: unknown) from `initial` on, shown on `stream` (stderr): a bar on a
-    terminal, a plain line at most once a minute elsewhere, nothing when not `enabled`."""
+    terminal, a plain line at most once a minute elsewhere, nothing when not `enabled`. `scaled`: the bar
+    counts in k and M (tokens); False for a few slow units, which it then counts as whole numbers."""
     if not enabled:
         return Silent()
     stream = sys.stderr if stream is None else stream
     if is_terminal(stream):
-        return Bar(total, desc, unit, initial, stream)
+        return Bar(total, desc, unit, initial, stream, scaled)
     return LogLines(total, desc, unit, initial, stream)

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from nnlm.neural.config import FEATURE_CLUSTERINGS, INIT_FEATURES
+from nnlm.progress import show_progress
 
 __all__ = ["AUTO_MARGIN", "FEATURE_CLUSTERINGS", "INIT_FEATURES", "INIT_SCALE", "add_class_pull", "chosen_clustering",
            "class_evidence", "classes_pay", "feature_classes", "tie_rows_to_classes"]
@@ -58,39 +59,48 @@ AUTO_MARGIN = 0.9
 AUTO_CLASS_SCALES = (0.8, 0.85, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3)
 
 
-def class_evidence(corpus, n_classes: int, limit: int) -> dict[str, float]:
+def class_evidence(corpus, n_classes: int, limit: int, progress: bool = False) -> dict[str, float]:
     """How well exchange classes explain the text: the validation perplexities of the class trigram (KN over
     the classes, P(w | c) counted) and of the word KN trigram, both counted from train. Where the classes
     pay at K = `n_classes`: the class count among the AUTO_CLASS_SCALES multiples (at most `limit`) whose
     class trigram is best on validation, and that class trigram on the same classes refined by trigrams
-    (`refined_class_trigram_valid`; `feature_clustering` says which the run takes)."""
+    (`refined_class_trigram_valid`; `feature_clustering` says which the run takes). `progress`: a line
+    on stderr for each model fitted (on a large text each clustering takes minutes)."""
     from nnlm.lm import perplexity
     from nnlm.ngram.class_based import ClassNgram
     from nnlm.ngram.clusters import WordClasses
     from nnlm.ngram.kneser_ney import KneserNeyModel
     from nnlm.ngram.trigram_clusters import MAX_CLASSES
 
-    def class_trigram(k: int, classes: np.ndarray) -> float:
-        model = ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False, clusters=WordClasses(classes, k))
-        return perplexity(model, corpus, "valid")
+    with show_progress(None, "--init-features auto: trigrams fitted", unit="model", enabled=progress,
+                       scaled=False) as line:
+        def fitted(what: str, valid: float) -> float:
+            line.note(f"{what}: valid perplexity {valid:.1f}")
+            line.update(1)
+            return valid
 
-    def exchange_trigram(k: int) -> float:
-        return class_trigram(k, feature_classes(corpus.train, len(corpus.vocab), k))
+        def class_trigram(k: int, classes: np.ndarray, what: str) -> float:
+            model = ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False, clusters=WordClasses(classes, k))
+            return fitted(what, perplexity(model, corpus, "valid"))
 
-    words = perplexity(KneserNeyModel.fit(corpus.vocab, corpus.train, 3), corpus, "valid")
-    tried = {n_classes: exchange_trigram(n_classes)}
-    if tried[n_classes] >= AUTO_MARGIN * words:
-        return {"classes": n_classes, "class_trigram_valid": tried[n_classes], "kn_trigram_valid": words,
-                "classes_tried": 1}
-    for k in sorted({min(limit, max(2, round(scale * n_classes))) for scale in AUTO_CLASS_SCALES} - set(tried)):
-        tried[k] = exchange_trigram(k)
-    best = min(tried, key=tried.get)
-    evidence = {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
-                "classes_tried": len(tried)}
-    if best <= MAX_CLASSES:  # (the refinement's dense K^3 table)
-        refined = feature_classes(corpus.train, len(corpus.vocab), best, "trigram")  # (from best's remembered ones)
-        evidence["refined_class_trigram_valid"] = class_trigram(best, refined)
-    return evidence
+        def exchange_trigram(k: int) -> float:
+            return class_trigram(k, feature_classes(corpus.train, len(corpus.vocab), k), f"class trigram, K = {k}")
+
+        word_trigram = KneserNeyModel.fit(corpus.vocab, corpus.train, 3)
+        words = fitted("word KN trigram", perplexity(word_trigram, corpus, "valid"))
+        tried = {n_classes: exchange_trigram(n_classes)}
+        if tried[n_classes] >= AUTO_MARGIN * words:
+            return {"classes": n_classes, "class_trigram_valid": tried[n_classes], "kn_trigram_valid": words,
+                    "classes_tried": 1}
+        for k in sorted({min(limit, max(2, round(scale * n_classes))) for scale in AUTO_CLASS_SCALES} - set(tried)):
+            tried[k] = exchange_trigram(k)
+        best = min(tried, key=tried.get)
+        evidence = {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
+                    "classes_tried": len(tried)}
+        if best <= MAX_CLASSES:  # (the refinement's dense K^3 table)
+            refined = feature_classes(corpus.train, len(corpus.vocab), best, "trigram")  # (from best's remembered ones)
+            evidence["refined_class_trigram_valid"] = class_trigram(best, refined, f"refined class trigram, K = {best}")
+        return evidence
 
 
 def chosen_clustering(evidence: dict[str, float]) -> str:

@@ -145,13 +145,14 @@ def fresh_state() -> TrainingState:
 
 
 def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.device, spec: TrainerSpec,
-            session: SessionOptions | None = None, workers: int | None = None) -> TrainingSetup:
+            session: SessionOptions | None = None, workers: int | None = None, progress: bool = False) -> TrainingSetup:
     """The run (created, or re-opened and checked), the seeded model with its optimizer and loss, and
-    the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG)."""
+    the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG). `progress`:
+    shown while the run is set up (--init-features auto's comparison)."""
     session = session or session_options(requested)
     run, corpus = open_run(out, run_part(requested), resume, device, check=lambda run: spec.check(
         run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy,
-        init_features=run.init_features), ties_rows=spec.ties_rows)
+        init_features=run.init_features), ties_rows=spec.ties_rows, progress=progress)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)

@@ -127,13 +127,16 @@ def open_corpus(run: RunOptions) -> Corpus:
 
 
 def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device,
-             check: Callable[[Run], None] | None = None, ties_rows: bool = True) -> tuple[Run, Corpus]:
+             check: Callable[[Run], None] | None = None, ties_rows: bool = True,
+             progress: bool = False) -> tuple[Run, Corpus]:
     """The run in `out`: created from the requested run options, or re-opened (--resume) and checked
     against them. Nothing is written when an option is refused. `ties_rows`: the trainer can tie the rows
-    to classes (one process), which `--init-features auto` may then choose."""
+    to classes (one process), which `--init-features auto` may then choose (`progress`: shown while it does)."""
     if "corpus" in requested:
         requested = requested | {"corpus": corpus_key(requested["corpus"])}
-    return reopen_run(out, requested, check) if resume else create_run(out, requested, device, check, ties_rows)
+    if resume:
+        return reopen_run(out, requested, check)
+    return create_run(out, requested, device, check, ties_rows, progress)
 
 
 def refuse_existing(out: Path) -> None:
@@ -150,7 +153,8 @@ def refuse_existing(out: Path) -> None:
 
 
 def create_run(out: Path, requested: dict[str, Any], device: torch.device,
-               check: Callable[[Run], None] | None = None, ties_rows: bool = True) -> tuple[Run, Corpus]:
+               check: Callable[[Run], None] | None = None, ties_rows: bool = True,
+               progress: bool = False) -> tuple[Run, Corpus]:
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
     refuse_existing(out)
     options = RunOptions(**requested)
@@ -170,7 +174,7 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device,
     options = dataclasses.replace(options, min_count=record["min_count"])
     model = model_config(options, len(corpus.vocab))
     options, model = resolve_output_layer(options, model, corpus)
-    options, model, evidence = resolve_init_features(options, model, corpus, ties_rows)
+    options, model, evidence = resolve_init_features(options, model, corpus, ties_rows, progress)
     if options.loss != "full" and options.samples is None:
         options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, model.vocab_size))
     check_loss(options.loss, options.samples, model.vocab_size)
@@ -201,8 +205,8 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
                                output_clustering=clustering, bf16=False), model
 
 
-def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpus, ties_rows: bool = True
-                          ) -> tuple[RunOptions, ModelConfig, dict[str, float] | None]:
+def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpus, ties_rows: bool = True,
+                          progress: bool = False) -> tuple[RunOptions, ModelConfig, dict[str, float] | None]:
     """--init-features as run.json stores it: random, or exchange with K (default about sqrt(|V|), lowered to
     what the clustering can make) and the pull. It ties the rows of the full softmax's NPLM; --class-context
     gives the net the K^2 class-pair rows (`ModelConfig.class_context` = K). auto (the default) is decided
@@ -224,7 +228,7 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
     if auto:
         from nnlm.neural.feature_init import chosen_clustering, class_evidence, classes_pay
 
-        evidence = class_evidence(corpus, default_k, limit)
+        evidence = class_evidence(corpus, default_k, limit, progress)
         if not classes_pay(evidence):
             return dataclasses.replace(options, init_features="random"), model, evidence
         options = dataclasses.replace(options, init_features="exchange", feature_classes=evidence["classes"],

@@ -78,7 +78,7 @@ def train_with(name: str, out: Path | str, requested: dict[str, Any], resume: bo
     device = CPU if spec.cpu_only else pick_device(session.device)
     # --threads, or the cores free now (re-checked while training); the caller's settings back afterwards
     with threads.governing(session.threads, device) if not spec.cpu_only else nullcontext():
-        setup = prepare(Path(out), requested, resume, device, spec, session, workers)
+        setup = prepare(Path(out), requested, resume, device, spec, session, workers, progress)
         return run_setup(setup, spec, log, progress)
 
 
