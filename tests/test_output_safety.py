@@ -15,7 +15,8 @@ import pytest
 from conftest import random_corpus_texts, write_text_corpus
 from test_use_neural import cli, one_line_error  # noqa: F401  (fixtures)
 
-from nnlm.io import WRITTEN_MARK, guard_outputs, written_by_nnlm
+from nnlm.io import WRITTEN_MARK, written_by_nnlm
+from nnlm.output_guard import guard_outputs
 from nnlm.rescore.synthetic import write_srilm_set
 
 
@@ -182,6 +183,18 @@ def test_train_resume_and_reproduce_continued_still_pass_the_guard(ws, neural_ru
     assert corpus_path(None, str(run)) == str(corpus)  # the recorded corpus counts as an input of --resume
     guard_outputs(directories=[("--out", run)], inputs=[corpus_path(None, str(run))])  # --resume: no error
     guard_outputs(directories=[("--out", ws["root"] / "report")], inputs=[ws["corpus"]])
+
+
+def test_the_library_refuses_a_run_directory_inside_its_corpus_before_writing(ws):
+    from nnlm.errors import NnlmError
+    from nnlm.neural.train import train
+
+    before = tree(ws["corpus"])
+    for out in (ws["corpus"] / "run", ws["corpus"]):
+        with pytest.raises(NnlmError, match="never writes over"):
+            train(out, {"corpus": str(ws["corpus"]), "preset": "mlp7", "order": 3, "hidden": 4, "features": 3,
+                        "epochs": 1, "threads": 1}, progress=False)
+    assert tree(ws["corpus"]) == before
 
 
 def test_a_device_output_is_written_into_not_refused(ws, cli):  # noqa: F811

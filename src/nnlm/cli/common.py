@@ -62,7 +62,7 @@ def add_corpus_options(p: argparse.ArgumentParser, default: str | None = "brown"
 
 
 def corpus_path(corpus: str | None, model_path: str | None = None) -> str | None:
-    """The corpus directory a command reads, for `nnlm.io.guard_outputs`: --corpus if it is a text directory,
+    """The corpus directory a command reads, for `nnlm.output_guard.guard_outputs`: --corpus if it is a text directory,
     else the one the model at `model_path` records; None for Brown."""
     if corpus is None and model_path is not None:
         from nnlm.data.provenance import recorded_corpus

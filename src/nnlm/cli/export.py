@@ -21,11 +21,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
-    from nnlm.io import atomic_path, guard_outputs
+    from nnlm.io import atomic_path
     from nnlm.loading import load
     from nnlm.neural.features import word_features, write_embeddings
     from nnlm.ngram.arpa import write_arpa
     from nnlm.ngram.backoff import BackoffModel
+    from nnlm.output_guard import guard_outputs
 
     if not (args.embeddings or args.arpa):
         raise NnlmError("nothing to export: give --embeddings FILE and/or --arpa FILE")

@@ -39,9 +39,10 @@ def run_neighbors(args: argparse.Namespace) -> int:
 
 
 def run_map(args: argparse.Namespace) -> int:
-    from nnlm.io import guard_outputs, require_parent
+    from nnlm.io import require_parent
     from nnlm.loading import load
     from nnlm.neural.features import draw_map, most_frequent_words, pca_2d, read_word_list, word_features
+    from nnlm.output_guard import guard_outputs
 
     guard_outputs(files=[("--out", args.out)], inputs=[args.model, args.words], force=args.force)
     require_parent(args.out)

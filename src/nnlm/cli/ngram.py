@@ -41,9 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.io import guard_outputs
     from nnlm.ngram.evaluate import evaluate_ngram, obtain_ngram, write_outputs
     from nnlm.ngram.store import save_target
+    from nnlm.output_guard import guard_outputs
 
     # refused before the (long) build, not after it
     if args.save:

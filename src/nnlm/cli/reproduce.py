@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.io import guard_outputs
+    from nnlm.output_guard import guard_outputs
     from nnlm.reproduce import report_only, reproduce
 
     guard_outputs(directories=[("--out", args.out)], inputs=[None if args.corpus == "brown" else args.corpus])

@@ -52,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from nnlm.io import atomic_write_text, guard_outputs, staged_directory
+    from nnlm.io import atomic_write_text, staged_directory
     from nnlm.loading import load
+    from nnlm.output_guard import guard_outputs
     from nnlm.rescore import add_lm_features, corpus_wer, file_order, parse_weights, rerank
     from nnlm.rescore.formats import ONE_BEST, one_best_text, output_names, read_nbest, write_reranked
     from nnlm.rescore.tuning import read_references, require_references

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from nnlm.cli import arg_types as T
-from nnlm.cli.common import add_corpus_options, corpus_path, emit
+from nnlm.cli.common import add_corpus_options, emit
 from nnlm.neural.config import add_train_options, requested_options
 
 
@@ -33,11 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.io import guard_outputs
     from nnlm.neural.parallel import train_parallel
 
-    recorded = corpus_path(args.corpus, args.out if args.resume else None)
-    guard_outputs(directories=[("--out", args.out)], inputs=[recorded])
+    # (the run directory is checked against the corpus by the library, before anything is written)
     # --parallel none (the default) trains in this process; under torchrun it is refused with a hint
     state = train_parallel(args.out, requested_options(args), args.parallel or "none", args.workers,
                            resume=args.resume, progress=not args.no_progress, timeout=args.dist_timeout)

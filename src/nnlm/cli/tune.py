@@ -29,8 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.io import guard_outputs
     from nnlm.neural.tune import report, tune
+    from nnlm.output_guard import guard_outputs
 
     guard_outputs(directories=[("--out", args.out)], inputs=[corpus_path(args.corpus)])
     names = ("corpus", "min_count", "max_vocab", "vocab_from", *TUNED_RUN_OPTIONS)

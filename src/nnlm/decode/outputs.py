@@ -1,6 +1,6 @@
 """Where `nnlm decode` writes: a directory that is not, does not contain, and does not lie inside any of
 its inputs (links resolved), filled in a temporary sibling and renamed into place at the end, so a
-failed run writes nothing. `check_apart` defers to nnlm.io.guard_outputs, the check every command makes."""
+failed run writes nothing. `check_apart` defers to nnlm.output_guard.guard_outputs, the check every command makes."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ OWN_FILES = {"transcripts.txt", "decode.json"}
 
 def check_apart(out: str | Path, inputs: list[str | Path]) -> None:
     """Refuse an --out that is an input, holds one, or sits inside one: nnlm's one output guard."""
-    from nnlm.io import guard_outputs
+    from nnlm.output_guard import guard_outputs
 
     guard_outputs(directories=[("--out", out)], inputs=inputs)
 

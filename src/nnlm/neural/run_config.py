@@ -34,6 +34,7 @@ from nnlm.neural.recipes import (
     run_recipe,
 )
 from nnlm.neural.sampled import DEFAULT_SAMPLES
+from nnlm.output_guard import guard_outputs
 from nnlm.wording import counted
 
 
@@ -135,8 +136,17 @@ def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.d
     if "corpus" in requested:
         requested = requested | {"corpus": corpus_key(requested["corpus"])}
     if resume:
-        return reopen_run(out, requested, check)
+        run, corpus = reopen_run(out, requested, check)  # (reads the run; writes nothing)
+        guard_run_directory(out, run.corpus)
+        return run, corpus
+    guard_run_directory(out, requested.get("corpus"))
     return create_run(out, requested, device, check, ties_rows, progress)
+
+
+def guard_run_directory(out: Path, corpus: str | None) -> None:
+    """Refuse a run directory that is, holds or lies inside the text directory the run reads, before
+    anything is written there (every face: the command line and the library alike)."""
+    guard_outputs(directories=[("--out", out)], inputs=[None if corpus in (None, "brown") else corpus])
 
 
 def refuse_existing(out: Path) -> None:
