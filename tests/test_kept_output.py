@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnlm.neural.batches import batch_loss, update
+from nnlm.neural.feature_init import ClassPull, add_class_pull, tied_parameters
 from nnlm.neural.kept_output import KeptLoss, KeptOutput, keeps_output, sgd_keep_bf16
 from nnlm.neural.model import NPLM
 from nnlm.neural.model_config import ModelConfig
@@ -165,19 +166,49 @@ def test_the_kept_path_is_chosen_for_paper_sgd_in_one_cpu_process_only():
     assert not keeps_output(bias_only, "paper-sgd", True)  # y = b: no product to keep
 
 
-def test_a_run_whose_rows_are_pulled_to_classes_keeps_the_plain_path(tmp_path):
-    """--init-features exchange pulls W's and U's rows through gradient hooks, which the kept layer's own
-    gradient would skip: such a run takes the plain path; the same run without the pull, the kept one."""
+def test_a_run_whose_rows_are_pulled_to_classes_takes_the_kept_path_with_its_pull(tmp_path):
+    """--init-features exchange pulls C's rows by a gradient hook and W's and U's inside the kept update."""
     from nnlm.data.synthetic import write_corpus
     from nnlm.neural.pipeline import prepare, trainer_spec
 
     write_corpus(tmp_path / "gen", 3000, words=40, classes=5, seed=3)
     base = {"corpus": str(tmp_path / "gen"), "preset": "mlp7", "order": 3, "hidden": 8, "features": 4,
             "threads": 1, "recipe": "paper", "init_features": "exchange", "feature_classes": 5}
-    for pull, kept in [(None, False), (0.0, True)]:
+    for pull, pulled in [(None, True), (0.0, False)]:
         setup = prepare(tmp_path / f"run-{pull}", base | {"class_pull": pull}, False, torch.device("cpu"),
                         trainer_spec("single"))
-        assert isinstance(setup.loss_fn, KeptLoss) == kept, pull
+        assert isinstance(setup.loss_fn, KeptLoss), pull
+        assert len(setup.loss_fn.kept.pulled) == (2 if pulled else 0), pull  # (W and U)
+
+
+@pytest.mark.parametrize("dtype, weight_decay", [(torch.bfloat16, 1e-4), (torch.float32, 1e-4), (torch.float32, 10.0)])
+def test_the_pull_folded_into_the_kept_update_is_the_hooks_pull(dtype, weight_decay):
+    """W's and U's pull moved into the kept update gives the plain path's weights (hooks on C, U, W) within
+    rounding, and differs from no pull by far more; weight decay 10 at lr 0.1 makes the shrink 0, where the
+    pull is added after the update instead of folded before it."""
+    a, b = net_pair()
+    c, _ = net_pair()
+    classes = np.arange(300) % 7
+    start = {name: p.detach().clone() for name, p in a.named_parameters()}
+    kept_a, kept_c = KeptLoss(a, dtype), KeptLoss(c, dtype)
+    opts = [PaperSGD(a, 0.1, 0.0, weight_decay, kept=kept_a.kept), PaperSGD(b, 0.1, 0.0, weight_decay),
+            PaperSGD(c, 0.1, 0.0, weight_decay, kept=kept_c.kept)]
+    opts[0].pull_towards(ClassPull(classes, 0.02, torch.device("cpu")), tied_parameters(a))
+    add_class_pull(b, classes, 0.02)  # (the plain path: hooks)
+    opts[2].pull_towards(ClassPull(classes, 0.02, torch.device("cpu")), [c.C])  # (C pulled, W and U not)
+    bf16 = dtype == torch.bfloat16
+    for step, (ctx, tgt) in enumerate(batches(8 if weight_decay < 1 else 1)):  # (shrink 0: W, U start over a step)
+        losses = [kept_a(a, ctx, tgt, bf16), batch_loss(b, ctx, tgt, bf16), kept_c(c, ctx, tgt, bf16)]
+        for net, opt, loss in zip((a, b, c), opts, losses, strict=True):
+            update(net, opt, loss, step * 48, 48)
+    tolerance = 0.01 if bf16 else 1e-4
+    for name in ("W", "U"):
+        moved = [dict(n.named_parameters())[name].detach() - start[name] for n in (a, b, c)]
+        assert (moved[0] - moved[1]).norm() <= tolerance * moved[1].norm(), name
+        assert (moved[2] - moved[1]).norm() >= 10 * tolerance * moved[1].norm(), name  # (the pull mattered)
+    moved_c = [n.C.detach() - start["C"] for n in (a, b)]
+    assert (moved_c[0] - moved_c[1]).norm() <= tolerance * moved_c[1].norm()
+    assert torch.equal(kept_a.kept.weights(), kept_copy(a, kept_a.kept.copy.shape[1], dtype))
 
 
 def test_a_kept_loss_refuses_a_net_whose_weights_it_does_not_keep():

@@ -43,8 +43,8 @@ import torch
 from nnlm.neural.config import FEATURE_CLUSTERINGS, INIT_FEATURES
 from nnlm.progress import show_progress
 
-__all__ = ["AUTO_MARGIN", "FEATURE_CLUSTERINGS", "INIT_FEATURES", "INIT_SCALE", "add_class_pull", "chosen_clustering",
-           "class_evidence", "classes_pay", "feature_classes", "tie_rows_to_classes"]
+__all__ = ["AUTO_MARGIN", "FEATURE_CLUSTERINGS", "INIT_FEATURES", "INIT_SCALE", "ClassPull", "add_class_pull",
+           "chosen_clustering", "class_evidence", "classes_pay", "feature_classes", "tie_rows_to_classes"]
 
 INIT_SCALE = 0.5  # the class vectors' range (the paper's random C: +-0.1); 0.5 beat 0.1 on gen-500 / gen-2k
 TIED = ("C", "U", "W")  # the per-word rows that start from and are pulled towards their class's
@@ -159,21 +159,33 @@ def tie_rows_to_classes(net: torch.nn.Module, classes: np.ndarray, seed: int, sc
             p.copy_(p[first[cls]].clone())
 
 
+class ClassPull:
+    """The gradient of the penalty (pull / 2) x the within-class sum of squares of a [|V|, D] matrix of
+    per-word rows R: pull (R_w - mean of R over w's class) for every row (the mean's own dependence on
+    R_w left out, as the module docstring says)."""
+
+    def __init__(self, classes: np.ndarray, pull: float, device: torch.device) -> None:
+        self.cls = torch.as_tensor(classes, dtype=torch.long, device=device)
+        self.n_classes = int(self.cls.max()) + 1
+        self.sizes = torch.bincount(self.cls, minlength=self.n_classes)[:, None]
+        self.pull = pull
+
+    def gradient(self, rows: torch.Tensor) -> torch.Tensor:
+        means = torch.zeros(self.n_classes, rows.shape[1], dtype=rows.dtype, device=rows.device)
+        means.index_add_(0, self.cls, rows)
+        return self.pull * (rows - (means / self.sizes.to(rows))[self.cls])
+
+
 def add_class_pull(net: torch.nn.Module, classes: np.ndarray, pull: float) -> None:
-    """Add pull (R_w - mean of R over w's class) to the gradient of every row R_w of C, U, W (a gradient hook:
-    the penalty (pull / 2) x the within-class sum of squares, on top of the batch's mean loss)."""
+    """Add the `ClassPull` to the gradient of every row R_w of C, U, W by gradient hooks, on top of the
+    batch's mean loss (the kept output layer's runs take it in their update instead: `PaperSGD.pull_towards`)."""
     if pull <= 0:
         return
-    cls = torch.as_tensor(classes, dtype=torch.long, device=net.C.device)
-    n_classes = int(cls.max()) + 1
-    sizes = torch.bincount(cls, minlength=n_classes).to(net.C.dtype)[:, None]
+    class_pull = ClassPull(classes, pull, net.C.device)
 
     def hook_for(param: torch.nn.Parameter):
         def hook(grad: torch.Tensor) -> torch.Tensor:
-            rows = param.detach()
-            means = torch.zeros(n_classes, rows.shape[1], dtype=rows.dtype, device=rows.device)
-            means.index_add_(0, cls, rows)
-            return grad + pull * (rows - (means / sizes.to(rows))[cls])
+            return grad + class_pull.gradient(param.detach())
         return hook
 
     for param in tied_parameters(net):

@@ -18,7 +18,11 @@ roofline on the AMX host (docs/performance.md). Here:
   copy, and the update happens inside the gradient's product (a GEMM with beta, in place on the copy):
   no pass of its own at all;
 - C's gradient is the rows the batch touched (`NPLM.embed(..., sparse=True)`), which PaperSGD adds
-  after decaying C.
+  after decaying C;
+- a run whose rows are pulled towards their classes (--init-features exchange) has W's and U's pull
+  folded into the update (`pull_towards`): the masters are moved by step / shrink x the pull's gradient
+  just before the update, which then decays and steps them -- the plain path's arithmetic, with no pass
+  over the copy of its own; C's pull stays a gradient hook.
 
 The arithmetic is the plain path's up to rounding: b's gradient comes out of the product (in bf16 it is
 rounded like W's, where the plain path summed it in fp32), C's rows are added one by one, and the loss is
@@ -34,6 +38,7 @@ import numba
 import numpy as np
 import torch
 
+from nnlm.neural.feature_init import ClassPull
 from nnlm.neural.model import NPLM
 from nnlm.neural.softmax_loss import logit_gradient_, mean_nll
 
@@ -101,6 +106,8 @@ class KeptOutput:
             lo += m.shape[1]
         self.first.append(lo)  # b's column
         self.versions: list[int] | None = None
+        self.class_pull: ClassPull | None = None  # W's and U's rows pulled towards their classes (`pull_towards`)
+        self.pulled: list[torch.Tensor] = []
         self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # logits [B, |V|] and grad z' [B, width]
 
     def batch_buffers(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,6 +158,12 @@ class KeptOutput:
         out[:, self.inputs] = 1
         return out
 
+    def pull_towards(self, class_pull: ClassPull, rows: list[torch.Tensor]) -> None:
+        """Add `class_pull`'s gradient of those of W and U that are among `rows` (taken at the weights the
+        batch's loss saw) to every update."""
+        self.class_pull = class_pull
+        self.pulled = [m for m in self.decayed if any(m is r for r in rows)]
+
     def owns(self, p: torch.Tensor) -> bool:
         return any(p is m for m in self.masters)
 
@@ -170,18 +183,36 @@ class KeptOutput:
         if self.pending is None:
             raise RuntimeError("KeptOutput.step: no gradient since the last step (backward did not run)")
         self.weights()  # (the copy is current before the update writes it)
+        late = self._pull(shrink, step)
         if self.dtype == torch.bfloat16:
             grad, copy = _bits(self.grad), _bits(self.copy)
             for m, first in zip(self.masters, self.first, strict=True):
                 decay = shrink if m is not self.bias else 1.0
                 sgd_keep_bf16(self._matrix(m).numpy(), grad, copy, first, np.float32(decay), np.float32(step))
+            if late is None:  # (the pull moved masters before the kernel, which wrote the copy from them)
+                self.versions = [m._version for m in self.masters]
         else:  # (the masters are views into the copy: updating it updates them)
             grad_logits, extended = self.pending
             column = self.copy[:, self.first[-1]]
             b = column.clone()
             self.copy.addmm_(grad_logits.t(), extended, beta=shrink, alpha=step)
             column.add_(b, alpha=1.0 - shrink)  # b is not decayed: give back what beta took
+        for m, pull in late or ():
+            self._matrix(m).add_(pull, alpha=step)  # (bf16: the moved versions make the next pass copy again)
         self.pending = None
+
+    def _pull(self, shrink: float, step: float) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Fold the class pull into the update about to run, new = shrink m + step (grad + pull): move each
+        decayed master m by (step / shrink) pull(m) now, which the update then decays with m. Returns the
+        pull's gradients to add after the update instead where shrink is not positive (no division), or None."""
+        if self.class_pull is None or not self.pulled:
+            return None
+        pulls = [(m, self.class_pull.gradient(self._matrix(m))) for m in self.pulled]
+        if shrink <= 0:
+            return pulls
+        for m, pull in pulls:
+            self._matrix(m).add_(pull, alpha=step / shrink)
+        return None
 
 
 class _KeptSoftmaxCrossEntropy(torch.autograd.Function):
@@ -224,9 +255,8 @@ class KeptLoss:
         return _KeptSoftmaxCrossEntropy.apply(z, targets, self.kept)
 
 
-def keeps_output(net: NPLM, optimizer: str, one_process: bool, pulled: bool = False) -> bool:
+def keeps_output(net: NPLM, optimizer: str, one_process: bool) -> bool:
     """Whether a full-softmax run takes the kept path: the paper's SGD, one CPU process, a word output
-    layer with a product (W or U), and no pull of the rows towards classes (`pulled`: --init-features
-    exchange adds it to W's and U's gradients by hooks, and here those gradients never reach them)."""
-    return (one_process and optimizer == "paper-sgd" and not pulled and not net.config.output_classes
+    layer with a product (W or U)."""
+    return (one_process and optimizer == "paper-sgd" and not net.config.output_classes
             and not net.config.energy and (net.W is not None or net.U is not None) and net.b.device.type == "cpu")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from nnlm.errors import NnlmError
+from nnlm.neural.feature_init import ClassPull
 from nnlm.neural.kept_output import KeptOutput
 from nnlm.neural.model import NPLM
 
@@ -23,6 +24,17 @@ class PaperSGD:
                  kept: KeptOutput | None = None) -> None:
         self.net, self.lr, self.lr_decay, self.weight_decay = net, lr, lr_decay, weight_decay
         self.kept = kept  # the output weights and their copy updated in one pass (nnlm.neural.kept_output)
+        self.class_pull: ClassPull | None = None
+        self.pulled: list[torch.Tensor] = []
+
+    def pull_towards(self, class_pull: ClassPull, rows: list[torch.Tensor]) -> None:
+        """Add `class_pull`'s gradient of each of `rows` (C, U, W) to every update, taken at the weights the
+        batch's loss saw: for a kept output layer, whose W and U gradients never reach the parameters (and
+        whose C gradient is sparse, which a gradient hook may not make dense), in place of the hooks of
+        `feature_init.add_class_pull`; W's and U's go into the kept layer's own update."""
+        self.class_pull, self.pulled = class_pull, list(rows)
+        if self.kept is not None:
+            self.kept.pull_towards(class_pull, self.pulled)
 
     @torch.no_grad()
     def step(self, examples_seen: int, batch: int) -> None:
@@ -31,7 +43,10 @@ class PaperSGD:
         kept = self.kept
         for p in self.net.decayed_parameters():
             if kept is None or not kept.owns(p):
+                pulled = self.class_pull.gradient(p) if any(p is r for r in self.pulled) else None
                 p.mul_(shrink).add_(p.grad, alpha=-eps * batch)
+                if pulled is not None:
+                    p.add_(pulled, alpha=-eps * batch)
         for p in self.net.bias_parameters():
             if kept is None or not kept.owns(p):
                 p.add_(p.grad, alpha=-eps * batch)

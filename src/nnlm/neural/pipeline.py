@@ -22,7 +22,7 @@ from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import SessionOptions, run_part, session_options
-from nnlm.neural.feature_init import add_class_pull, feature_classes, tie_rows_to_classes
+from nnlm.neural.feature_init import ClassPull, add_class_pull, feature_classes, tie_rows_to_classes, tied_parameters
 from nnlm.neural.kept_output import KeptLoss, keeps_output
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net
@@ -98,7 +98,7 @@ def build_optimizer(net: torch.nn.Module, recipe: Recipe, lr: float) -> PaperSGD
 
 
 def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = False,
-              one_process: bool = False, pulled: bool = False) -> tuple[Callable[..., torch.Tensor], Any]:
+              one_process: bool = False) -> tuple[Callable[..., torch.Tensor], Any]:
     """The loss and optimizer of a --loss full run in one process or a Hogwild worker: `batch_loss` and
     the recipe's optimizer; for a class-factored net with an Adam recipe, `ClassRowLoss` and RowAdam,
     which update only the rows a batch touched (its context words' C rows, its present classes' word
@@ -111,7 +111,7 @@ def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = Fals
 
         loss = ClassRowLoss()
         return loss, RowAdam(net, loss, lr, recipe.weight_decay)
-    if keeps_output(net, recipe.optimizer, one_process, pulled):
+    if keeps_output(net, recipe.optimizer, one_process):
         kept_loss = KeptLoss(net, torch.bfloat16 if bf16 else torch.float32)
         return kept_loss, PaperSGD(net, lr, recipe.lr_decay, recipe.weight_decay, kept=kept_loss.kept)
     return batch_loss, build_optimizer(net, recipe, lr)
@@ -125,8 +125,7 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     runs' initial b."""
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
     if run.loss == "full":
-        pulled = run.init_features == "exchange" and (run.class_pull or 0) > 0  # (add_class_pull's hooks)
-        return full_loss(net, run.training_recipe, lr, run.bf16, one_process, pulled)
+        return full_loss(net, run.training_recipe, lr, run.bf16, one_process)
     energy, words = net.config.energy, net.config.vocab_size  # energy net (nnlm.neural.energy): b enters as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss
@@ -167,7 +166,10 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
             tie_rows_to_classes(net, classes, run.seed)
             if run.model_config.class_context:  # (a checkpoint holds the map with the weights)
                 net.set_context_classes(classes, corpus.vocab.unk_id)
-        add_class_pull(net, classes, run.class_pull)
+        if not isinstance(loss_fn, KeptLoss):
+            add_class_pull(net, classes, run.class_pull)
+        elif run.class_pull:  # (the kept layer's gradients reach no hook: the pull is in the update)
+            optimizer.pull_towards(ClassPull(classes, run.class_pull, device), tied_parameters(net))
     state = state or fresh_state()
     return TrainingSetup(out, run, session, corpus, device, net, optimizer, loss_fn, state, resume, workers)
 
