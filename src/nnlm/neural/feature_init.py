@@ -170,10 +170,28 @@ class ClassPull:
         self.sizes = torch.bincount(self.cls, minlength=self.n_classes)[:, None]
         self.pull = pull
 
-    def gradient(self, rows: torch.Tensor) -> torch.Tensor:
+    def class_means(self, rows: torch.Tensor) -> torch.Tensor:
+        """[|V|, D]: each row's class's mean row."""
         means = torch.zeros(self.n_classes, rows.shape[1], dtype=rows.dtype, device=rows.device)
-        means.index_add_(0, self.cls, rows)
-        return self.pull * (rows - (means / self.sizes.to(rows))[self.cls])
+        means.index_add_(0, self.cls, rows).div_(self.sizes.to(rows))
+        return torch.index_select(means, 0, self.cls)
+
+    def gradient(self, rows: torch.Tensor) -> torch.Tensor:
+        """pull (rows - their class means), in one fresh [|V|, D] tensor."""
+        return self.class_means(rows).sub_(rows).mul_(-self.pull)  # (= pull (rows - means), to the bit)
+
+    def fold_into_update(self, rows: torch.Tensor, shrink: float, step: float) -> torch.Tensor | None:
+        """Ahead of the update rows <- shrink rows + step grad, make it rows <- shrink rows + step (grad + the
+        pull's gradient at today's rows): move the rows by (step / shrink) x that gradient now, as
+        rows (1 + c) - c means with c = pull step / shrink (a third of the passes of adding the gradient; the
+        same up to rounding). Where shrink is not positive nothing is moved and the gradient is returned, to
+        add (times step) after the update; else None."""
+        if shrink <= 0:
+            return self.gradient(rows)
+        c = self.pull * step / shrink
+        means = self.class_means(rows)
+        rows.mul_(1.0 + c).sub_(means, alpha=c)
+        return None
 
 
 def add_class_pull(net: torch.nn.Module, classes: np.ndarray, pull: float) -> None:

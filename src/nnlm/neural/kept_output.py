@@ -21,8 +21,8 @@ roofline on the AMX host (docs/performance.md). Here:
   after decaying C;
 - a run whose rows are pulled towards their classes (--init-features exchange) has W's and U's pull
   folded into the update (`pull_towards`): the masters are moved by step / shrink x the pull's gradient
-  just before the update, which then decays and steps them -- the plain path's arithmetic, with no pass
-  over the copy of its own; C's pull stays a gradient hook.
+  just before the update, which then decays and steps them -- the plain path's arithmetic up to rounding,
+  with no pass over the copy of its own (`PaperSGD` does the same for C).
 
 The arithmetic is the plain path's up to rounding: b's gradient comes out of the product (in bf16 it is
 rounded like W's, where the plain path summed it in fp32), C's rows are added one by one, and the loss is
@@ -202,17 +202,13 @@ class KeptOutput:
         self.pending = None
 
     def _pull(self, shrink: float, step: float) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-        """Fold the class pull into the update about to run, new = shrink m + step (grad + pull): move each
-        decayed master m by (step / shrink) pull(m) now, which the update then decays with m. Returns the
-        pull's gradients to add after the update instead where shrink is not positive (no division), or None."""
+        """Fold the class pull into the update about to run (`ClassPull.fold_into_update`): the pulled masters
+        moved now, which the update then decays and steps; or, where shrink is not positive, the pull's
+        gradients to add after the update. None when nothing is left to add."""
         if self.class_pull is None or not self.pulled:
             return None
-        pulls = [(m, self.class_pull.gradient(self._matrix(m))) for m in self.pulled]
-        if shrink <= 0:
-            return pulls
-        for m, pull in pulls:
-            self._matrix(m).add_(pull, alpha=step / shrink)
-        return None
+        late = [(m, self.class_pull.fold_into_update(self._matrix(m), shrink, step)) for m in self.pulled]
+        return [(m, g) for m, g in late if g is not None] or None
 
 
 class _KeptSoftmaxCrossEntropy(torch.autograd.Function):

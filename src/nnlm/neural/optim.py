@@ -43,10 +43,12 @@ class PaperSGD:
         kept = self.kept
         for p in self.net.decayed_parameters():
             if kept is None or not kept.owns(p):
-                pulled = self.class_pull.gradient(p) if any(p is r for r in self.pulled) else None
+                late = None
+                if any(p is r for r in self.pulled):  # (C, beside its sparse gradient: the pull moves it first)
+                    late = self.class_pull.fold_into_update(p, shrink, -eps * batch)
                 p.mul_(shrink).add_(p.grad, alpha=-eps * batch)
-                if pulled is not None:
-                    p.add_(pulled, alpha=-eps * batch)
+                if late is not None:
+                    p.add_(late, alpha=-eps * batch)
         for p in self.net.bias_parameters():
             if kept is None or not kept.owns(p):
                 p.add_(p.grad, alpha=-eps * batch)
