@@ -70,8 +70,11 @@ def test_the_pull_is_the_gradient_of_the_within_class_sum_of_squares(gen_dir):
         torch.testing.assert_close(dict(pulled.named_parameters())[name].grad, param.grad, rtol=1e-5, atol=1e-6)
 
 
-def test_a_run_from_classes_trains_stores_its_options_and_resumes_exactly(gen_dir, tmp_path):
-    requested = {"corpus": str(gen_dir)} | NET | EXCHANGE
+@pytest.mark.parametrize("recipe", [{}, {"recipe": "paper"}, {"recipe": "paper", "bf16": True}],
+                         ids=["default", "paper-kept-fp32", "paper-kept-bf16"])
+def test_a_run_from_classes_trains_stores_its_options_and_resumes_exactly(recipe, gen_dir, tmp_path):
+    """The default recipe pulls through gradient hooks; the paper's (the kept output layer) in its update."""
+    requested = {"corpus": str(gen_dir)} | NET | EXCHANGE | recipe
     state = tr.train(tmp_path / "one", requested | {"epochs": 2}, progress=False, log=lambda s: None)
     run = json.loads((tmp_path / "one" / "run.json").read_text())
     assert (run["init_features"], run["feature_classes"], run["class_pull"]) == ("exchange", 5, 1.0)
