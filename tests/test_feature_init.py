@@ -86,6 +86,14 @@ def test_a_run_from_classes_trains_stores_its_options_and_resumes_exactly(recipe
         torch.testing.assert_close(two[name], tensor)
 
 
+def test_a_pull_too_strong_for_its_step_stops_with_a_hint_to_lower_it(gen_dir, tmp_path):
+    from nnlm.neural.trainer import TrainingDiverged
+
+    requested = {"corpus": str(gen_dir)} | NET | EXCHANGE | {"recipe": "paper", "class_pull": 1e6, "epochs": 1}
+    with pytest.raises(TrainingDiverged, match="Try a smaller --lr, --batch-size or --class-pull"):
+        tr.train(tmp_path / "run", requested, progress=False, log=lambda s: None)
+
+
 @pytest.mark.parametrize("options,fragment", [
     ({"feature_classes": 5}, "--feature-classes applies to --init-features exchange only"),
     ({"class_pull": 1.0}, "--class-pull applies to --init-features exchange only"),

@@ -163,7 +163,7 @@ class HogwildTrainer(Trainer):
         bar.update(examples.value - shown)
         state.update(batch=next_batch.value, examples=examples.value, step=steps.value)
         if failures:
-            raise TrainingDiverged(divergence_message(self.out, state, failures[0]))
+            raise TrainingDiverged(divergence_message(self.out, state, failures[0], self.run))
         return state["batch"] < self.n_batches
 
     def whole(self) -> tuple[NPLM, Any]:

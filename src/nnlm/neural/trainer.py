@@ -67,12 +67,16 @@ def running_label(run: Run) -> str:
     return "train ppl" if run.loss == "full" else "train exp(objective)"
 
 
-def divergence_message(out: Path, state: TrainingState, what: str) -> str:
+def divergence_message(out: Path, state: TrainingState, what: str, run: Run | None = None) -> str:
+    """What a diverged run says: where it stopped, what is safe on disk, and which options to lower (the
+    class pull too where the run has one: pull x step above 1 alone makes the rows oscillate apart)."""
     best = state["best"]
     kept = (f"the best model (epoch {best['epoch']}, valid perplexity {best['valid_ppl']:.2f}) is intact in "
             f"{out / ck.WEIGHTS}" if best else "no epoch had finished, so no model was saved")
+    pulled = run is not None and run.init_features == "exchange" and (run.class_pull or 0) > 0
+    lower = "--lr, --batch-size or --class-pull" if pulled else "--lr or --batch-size"
     return (f"training stopped at epoch {state['epoch'] + 1}, step {state['step']}: the loss became {what}; "
-            f"{kept}. Try a smaller --lr or --batch-size.")
+            f"{kept}. Try a smaller {lower}.")
 
 
 @dataclass
@@ -173,7 +177,7 @@ class Trainer:
                  float(self.writer and clock.save_due())])
             value = total / len(rows)
             if (what := diverged(value, self.explode_at)) is not None:
-                raise TrainingDiverged(divergence_message(self.out, state, what))
+                raise TrainingDiverged(divergence_message(self.out, state, what, self.run))
             update(self.net, self.optimizer, loss, state["examples"], len(rows))
             state["step"] += 1
             state["batch"] += 1
