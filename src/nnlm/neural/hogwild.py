@@ -6,7 +6,8 @@ with no lock: an update may be applied over parameters another worker is changin
 point (no waiting) and the paper's finding (it does not hurt convergence). Any loss: with
 --loss sampled or nce each worker draws its own samples and runs its own row-wise Adam
 (`nnlm.neural.sampled.RowAdam`) over the shared rows, as does a class-factored net's worker
-(`nnlm.neural.pipeline.full_loss`).
+(`nnlm.neural.pipeline.full_loss`). With the paper's SGD in fp32 the workers update one shared [W, U, b]
+copy through the kept output layer (`nnlm.neural.kept_output.share_kept_layout`).
 
 Work is handed out in the single-process order: a worker claims the next batch index of the
 epoch's permutation from a shared counter (the only lock, held for a few instructions), so when
@@ -33,6 +34,7 @@ import torch.multiprocessing as mp
 from nnlm.errors import NnlmError
 from nnlm.neural.batches import EXPLODED, batch_rows, diverged, update
 from nnlm.neural.distributed import START_METHOD
+from nnlm.neural.kept_output import keeps_output, share_kept_layout
 from nnlm.neural.model import NPLM
 from nnlm.neural.optim import Adam
 from nnlm.neural.pipeline import full_loss
@@ -45,13 +47,14 @@ from nnlm.progress import Silent
 
 def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps, recipe: Recipe,
             sampling: tuple[str, torch.Tensor, int] | None, padded: torch.Tensor, order: torch.Tensor, k: int,
-            batch: int, seed: int, bf16: bool, counters, commands, results) -> None:
+            batch: int, seed: int, bf16: bool, kept: bool, counters, commands, results) -> None:
     """Wait for an epoch, claim batches until none is left (or told to stop), report loss sums.
-    `sampling` = (loss, proposal q, samples) for a sampled or NCE run, None for the full softmax."""
+    `sampling` = (loss, proposal q, samples) for a sampled or NCE run, None for the full softmax; `kept`: the
+    parent laid W, U, b out in one shared fp32 copy, which this worker's kept output layer adopts."""
     torch.set_num_threads(1)
     ignore_interrupts_in_worker()
-    if sampling is None:
-        loss_fn, optimizer = full_loss(net, recipe, recipe.lr)  # (row-wise Adam for a class-factored net)
+    if sampling is None:  # (row-wise Adam for a class-factored net; the kept output layer for the paper's SGD)
+        loss_fn, optimizer = full_loss(net, recipe, recipe.lr, one_process=kept)
     else:  # this worker's own draws and its own row-wise Adam over the shared rows
         loss_fn = SampledLoss(*sampling)
         optimizer = RowAdam(net, loss_fn, recipe.lr, recipe.weight_decay)
@@ -107,6 +110,10 @@ class HogwildTrainer(Trainer):
         net, optimizer, run, loss_fn = self.net, self.optimizer, self.run, self.loss_fn
         workers = setup.workers or 2
         setup.state["parallel"] = {"mode": "hogwild", "world_size": workers}
+        # the paper's SGD in fp32: the workers update one shared [W, U, b] copy through the kept output layer
+        self.kept = run.loss == "full" and not run.bf16 and keeps_output(net, run.training_recipe.optimizer, True)
+        if self.kept:
+            share_kept_layout(net)
         net.share_memory()
         self.padded.share_memory_()
         self.order = torch.empty(self.n_examples, dtype=torch.int64).share_memory_()  # the epoch's, set per epoch
@@ -125,7 +132,8 @@ class HogwildTrainer(Trainer):
         self.procs = [ctx.Process(target=_worker, daemon=True,
                                   args=(i, net, self.moments[i], self.adam_steps, run.training_recipe,
                                         sampling, self.padded, self.order, self.k, self.batch, run.seed, run.bf16,
-                                        self.counters, self.commands, self.results)) for i in range(workers)]
+                                        self.kept, self.counters, self.commands, self.results))
+                      for i in range(workers)]
         for p in self.procs:
             p.start()
 

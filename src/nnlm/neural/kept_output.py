@@ -1,4 +1,5 @@
-"""The paper's SGD in one CPU process with the output layer kept side by side (`--loss full --recipe paper`).
+"""The paper's SGD in one CPU process with the output layer kept side by side (`--loss full --recipe paper`;
+in fp32 also in Hogwild workers, on one copy in shared memory: `share_kept_layout`).
 
 Why: a full-softmax step is three [B, K] x [K, |V|] products and the passes over [B, |V|] and over the
 |V| x K output weights around them; with bf16 products (AMX, AVX-512 BF16) the products are no longer
@@ -95,20 +96,36 @@ class KeptOutput:
             raise ValueError("KeptOutput keeps a bf16 or an fp32 copy")
         rows, width = bias.shape[0], -(-(self.inputs + 1) // TILE[dtype]) * TILE[dtype]
         self.dtype = dtype
-        self.copy = torch.zeros(rows, width, dtype=dtype)
-        # bf16: the backward product's gradient, for the kernel; fp32: the product's operands, for the step's
-        # fused product (see `take_gradient`)
-        self.grad = torch.zeros(rows, width, dtype=dtype) if dtype == torch.bfloat16 else None
-        self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self.first, lo = [], 0
         for m in decayed:
             self.first.append(lo)
             lo += m.shape[1]
         self.first.append(lo)  # b's column
+        self.copy = self._laid_out(rows, width)
+        if self.copy is None:
+            self.copy = torch.zeros(rows, width, dtype=dtype)
+        # bf16: the backward product's gradient, for the kernel; fp32: the product's operands, for the step's
+        # fused product (see `take_gradient`)
+        self.grad = torch.zeros(rows, width, dtype=dtype) if dtype == torch.bfloat16 else None
+        self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self.versions: list[int] | None = None
         self.class_pull: ClassPull | None = None  # W's and U's rows pulled towards their classes (`pull_towards`)
         self.pulled: list[torch.Tensor] = []
         self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # logits [B, |V|] and grad z' [B, width]
+
+    def _laid_out(self, rows: int, width: int) -> torch.Tensor | None:
+        """fp32: the copy whose columns the masters already are (a Hogwild worker's, laid out by its parent in
+        shared memory: `share_kept_layout`), adopted as it is; None when they are not such columns."""
+        if self.dtype != torch.float32:
+            return None
+        storage = self.bias.untyped_storage()
+        for m, first in zip(self.masters, self.first, strict=True):
+            if (m.untyped_storage().data_ptr() != storage.data_ptr() or m.storage_offset() != first
+                    or m.stride()[0] != width or (m.dim() == 2 and m.stride()[1] != 1)):
+                return None
+        if storage.nbytes() < rows * width * 4:
+            return None
+        return torch.empty(0, dtype=torch.float32).set_(storage, 0, (rows, width), (width, 1))
 
     def batch_buffers(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's [batch, |V|] logits (softmax in place, then the logits' gradient in place) and its
@@ -249,6 +266,16 @@ class KeptLoss:
             raise RuntimeError("KeptLoss: the net's output weights are not the ones kept")
         z = torch.cat([zi.to(self.kept.dtype) for zi in zs], dim=1)
         return _KeptSoftmaxCrossEntropy.apply(z, targets, self.kept)
+
+
+def share_kept_layout(net: NPLM) -> None:
+    """Lay W, U and b out as the columns of one fp32 copy in shared memory, before a Hogwild parent hands the
+    net to its workers: each worker's `KeptOutput` then adopts that copy (`_laid_out`), so every worker's
+    update, the grad-w product with beta, lands in the shared weights themselves, as the plain path's
+    updates do (no lock either way)."""
+    kept = KeptOutput([w for w in (net.W, net.U) if w is not None], net.b, torch.float32)
+    kept.weights()  # (the parameters become its columns)
+    kept.copy.share_memory_()
 
 
 def keeps_output(net: NPLM, optimizer: str, one_process: bool) -> bool:
