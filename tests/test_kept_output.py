@@ -211,6 +211,30 @@ def test_the_pull_folded_into_the_kept_update_is_the_hooks_pull(dtype, weight_de
     assert torch.equal(kept_a.kept.weights(), kept_copy(a, kept_a.kept.copy.shape[1], dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_copy_laid_out_for_hogwild_is_adopted_and_a_wrong_one_refused(dtype):
+    """A worker's layer adopts the shared copy its parent made (share_kept_layout): the same memory, so
+    an update through one layer is in the other's next product; a copy of another shape, another dtype,
+    or (fp32) one the masters are not columns of, is refused."""
+    from nnlm.neural.kept_output import share_kept_layout
+
+    a, b = net_pair()
+    shared = share_kept_layout(a, dtype)
+    worker = KeptLoss(a, dtype)
+    worker.kept.adopt(shared)
+    assert worker.kept.weights().data_ptr() == shared.data_ptr()
+    ctx, tgt = next(batches(1))
+    update(a, PaperSGD(a, 0.1, 0.0, 1e-4, kept=worker.kept), worker(a, ctx, tgt, dtype == torch.bfloat16), 0, 48)
+    assert torch.equal(shared, kept_copy(a, shared.shape[1], dtype))  # (the update wrote the shared copy)
+    with pytest.raises(ValueError, match="copy for a"):
+        KeptLoss(b, dtype).kept.adopt(shared[:-1])
+    with pytest.raises(ValueError, match="copy for a"):
+        KeptLoss(b, dtype).kept.adopt(shared.to(torch.float32 if dtype == torch.bfloat16 else torch.bfloat16))
+    if dtype == torch.float32:
+        with pytest.raises(ValueError, match="not the shared copy's columns"):
+            KeptLoss(b, dtype).kept.adopt(shared.clone())
+
+
 def test_a_kept_loss_refuses_a_net_whose_weights_it_does_not_keep():
     a, b = net_pair()
     ctx, tgt = next(batches(1))

@@ -262,15 +262,14 @@ def test_hogwild_trains_close_to_one_process(recipe, random_corpus, tmp_path):
     assert hog_ppl == pytest.approx(single_ppl, rel=0.15)
 
 
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32-kept", "bf16-plain"])
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
 def test_one_hogwild_worker_with_paper_sgd_is_the_single_process_bit_for_bit(bf16, random_corpus, tmp_path,
                                                                              monkeypatch):
     """Nothing races with one worker, so its batches, their order and its SGD updates must be the
     single process's exactly: the exact check behind the loose two-worker bound above. (Adam
-    and the sampled losses differ by design: per-worker row-wise moments and samples.) In fp32 both run
-    the kept output layer (nnlm.neural.kept_output; the worker's on the copy its parent laid out in shared
-    memory); in bf16 the worker runs the plain path (a worker's own bf16 copy could not follow the others'
-    updates), the single process the kept one, the same training up to rounding."""
+    and the sampled losses differ by design: per-worker row-wise moments and samples.) Both run the kept
+    output layer (nnlm.neural.kept_output; the worker's on the copy its parent laid out in shared memory);
+    the plain path is the same training up to rounding."""
     corpus_dir = tmp_path / "rand"
     options = {"recipe": "paper", "lr": 0.05, "epochs": 2, "bf16": bf16}
     kept = tr.train(tmp_path / "kept", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
@@ -280,10 +279,8 @@ def test_one_hogwild_worker_with_paper_sgd_is_the_single_process_bit_for_bit(bf1
         plain = tr.train(tmp_path / "plain", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
                          log=lambda s: None)
     hog = _train(tmp_path / "hog", corpus_dir, "hogwild", workers=1, **options)
-    same = "plain" if bf16 else "kept"
-    single = plain if bf16 else kept
-    assert hog["best"] == single["best"] and hog["examples"] == single["examples"]
-    one, two = _weights(tmp_path / same), _weights(tmp_path / "hog")
+    assert hog["best"] == kept["best"] and hog["examples"] == kept["examples"]
+    one, two = _weights(tmp_path / "kept"), _weights(tmp_path / "hog")
     assert set(one) == set(two) and all(torch.equal(one[name], two[name]) for name in one)
     assert kept["examples"] == plain["examples"]
     close = 1e-2 if bf16 else 1e-5

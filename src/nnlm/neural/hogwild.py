@@ -6,8 +6,8 @@ with no lock: an update may be applied over parameters another worker is changin
 point (no waiting) and the paper's finding (it does not hurt convergence). Any loss: with
 --loss sampled or nce each worker draws its own samples and runs its own row-wise Adam
 (`nnlm.neural.sampled.RowAdam`) over the shared rows, as does a class-factored net's worker
-(`nnlm.neural.pipeline.full_loss`). With the paper's SGD in fp32 the workers update one shared [W, U, b]
-copy through the kept output layer (`nnlm.neural.kept_output.share_kept_layout`).
+(`nnlm.neural.pipeline.full_loss`). With the paper's SGD the workers update one shared [W, U, b] copy
+through the kept output layer (`nnlm.neural.kept_output.share_kept_layout`).
 
 Work is handed out in the single-process order: a worker claims the next batch index of the
 epoch's permutation from a shared counter (the only lock, held for a few instructions), so when
@@ -47,14 +47,17 @@ from nnlm.progress import Silent
 
 def _worker(index: int, net: NPLM, moments: tuple[dict, dict] | None, adam_steps, recipe: Recipe,
             sampling: tuple[str, torch.Tensor, int] | None, padded: torch.Tensor, order: torch.Tensor, k: int,
-            batch: int, seed: int, bf16: bool, kept: bool, counters, commands, results) -> None:
+            batch: int, seed: int, bf16: bool, kept: torch.Tensor | None, counters, commands, results) -> None:
     """Wait for an epoch, claim batches until none is left (or told to stop), report loss sums.
     `sampling` = (loss, proposal q, samples) for a sampled or NCE run, None for the full softmax; `kept`: the
-    parent laid W, U, b out in one shared fp32 copy, which this worker's kept output layer adopts."""
+    shared copy of [W, U, b] the parent laid out for the paper's SGD, which this worker's kept output layer
+    adopts (None: the plain path)."""
     torch.set_num_threads(1)
     ignore_interrupts_in_worker()
     if sampling is None:  # (row-wise Adam for a class-factored net; the kept output layer for the paper's SGD)
-        loss_fn, optimizer = full_loss(net, recipe, recipe.lr, one_process=kept)
+        loss_fn, optimizer = full_loss(net, recipe, recipe.lr, bf16, one_process=kept is not None)
+        if kept is not None:
+            loss_fn.kept.adopt(kept)
     else:  # this worker's own draws and its own row-wise Adam over the shared rows
         loss_fn = SampledLoss(*sampling)
         optimizer = RowAdam(net, loss_fn, recipe.lr, recipe.weight_decay)
@@ -110,10 +113,10 @@ class HogwildTrainer(Trainer):
         net, optimizer, run, loss_fn = self.net, self.optimizer, self.run, self.loss_fn
         workers = setup.workers or 2
         setup.state["parallel"] = {"mode": "hogwild", "world_size": workers}
-        # the paper's SGD in fp32: the workers update one shared [W, U, b] copy through the kept output layer
-        self.kept = run.loss == "full" and not run.bf16 and keeps_output(net, run.training_recipe.optimizer, True)
-        if self.kept:
-            share_kept_layout(net)
+        # the paper's SGD: the workers update one shared [W, U, b] copy through the kept output layer
+        self.kept = None
+        if run.loss == "full" and keeps_output(net, run.training_recipe.optimizer, True):
+            self.kept = share_kept_layout(net, torch.bfloat16 if run.bf16 else torch.float32)
         net.share_memory()
         self.padded.share_memory_()
         self.order = torch.empty(self.n_examples, dtype=torch.int64).share_memory_()  # the epoch's, set per epoch

@@ -1,5 +1,5 @@
 """The paper's SGD in one CPU process with the output layer kept side by side (`--loss full --recipe paper`;
-in fp32 also in Hogwild workers, on one copy in shared memory: `share_kept_layout`).
+also in Hogwild workers, on one copy in shared memory: `share_kept_layout`).
 
 Why: a full-softmax step is three [B, K] x [K, |V|] products and the passes over [B, |V|] and over the
 |V| x K output weights around them; with bf16 products (AMX, AVX-512 BF16) the products are no longer
@@ -101,9 +101,7 @@ class KeptOutput:
             self.first.append(lo)
             lo += m.shape[1]
         self.first.append(lo)  # b's column
-        self.copy = self._laid_out(rows, width)
-        if self.copy is None:
-            self.copy = torch.zeros(rows, width, dtype=dtype)
+        self.copy = torch.zeros(rows, width, dtype=dtype)
         # bf16: the backward product's gradient, for the kernel; fp32: the product's operands, for the step's
         # fused product (see `take_gradient`)
         self.grad = torch.zeros(rows, width, dtype=dtype) if dtype == torch.bfloat16 else None
@@ -113,19 +111,17 @@ class KeptOutput:
         self.pulled: list[torch.Tensor] = []
         self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # logits [B, |V|] and grad z' [B, width]
 
-    def _laid_out(self, rows: int, width: int) -> torch.Tensor | None:
-        """fp32: the copy whose columns the masters already are (a Hogwild worker's, laid out by its parent in
-        shared memory: `share_kept_layout`), adopted as it is; None when they are not such columns."""
-        if self.dtype != torch.float32:
-            return None
-        storage = self.bias.untyped_storage()
-        for m, first in zip(self.masters, self.first, strict=True):
-            if (m.untyped_storage().data_ptr() != storage.data_ptr() or m.storage_offset() != first
-                    or m.stride()[0] != width or (m.dim() == 2 and m.stride()[1] != 1)):
-                return None
-        if storage.nbytes() < rows * width * 4:
-            return None
-        return torch.empty(0, dtype=torch.float32).set_(storage, 0, (rows, width), (width, 1))
+    def adopt(self, shared: torch.Tensor) -> None:
+        """Take `shared` as the copy: the one a Hogwild parent laid out in shared memory (`share_kept_layout`),
+        which every worker then updates in place, lock-free (bf16: with the fp32 masters, also shared; fp32:
+        the masters must already be its columns, as the parent made them). Before the first step."""
+        if shared.shape != self.copy.shape or shared.dtype != self.dtype:
+            raise ValueError(f"KeptOutput.adopt: a {tuple(shared.shape)} {shared.dtype} copy for a "
+                             f"{tuple(self.copy.shape)} {self.dtype} layer")
+        self.copy, self.versions = shared, None
+        if self.dtype == torch.float32 and not all(self._is_copy(m, first)
+                                                   for m, first in zip(self.masters, self.first, strict=True)):
+            raise ValueError("KeptOutput.adopt: the fp32 masters are not the shared copy's columns")
 
     def batch_buffers(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's [batch, |V|] logits (softmax in place, then the logits' gradient in place) and its
@@ -268,14 +264,14 @@ class KeptLoss:
         return _KeptSoftmaxCrossEntropy.apply(z, targets, self.kept)
 
 
-def share_kept_layout(net: NPLM) -> None:
-    """Lay W, U and b out as the columns of one fp32 copy in shared memory, before a Hogwild parent hands the
-    net to its workers: each worker's `KeptOutput` then adopts that copy (`_laid_out`), so every worker's
-    update, the grad-w product with beta, lands in the shared weights themselves, as the plain path's
-    updates do (no lock either way)."""
-    kept = KeptOutput([w for w in (net.W, net.U) if w is not None], net.b, torch.float32)
-    kept.weights()  # (the parameters become its columns)
-    kept.copy.share_memory_()
+def share_kept_layout(net: NPLM, dtype: torch.dtype) -> torch.Tensor:
+    """The kept copy of [W, U, b] in shared memory, made before a Hogwild parent hands the net to its workers,
+    which each `adopt` it: every worker's update then lands in the shared weights, lock-free as the plain
+    path's updates are. fp32: W, U and b become its columns (the update is the grad-w product with beta,
+    in place); bf16: it is the masters rounded, and each worker's kernel writes it with the (shared) masters."""
+    kept = KeptOutput([w for w in (net.W, net.U) if w is not None], net.b, dtype)
+    kept.weights()  # (fp32: the parameters become its columns; bf16: the masters copied in)
+    return kept.copy.share_memory_()
 
 
 def keeps_output(net: NPLM, optimizer: str, one_process: bool) -> bool:

@@ -104,9 +104,9 @@ def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = Fals
     which update only the rows a batch touched (its context words' C rows, its present classes' word
     rows): dense Adam over the |V|-row parameters was most of a step at a large vocabulary
     (docs/experiments/class-output.md, "Row-wise Adam"). ddp keeps dense Adam: DistributedDataParallel
-    sums dense gradients. The paper's SGD in one CPU process (`one_process`; also a Hogwild worker in fp32,
-    whose parent laid the copy out in shared memory: `kept_output.share_kept_layout`) keeps a copy of the
-    output weights side by side and updates it with the masters in one pass (`KeptLoss`)."""
+    sums dense gradients. The paper's SGD in one CPU process (`one_process`; also a Hogwild worker, which
+    then adopts the copy its parent laid out in shared memory: `kept_output.share_kept_layout`) keeps a
+    copy of the output weights side by side and updates it with the masters in one pass (`KeptLoss`)."""
     if net.config.output_classes and recipe.optimizer == "adam":
         from nnlm.neural.class_output import ClassRowLoss
 
