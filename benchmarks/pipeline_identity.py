@@ -33,6 +33,8 @@ CASES: dict[str, tuple[str, int | None, dict, dict]] = {
     "single-nce": ("none", None, {"loss": "nce", "samples": 20, "epochs": 1}, {"epochs": 2}),
     "hogwild-full": ("hogwild", 1, {"recipe": "modern", "bf16": False, "epochs": 1}, {"epochs": 2}),
     "hogwild-sampled": ("hogwild", 1, {"loss": "sampled", "samples": 20, "epochs": 1}, {"epochs": 2}),
+    # (the paper's SGD in a Hogwild worker: the kept output layer on the parent's shared copy, since session 16)
+    "hogwild-paper": ("hogwild", 1, {"recipe": "paper", "lr": 0.05, "bf16": False, "epochs": 1}, {"epochs": 2}),
     "ddp-2": ("ddp", 2, {"recipe": "modern", "bf16": False, "time_budget": 0.0}, {"epochs": 2}),
     "vocab-2": ("vocab", 2, {"recipe": "modern", "bf16": False, "time_budget": 0.0}, {"epochs": 2}),
 }
