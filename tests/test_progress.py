@@ -43,13 +43,17 @@ def test_log_lines_come_at_most_once_a_minute_with_rate_and_time_left():
     assert log.getvalue().count("\n") == 2 and "\r" not in log.getvalue()
 
 
-def test_an_unknown_total_has_no_share_and_no_eta():
+@pytest.mark.parametrize("desc, unit, seconds, done, line", [
+    ("clustering", "word", 61.0, 122, "clustering: 122 word, 2 word/s\n"),
+    ("fitted", "model", 150.0, 1, "fitted: 1 model, 2.5 min/model\n"),  # slow work: the time a unit takes, not 0/s
+])
+def test_an_unknown_total_has_no_share_and_no_eta(desc, unit, seconds, done, line):
     now = [0.0]
     log = io.StringIO()
-    lines = LogLines(None, "clustering", "word", 0, log, clock=lambda: now[0])
-    now[0] = 61.0
-    lines.update(122)
-    assert log.getvalue() == "clustering: 122 word, 2 word/s\n"
+    lines = LogLines(None, desc, unit, 0, log, clock=lambda: now[0])
+    now[0] = seconds
+    lines.update(done)
+    assert log.getvalue() == line
 
 
 @pytest.mark.parametrize("seconds, text", [(40, "40 s"), (750, "12.5 min"), (3 * 3600 + 720, "3.2 h")])
@@ -87,15 +91,6 @@ def test_clustering_progress_goes_through_the_same_helper(monkeypatch, capsys):
     exchange_clusters(rng.integers(0, 40, 3000), 40, 4, max_passes=2, progress=True)
     err = capsys.readouterr().err
     assert "clustering into 4 classes: " in err and " word/s" in err and "\r" not in err
-
-
-def test_slow_work_says_the_time_a_unit_takes_instead_of_zero_a_second():
-    now = [0.0]
-    log = io.StringIO()
-    lines = LogLines(None, "fitted", "model", 0, log, clock=lambda: now[0])
-    now[0] = 150.0
-    lines.update(1)
-    assert log.getvalue() == "fitted: 1 model, 2.5 min/model\n"
 
 
 def test_init_features_auto_shows_each_trigram_it_fits(tmp_path, monkeypatch, capsys):

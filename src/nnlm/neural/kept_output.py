@@ -111,6 +111,11 @@ class KeptOutput:
         self.pulled: list[torch.Tensor] = []
         self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # logits [B, |V|] and grad z' [B, width]
 
+    @classmethod
+    def of(cls, net: NPLM, dtype: torch.dtype) -> KeptOutput:
+        """The kept layer of `net`'s word output layer: its W and U (those it has) and b."""
+        return cls([w for w in (net.W, net.U) if w is not None], net.b, dtype)
+
     def adopt(self, shared: torch.Tensor) -> None:
         """Take `shared` as the copy: the one a Hogwild parent laid out in shared memory (`share_kept_layout`),
         which every worker then updates in place, lock-free (bf16: with the fp32 masters, also shared; fp32:
@@ -253,7 +258,7 @@ class KeptLoss:
     products on the kept [W, U, b] (`kept`, which `PaperSGD` then updates), in bf16 or fp32."""
 
     def __init__(self, net: NPLM, dtype: torch.dtype = torch.bfloat16) -> None:
-        self.kept = KeptOutput([w for w in (net.W, net.U) if w is not None], net.b, dtype)
+        self.kept = KeptOutput.of(net, dtype)
 
     def __call__(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool = True) -> torch.Tensor:
         x = net.embed(contexts, net.C, sparse=True)  # (C's gradient: its touched rows; PaperSGD adds them)
@@ -269,7 +274,7 @@ def share_kept_layout(net: NPLM, dtype: torch.dtype) -> torch.Tensor:
     which each `adopt` it: every worker's update then lands in the shared weights, lock-free as the plain
     path's updates are. fp32: W, U and b become its columns (the update is the grad-w product with beta,
     in place); bf16: it is the masters rounded, and each worker's kernel writes it with the (shared) masters."""
-    kept = KeptOutput([w for w in (net.W, net.U) if w is not None], net.b, dtype)
+    kept = KeptOutput.of(net, dtype)
     kept.weights()  # (fp32: the parameters become its columns; bf16: the masters copied in)
     return kept.copy.share_memory_()
 

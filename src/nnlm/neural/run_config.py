@@ -136,10 +136,7 @@ def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.d
     if "corpus" in requested:
         requested = requested | {"corpus": corpus_key(requested["corpus"])}
     if resume:
-        run, corpus = reopen_run(out, requested, check)  # (reads the run; writes nothing)
-        guard_run_directory(out, run.corpus)
-        return run, corpus
-    guard_run_directory(out, requested.get("corpus"))
+        return reopen_run(out, requested, check)
     return create_run(out, requested, device, check, ties_rows, progress)
 
 
@@ -166,6 +163,7 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device,
                check: Callable[[Run], None] | None = None, ties_rows: bool = True,
                progress: bool = False) -> tuple[Run, Corpus]:
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
+    guard_run_directory(out, requested.get("corpus"))
     refuse_existing(out)
     options = RunOptions(**requested)
     if options.recipe is None:
@@ -271,6 +269,7 @@ def reopen_run(out: Path, requested: dict[str, Any],
     for key, value in requested.items():
         if key in RUN_DEFAULTS and getattr(run, key) != value:
             raise NnlmError(f"--resume: {out} was started with {key} = {getattr(run, key)!r}, not {value!r}")
+    guard_run_directory(out, run.corpus)  # (before the corpus is read)
     corpus = open_corpus(run)
     if corpus.vocab.fingerprint != run.vocab_fingerprint:
         raise NnlmError(f"--resume: the corpus {run.corpus} now has another vocabulary than the run in {out}")
