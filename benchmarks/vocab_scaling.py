@@ -1,6 +1,6 @@
 """Training speed of the AP News net (n = 6, h = 60, m = 100, direct) as the vocabulary grows (issue 47, item 1):
 the same corpus read with |V| capped at 18,000 (the paper's AP cap), at 60,000 and uncapped, for the sampled
-loss and the class-factored output layer, in one run.
+loss (with RowAdam's lazy and exact weight decay) and the class-factored output layer, in one run.
 
 Each of the six runs is set up and trained by `nnlm train`'s own code (benchmarks/training_path.py: the
 pipeline's loss and optimizer, the trainer's batches and bookkeeping), from the same seed. After a warm-up,
@@ -29,6 +29,7 @@ from training_path import TrainingPath
 
 OUTPUTS = {  # name: the run options that choose the output layer (as nnlm reproduce --table apnews does)
     "sampled": {"loss": "sampled"},
+    "sampled-exact": {"loss": "sampled", "row_decay": "exact"},  # RowAdam's exact weight decay (--row-decay exact)
     "classes": {"output_layer": "classes", "output_clustering": "frequency", "loss": "full"},
 }
 
@@ -45,7 +46,7 @@ def main() -> None:
     ap.add_argument("--corpus", required=True, help="a text directory (benchmarks/scale_corpus.py)")
     ap.add_argument("--min-count", type=int, default=2)
     ap.add_argument("--caps", default="18000,60000,0", help="vocabulary caps, 0 = uncapped; the first is the reference")
-    ap.add_argument("--outputs", default="sampled,classes")
+    ap.add_argument("--outputs", default="sampled,sampled-exact,classes")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=8.0, help="training seconds per run and round")
@@ -63,7 +64,7 @@ def main() -> None:
             path = paths[output, cap] = TrainingPath.new(Path(work.name) / f"{output}-{cap}", requested)
             net = path.setup.net
             path.advance(examples=20 * path.run.batch_size)  # warm-up: first-touch pages, compiled kernels
-            print(f"{output:8s} cap {cap or 'none':>6}: |V| = {net.config.vocab_size:,}, "
+            print(f"{output:13s} cap {cap or 'none':>6}: |V| = {net.config.vocab_size:,}, "
                   f"{sum(p.numel() for p in net.parameters()):,} parameters, "
                   f"{type(path.setup.loss_fn).__name__} + {type(path.setup.optimizer).__name__}; "
                   f"set up and warmed up in {time.perf_counter() - started:.0f} s")
@@ -78,7 +79,7 @@ def main() -> None:
         for cap in caps:
             per_cpu = statistics.median(f[0] for f in figures[output, cap])
             per_wall = statistics.median(f[1] for f in figures[output, cap])
-            print(f"  {output:8s} |V| {paths[output, cap].setup.net.config.vocab_size:>7,}: {per_cpu:8,.0f} tokens "
+            print(f"  {output:13s} |V| {paths[output, cap].setup.net.config.vocab_size:>7,}: {per_cpu:8,.0f} tokens "
                   f"per CPU s, {per_wall:8,.0f} per wall s; {cap or 'uncapped'} vs {caps[0]}: "
                   f"{ref_cpu / per_cpu:.2f}x slower (CPU)")
     for path in paths.values():

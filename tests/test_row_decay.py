@@ -54,7 +54,8 @@ def gradients(net, loss, contexts, targets, seed: int) -> tuple[dict[str, torch.
     torch.manual_seed(seed)  # the same sample drawn for every net
     net.zero_grad(set_to_none=True)
     loss(net, contexts, targets).backward()
-    grads = {name: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for name, p in net.named_parameters()}
+    grads = {name: p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+             for name, p in net.named_parameters()}
     touched = {}
     for name, rows, holder in loss.touched:
         grads[name] = torch.zeros_like(grads[name]).index_add_(0, rows, holder.grad)
