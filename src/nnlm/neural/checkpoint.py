@@ -154,6 +154,7 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "class_pull": (False, *stored_value_check("class_pull")),
     "class_context": (False, _bool(optional=True), "null, true or false"),
     "feature_clustering": (False, _one_of(None, "exchange", "trigram"), "null, 'exchange' or 'trigram'"),
+    "row_decay": (False, _one_of(None, "touched", "exact"), "null, 'touched' or 'exact'"),
     "init_evidence": (False, lambda v: v is None or (isinstance(v, dict) and all(
         isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())), "null or an object of numbers"),
     "corpus_name": (False, lambda v: isinstance(v, str), "a string"),

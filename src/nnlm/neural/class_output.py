@@ -135,6 +135,9 @@ class ClassNPLM(NPLM):
             b, weights = b.detach(), [w.detach() for w in weights]
             rows = self.class_rows(present)
             names = ["b"] + [name for name in ("W", "U") if getattr(self, name) is not None]
+            if rows_only.before_read is not None:
+                for name in names:
+                    rows_only.before_read(name, rows)
             sink = [rows_only.holder(name) for name in names]
             rows_only.touched.extend((name, rows, holder) for name, holder in zip(names, sink, strict=True))
         operands = [t for pair in zip(grouped, weights, strict=True) for t in pair]
@@ -248,6 +251,7 @@ class ClassRowLoss:
     def __init__(self) -> None:
         self.touched: list[tuple[str, torch.Tensor, object]] = []
         self.holders: dict[str, RowGrad] = {}  # b, W, U: their storage is reused by every batch
+        self.before_read = None  # set by RowAdam's exact rule (nnlm.neural.sampled.TouchesRows)
 
     def holder(self, name: str) -> RowGrad:
         """The gradient holder of word-row parameter `name` (b, W or U), the same for every batch."""
@@ -258,6 +262,8 @@ class ClassRowLoss:
         """Mean -log P(target | context) of the batch (bf16 is ignored: the class-factored loss is fp32)."""
         self.touched = []
         words, where = torch.unique(contexts, return_inverse=True)
+        if self.before_read is not None:
+            self.before_read("C", words)
         leaf = net.C.detach().index_select(0, words).requires_grad_()
         self.touched.append(("C", words, leaf))
         x = net.context_input(leaf.index_select(0, where.flatten()).view(*contexts.shape, -1))

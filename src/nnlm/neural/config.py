@@ -24,6 +24,7 @@ from nnlm.neural.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defau
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.sampled builds them); declared here once
 OUTPUT_LAYERS = ("full", "classes")
 CLUSTERINGS = ("exchange", "frequency")  # nnlm.neural.output_clustering.CLUSTERINGS, repeated (numpy-free)
+ROW_DECAYS = ("touched", "exact")  # nnlm.neural.sampled.RowAdam's two rules for the rows a batch did not touch
 INIT_FEATURES = ("auto", "random", "exchange")  # nnlm.neural.feature_init
 FEATURE_CLUSTERINGS = ("exchange", "trigram")  # the classes --init-features exchange ties rows to
 DEFAULT_CLASS_PULL = 1.0  # --init-features exchange: the measured best on gen-500 / gen-2k (docs/recipes.md)
@@ -91,6 +92,12 @@ class RunOptions:
     output_clustering: str | None = option(None, "--output-layer classes: exchange (the class-based n-gram's "
                                                  "clustering of train) or frequency (bins of equal token mass)",
                                            choices=CLUSTERINGS, shown="exchange")
+    row_decay: str | None = option(None, "--loss sampled / nce or --output-layer classes (Adam on the rows a batch "
+                                         "touched): touched: a row's weight decay and moments move only at the "
+                                         "steps that touch it (torch's SparseAdam); exact: dense AdamW's weight "
+                                         "decay and moments on every row at every step, applied when the row is "
+                                         "next touched (one process only)",
+                                   choices=ROW_DECAYS, shown="touched")
     init_features: str | None = option(None, "random: C uniform in +-0.1 (the paper); exchange: the words of each "
                                              "class of the exchange clustering of train (the class-based n-gram's) "
                                              "start from one shared random row of C, U and W, and --class-pull "
@@ -158,6 +165,10 @@ class RunOptions:
         check_recipe_values(dataclasses.asdict(self))
         self.check_output_layer()
         self.check_init_features()
+        if self.row_decay is not None and (RECIPES[recipe].optimizer != "adam" or (
+                self.loss == "full" and output_layer_of(dataclasses.asdict(self)) != "classes")):
+            raise NnlmError("--row-decay applies to the runs that update only the rows a batch touched: --loss "
+                            "sampled or nce, or --output-layer classes, with an Adam recipe")
         if self.loss != "full" and RECIPES[recipe].optimizer != "adam":
             raise NnlmError(f"--loss {self.loss} trains with the modern recipe (Adam on the touched rows), "
                             f"not {recipe!r}")

@@ -56,7 +56,8 @@ class TrainerSpec:
         return getattr(importlib.import_module(module), name)
 
     def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None,
-              output_layer: str | None = None, energy: bool = False, init_features: str | None = None) -> None:
+              output_layer: str | None = None, energy: bool = False, init_features: str | None = None,
+              row_decay: str | None = None) -> None:
         """What this trainer cannot do -> one-line NnlmError. Asked once per run, by `prepare` through
         `open_run`: on a new run's resolved options before anything is written, on a resumed run's own."""
         if output_layer == "classes" and not self.takes_class_output:
@@ -65,6 +66,9 @@ class TrainerSpec:
         if init_features == "exchange" and not self.ties_rows:
             raise NnlmError(f"--init-features exchange pulls the rows towards their classes in one process, not with "
                             f"--parallel {self.name}")
+        if row_decay == "exact" and self.name != "single":
+            raise NnlmError(f"--row-decay exact keeps each row's bookkeeping in one process, not with --parallel "
+                            f"{self.name}")
         if energy and self.name != "single":
             raise NnlmError(f"the energy network (--energy) trains in one process, not with --parallel {self.name}")
         if self.full_softmax_only and loss != "full":
@@ -98,7 +102,7 @@ def build_optimizer(net: torch.nn.Module, recipe: Recipe, lr: float) -> PaperSGD
 
 
 def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = False,
-              one_process: bool = False) -> tuple[Callable[..., torch.Tensor], Any]:
+              one_process: bool = False, exact_decay: bool = False) -> tuple[Callable[..., torch.Tensor], Any]:
     """The loss and optimizer of a --loss full run in one process or a Hogwild worker: `batch_loss` and
     the recipe's optimizer; for a class-factored net with an Adam recipe, `ClassRowLoss` and RowAdam,
     which update only the rows a batch touched (its context words' C rows, its present classes' word
@@ -106,12 +110,13 @@ def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = Fals
     (docs/experiments/class-output.md, "Row-wise Adam"). ddp keeps dense Adam: DistributedDataParallel
     sums dense gradients. The paper's SGD in one CPU process (`one_process`; also a Hogwild worker, which
     then adopts the copy its parent laid out in shared memory: `kept_output.share_kept_layout`) keeps a
-    copy of the output weights side by side and updates it with the masters in one pass (`KeptLoss`)."""
+    copy of the output weights side by side and updates it with the masters in one pass (`KeptLoss`).
+    `exact_decay`: RowAdam's exact rule (--row-decay exact), else its lazy one."""
     if net.config.output_classes and recipe.optimizer == "adam":
         from nnlm.neural.class_output import ClassRowLoss
 
         loss = ClassRowLoss()
-        return loss, RowAdam(net, loss, lr, recipe.weight_decay)
+        return loss, RowAdam(net, loss, lr, recipe.weight_decay, exact_decay=exact_decay)
     if keeps_output(net, recipe.optimizer, one_process):
         kept_loss = KeptLoss(net, torch.bfloat16 if bf16 else torch.float32)
         return kept_loss, PaperSGD(net, lr, recipe.lr_decay, recipe.weight_decay, kept=kept_loss.kept)
@@ -125,8 +130,9 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     for sampled / nce. Called before a resume loads its checkpoint, which then replaces the sampled
     runs' initial b."""
     run = run if isinstance(run, Run) else Run(**{k: v for k, v in run.items() if k in Run.__dataclass_fields__})
+    exact_decay = run.row_decay == "exact"
     if run.loss == "full":
-        return full_loss(net, run.training_recipe, lr, run.bf16, one_process)
+        return full_loss(net, run.training_recipe, lr, run.bf16, one_process, exact_decay)
     energy, words = net.config.energy, net.config.vocab_size  # energy net (nnlm.neural.energy): b enters as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss
@@ -134,7 +140,7 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
                                                           run.samples).to(device)
     with torch.no_grad():
         net.b.copy_(initial_bias(corpus.train, words) * (-1.0 if energy else 1.0))
-    return loss, RowAdam(net, loss, lr, run.training_recipe.weight_decay)
+    return loss, RowAdam(net, loss, lr, run.training_recipe.weight_decay, exact_decay=exact_decay)
 
 
 def fresh_state() -> TrainingState:
@@ -152,7 +158,7 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     session = session or session_options(requested)
     run, corpus = open_run(out, run_part(requested), resume, device, check=lambda run: spec.check(
         run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy,
-        init_features=run.init_features), ties_rows=spec.ties_rows, progress=progress)
+        init_features=run.init_features, row_decay=run.row_decay), ties_rows=spec.ties_rows, progress=progress)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)

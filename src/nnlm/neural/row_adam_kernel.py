@@ -46,3 +46,27 @@ def as_rows(t) -> np.ndarray:
     """A CPU tensor's storage as a 2-D NumPy view (a vector as one column), sharing its memory."""
     a = t.detach().numpy()
     return a.reshape(len(a), -1)
+
+
+@numba.njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def adam_rows_caught_up(p, g, m, v, rows, scale_p, scale_m, scale_v, lr, beta1, beta2, eps, decay, bias1, bias2):
+    """`adam_rows` after bringing each row up to date for the steps that did not touch it (RowAdam's exact
+    weight decay): row rows[i] of p is first multiplied by scale_p[i] (the weight decay of those steps),
+    of m by scale_m[i] = beta1^k and of v by scale_v[i] = beta2^k (k steps of a zero gradient), then it
+    takes this step's update as `adam_rows` does, in the same pass."""
+    dt = p.dtype.type
+    one_minus_b1, one_minus_b2, b2 = dt(1.0 - beta1), dt(1.0 - beta2), dt(beta2)
+    shrink, step = dt(1.0 - decay), dt(-lr / bias1)
+    root2, tiny = dt(math.sqrt(bias2)), dt(eps)
+    for i in range(len(rows)):
+        r = rows[i]
+        pr, mr, vr, gr = p[r], m[r], v[r], g[i]
+        sp, sm, sv = dt(scale_p[i]), dt(scale_m[i]), dt(scale_v[i])
+        for j in range(len(pr)):
+            grad = gr[j]
+            m0, v0 = mr[j] * sm, vr[j] * sv
+            mm = m0 + one_minus_b1 * (grad - m0)
+            vv = v0 * b2 + one_minus_b2 * grad * grad
+            mr[j] = mm
+            vr[j] = vv
+            pr[j] = (pr[j] * sp) * shrink + step * (mm / (np.sqrt(vv) / root2 + tiny))

@@ -28,6 +28,7 @@ The scores are computed in fp32: the matrices are small, bf16 autocast does not 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -90,6 +91,7 @@ class SampledLoss:
         self.multinomial = multinomial
         self.log_p = inclusion_probabilities(q, samples).log().float()
         self.touched: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (parameter, rows, leaf with grad)
+        self.before_read: Callable[[str, torch.Tensor], None] | None = None  # RowAdam's exact decay (TouchesRows)
 
     def to(self, device: torch.device) -> SampledLoss:
         self.q, self.inverse_q, self.log_p = self.q.to(device), self.inverse_q.to(device), self.log_p.to(device)
@@ -112,6 +114,8 @@ class SampledLoss:
 
     def _rows(self, net: NPLM, name: str, ids: torch.Tensor) -> torch.Tensor:
         """A leaf copy of rows `ids` of parameter `name`; its gradient is what RowAdam applies."""
+        if self.before_read is not None:
+            self.before_read(name, ids)
         leaf = getattr(net, name).detach().index_select(0, ids).requires_grad_()
         self.touched.append((name, ids, leaf))
         return leaf
@@ -156,9 +160,12 @@ class SampledLoss:
 class TouchesRows(Protocol):
     """A batch loss that records, after each call, the rows of the |V|-row parameters its gradient reaches:
     `touched` holds (parameter name, rows [R] distinct, holder whose .grad is their gradient [R, ...]) --
-    SampledLoss (sampled / nce), and nnlm.neural.class_output.ClassRowLoss (the class-factored output)."""
+    SampledLoss (sampled / nce), and nnlm.neural.class_output.ClassRowLoss (the class-factored output).
+    `before_read` (None, or set by RowAdam's exact rule) is called with (parameter name, rows) before the
+    loss reads those rows, so that they owe no weight decay when the batch's forward pass sees them."""
 
     touched: list[tuple[str, torch.Tensor, Any]]
+    before_read: Callable[[str, torch.Tensor], None] | None
 
 
 class RowAdam:
@@ -166,29 +173,61 @@ class RowAdam:
     C, W, U, b a batch touched (`loss.touched`: a sampled batch's rows, or a class-factored batch's
     context words and present classes) and the other parameters (H, d, the variants' deeper layers,
     gains and A, the class rows of a class-factored net) densely. Its checkpoint tensors are named
-    like Adam's.
+    like Adam's. A step costs the rows touched, never all |V| rows of C, W, U, b (the whole cost of a
+    dense step at a large vocabulary). Two rules, stated densely (what each row of C, W, U, b does at
+    step t, rate lr_t, weight decay lambda on C, W, U), which the row-wise update computes exactly:
 
-    The "lazy" Adam of torch.optim.SparseAdam. A touched row takes Adam's step from its own moments
-    m, v, which move only at the steps that touch it, with the shared step count t in the bias
-    corrections 1 - beta^t. An untouched row -- its gradient in this batch is zero -- stays bit for bit
-    as it is: its moments do not decay and its weight decay waits until a batch touches it again,
-    where dense Adam would still move it (by its decaying first moment, and by the decay). The two
-    therefore agree on a row touched at every step (every touched row at the first step) and differ
-    on the others. Why lazy: a step costs the rows touched instead of all |V| rows of C, W, U, b (the
-    whole cost at a large vocabulary), and it trained as well where measured (sampled: README;
-    class-factored: docs/experiments/class-output.md, "Row-wise Adam").
+    - `exact_decay=False` (the default; `--row-decay touched`): the "lazy" Adam of torch.optim.SparseAdam.
+      A row touched at step t takes AdamW's step from its own moments m, v, which move only at the steps
+      that touch it, with the shared step count t in the bias corrections 1 - beta^t, and its weight decay
+      (1 - lr_t lambda). An untouched row stays bit for bit as it is. It differs from dense AdamW on every
+      row not touched at every step; it trained as well where measured (sampled: README; class-factored:
+      docs/experiments/class-output.md, "Row-wise Adam").
+    - `exact_decay=True` (`--row-decay exact`): dense AdamW with the Adam step of an untouched row dropped.
+      Every row, every step: p <- p (1 - lr_t lambda), m <- beta1 m + (1 - beta1) g, v <- beta2 v +
+      (1 - beta2) g^2 (g = 0 for an untouched row); a touched row then also takes p <- p - lr_t m^ /
+      (sqrt(v^) + eps). So weight decay and moments are dense AdamW's exactly, and a row touched at every
+      step is dense AdamW's row. Applied lazily: a row remembers the step it was last brought up to date
+      (`row_step`) and the running sum L_t = sum_s log(1 - lr_s lambda) then (`row_log`); when a batch
+      touches it again k steps later, it first takes exp(L_{t-1} - L_then) on p, beta1^k on m and
+      beta2^k on v in the same compiled pass as its update. `flush` brings every row up to date (before
+      validating: the trainer calls it at each epoch's end); a checkpoint saves the rows as they are
+      with their bookkeeping, so a resumed run computes what an uninterrupted one does, bit for bit.
+
     On the CPU the rows are updated in place by one compiled loop per parameter
     (`row_adam_kernel`); `fused=False` (or another device) takes the torch ops, gather-update-scatter."""
 
     def __init__(self, net: NPLM, loss: TouchesRows, lr: float, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True,
+                 exact_decay: bool = False) -> None:
         self.net, self.loss, self.lr, self.weight_decay, self.betas, self.eps = net, loss, lr, weight_decay, betas, eps
-        self.fused = fused
+        self.fused, self.exact_decay = fused, exact_decay
         self.params = dict(net.named_parameters())
         self.decayed = {id(p) for p in net.decayed_parameters()}
         self.m = {k: torch.zeros_like(p) for k, p in self.params.items()}
         self.v = {k: torch.zeros_like(p) for k, p in self.params.items()}
         self.t = 0
+        self.log_decay = 0.0  # L_t (exact_decay): the log of the weight decay every row has owed since step 0
+        rows = [k for k in (*ROWS, "v") if k in self.params and len(self.params[k]) == net.config.vocab_size
+                and not (k == "v" and net.config.energy_shared_v)] if exact_decay else []  # (v: the energy net's)
+        self.row_step = {k: torch.zeros(len(self.params[k]), dtype=torch.int64, device=self.params[k].device)
+                         for k in rows}
+        self.row_log = {k: torch.zeros(len(self.params[k]), dtype=torch.float64, device=self.params[k].device)
+                        for k in rows}
+        if exact_decay:
+            loss.before_read = self.decay_rows
+
+    @torch.no_grad()
+    def decay_rows(self, name: str, rows: torch.Tensor) -> None:
+        """Rows `rows` (distinct) of `name` take the weight decay they owe for the steps since they were last
+        brought up to date (exact rule; called by the loss before it reads them). Their moments' decay waits
+        for `step`, which reads them with the gradient in the same pass."""
+        p = self.params[name]
+        if id(p) not in self.decayed:
+            return
+        owed = (self.log_decay - self.row_log[name].index_select(0, rows)).exp_().to(p.dtype)
+        p.index_copy_(0, rows, p.index_select(0, rows).mul_(owed.view((-1,) + (1,) * (p.dim() - 1))))
+        self.row_log[name].index_fill_(0, rows, self.log_decay)
 
     def _update(self, name: str, p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor) -> None:
         b1, b2 = self.betas
@@ -199,28 +238,63 @@ class RowAdam:
         denom = v.sqrt().div_(math.sqrt(1 - b2 ** self.t)).add_(self.eps)
         p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.t))
 
-    def _fused_rows(self, name: str, rows: torch.Tensor, grad: torch.Tensor) -> bool:
-        """The compiled in-place update of `rows` of parameter `name`; False where it does not apply
-        (not on the CPU, or a tensor that is not one contiguous block), for the torch ops to do it."""
-        from nnlm.neural.row_adam_kernel import adam_rows, as_rows
+    def _catch_up(self, name: str, rows: torch.Tensor, now: int, log_decay: float
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(on p, on m, on v) [R] float64: what `rows` of `name` owe for the steps after they were last
+        brought up to date and up to step `now` (where the running log decay was `log_decay`)."""
+        missed = (now - self.row_step[name].index_select(0, rows)).double()
+        b1, b2 = self.betas
+        on_m, on_v = torch.pow(b1, missed), torch.pow(b2, missed)
+        if id(self.params[name]) in self.decayed:
+            on_p = (log_decay - self.row_log[name].index_select(0, rows)).exp_()
+        else:
+            on_p = torch.ones_like(on_m)
+        return on_p, on_m, on_v
+
+    def _mark(self, name: str, rows: torch.Tensor) -> None:
+        """`rows` of `name` are up to date at this step."""
+        self.row_step[name].index_fill_(0, rows, self.t)
+        self.row_log[name].index_fill_(0, rows, self.log_decay)
+
+    def _fused_rows(self, name: str, rows: torch.Tensor, grad: torch.Tensor,
+                    owed: tuple[torch.Tensor, ...] | None) -> bool:
+        """The compiled in-place update of `rows` of parameter `name` (first multiplied by `owed`, the
+        exact decay's catch-up, when given); False where it does not apply (not on the CPU, or a tensor
+        that is not one contiguous block), for the torch ops to do it."""
+        from nnlm.neural.row_adam_kernel import adam_rows, adam_rows_caught_up, as_rows
 
         p, m, v = self.params[name], self.m[name], self.v[name]
         if not all(t.device.type == "cpu" and t.is_contiguous() for t in (p, m, v)) or p.dtype != m.dtype:
             return False
         b1, b2 = self.betas
         decay = self.lr * self.weight_decay if id(p) in self.decayed else 0.0
-        adam_rows(as_rows(p), as_rows(grad.to(p.dtype).contiguous()), as_rows(m), as_rows(v), rows.numpy(),
-                  self.lr, b1, b2, self.eps, decay, 1 - b1 ** self.t, 1 - b2 ** self.t)
+        common = (self.lr, b1, b2, self.eps, decay, 1 - b1 ** self.t, 1 - b2 ** self.t)
+        g = as_rows(grad.to(p.dtype).contiguous())
+        if owed is None:
+            adam_rows(as_rows(p), g, as_rows(m), as_rows(v), rows.numpy(), *common)
+        else:
+            adam_rows_caught_up(as_rows(p), g, as_rows(m), as_rows(v), rows.numpy(), *(o.numpy() for o in owed),
+                                *common)
         return True
 
     @torch.no_grad()
     def step(self, examples_seen: int, batch: int) -> None:
         self.t += 1
+        before = self.log_decay  # L_{t-1}
+        if self.exact_decay:
+            self.log_decay += math.log1p(-self.lr * self.weight_decay)
         for name, rows, leaf in self.loss.touched:
-            if self.fused and self._fused_rows(name, rows, leaf.grad):
+            owed = self._catch_up(name, rows, self.t - 1, before) if self.exact_decay else None
+            if owed is not None:
+                self._mark(name, rows)
+            if self.fused and self._fused_rows(name, rows, leaf.grad, owed):
                 continue
             p, m, v = self.params[name], self.m[name].index_select(0, rows), self.v[name].index_select(0, rows)
             value = p.index_select(0, rows)
+            if owed is not None:
+                shape = (-1,) + (1,) * (p.dim() - 1)
+                for tensor, factor in zip((value, m, v), owed, strict=True):
+                    tensor.mul_(factor.to(p.dtype).view(shape))
             self._update(name, value, leaf.grad, m, v)
             p.index_copy_(0, rows, value)
             self.m[name].index_copy_(0, rows, m)
@@ -229,11 +303,44 @@ class RowAdam:
             if name not in ROWS and p.grad is not None:
                 self._update(name, p, p.grad, self.m[name], self.v[name])
 
+    @torch.no_grad()
+    def flush(self) -> None:
+        """Bring every row up to date (exact_decay: the weight decay and moment decay it owes; nothing to do
+        otherwise): after it the weights are dense AdamW's rule's at this step. Costs every row once."""
+        for name in self.row_step:
+            p = self.params[name]
+            every = torch.arange(len(p), device=p.device)
+            owed = self._catch_up(name, every, self.t, self.log_decay)
+            self._mark(name, every)
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            for tensor, factor in zip((p, self.m[name], self.v[name]), owed, strict=True):
+                tensor.mul_(factor.to(p.dtype).view(shape))
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        return adam_state_tensors(self.m, self.v, self.t)
+        """Adam's tensors; with exact_decay, each row's bookkeeping and the running log decay too."""
+        tensors = adam_state_tensors(self.m, self.v, self.t)
+        if self.exact_decay:
+            tensors |= {f"optim.row_step.{k}": x for k, x in self.row_step.items()}
+            tensors |= {f"optim.row_log.{k}": x for k, x in self.row_log.items()}
+            tensors["optim.log_decay"] = torch.tensor(self.log_decay, dtype=torch.float64)
+        return tensors
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        self.t = load_adam_state(self.m, self.v, tensors)
+        own = ("optim.row_step.", "optim.row_log.", "optim.log_decay")
+        books = {k: x for k, x in tensors.items() if k.startswith(own)}
+        expected = set(self.state_tensors()) - set(adam_state_tensors(self.m, self.v, 0))
+        if set(books) != expected:
+            raise NnlmError(f"the checkpoint's row bookkeeping has {sorted(books)}, this run needs {sorted(expected)}")
+        self.t = load_adam_state(self.m, self.v, {k: x for k, x in tensors.items() if k not in books})
+        for store, kind in ((self.row_step, "row_step"), (self.row_log, "row_log")):
+            for k, live in store.items():
+                saved = books[f"optim.{kind}.{k}"]
+                if saved.shape != live.shape or saved.dtype != live.dtype:
+                    raise NnlmError(f"the checkpoint's {kind} for {k} has shape {list(saved.shape)}, "
+                                    f"the model needs {list(live.shape)}")
+                live.copy_(saved)
+        if self.exact_decay:
+            self.log_decay = float(books["optim.log_decay"])
 
 
 def log_partition_stats(lm, corpus, split: str = "valid") -> tuple[float, float]:

@@ -152,6 +152,8 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         if trainer.agree([float(clock.signalled())])[0]:  # every rank stops where it is, the writer saves
             save()
             raise StoppedBySignal(*stopped_message(out, state, stop_request, log))
+        if hasattr(trainer.optimizer, "flush"):  # RowAdam's exact decay: every row up to date before it is scored
+            trainer.optimizer.flush()
         whole = trainer.whole()
         started = time.monotonic()
         try:
