@@ -1,4 +1,4 @@
-"""`nnlm prune`: relative-entropy pruning of a back-off model (Stolcke 1998, SRILM's `ngram -prune`)."""
+"""`nnlm prune`: relative-entropy pruning of a back-off model (Stolcke 1998; SRILM's -prune)."""
 from __future__ import annotations
 
 import argparse

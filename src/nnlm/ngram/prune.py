@@ -1,4 +1,4 @@
-"""Relative-entropy pruning of a back-off n-gram model (Stolcke 1998; SRILM's `ngram -prune`).
+"""Relative-entropy pruning of a back-off n-gram model (Stolcke 1998; SRILM's -prune).
 
 Why: a Kneser-Ney model lists every n-gram seen in train, and most of them (the 4- and 5-grams seen
 once) move its predictions very little; removing those keeps a fraction of the model for a small
