@@ -20,7 +20,15 @@ from nnlm.ngram.arpa import read_arpa, write_arpa
 from nnlm.ngram.backoff import BackoffTables
 from nnlm.ngram.build import save_ngram
 from nnlm.ngram.kneser_ney import KneserNeyModel
-from nnlm.ngram.prune import check_threshold, cut, own_history_log10, prune_model, prune_tables, removal_cost
+from nnlm.ngram.prune import (
+    check_threshold,
+    cut,
+    history_log10,
+    own_history_log10,
+    prune_model,
+    prune_tables,
+    removal_cost,
+)
 from nnlm.ngram.simple import AddOneBigram
 
 VOCAB = 40  # ids 30..39 never occur in the stream: words only the unigram smoothing reaches
@@ -146,13 +154,19 @@ def test_only_backoff_models_are_pruned():
         prune_model(AddOneBigram.fit(WORDS, TRAIN), 1e-6)
 
 
-def test_a_history_model_gives_p_of_h(tmp_path):
+def test_a_history_model_gives_p_of_h():
+    for k in (2, 3, 4):  # the model as its own history model: the chain of its listed entries
+        np.testing.assert_allclose(history_log10(MODEL, MODEL.tables, k), own_history_log10(MODEL.tables, k),
+                                   atol=1e-12)
     own = prune_model(MODEL, 1e-5)
     lower = prune_model(MODEL, 1e-5, history=KneserNeyModel.fit(WORDS, TRAIN, 2))
     assert lower.model.params["pruned"]["history"] and lower.after != own.after
+    np.testing.assert_allclose(lower.model.distribution(np.array([[3, 4, 5], [7, 8, 9]])).sum(axis=1), 1.0)
     other = Vocabulary(("<unk>", "<p>", *(f"v{i}" for i in range(2, VOCAB))))
     with pytest.raises(NnlmError, match="vocabulary"):
         prune_model(MODEL, 1e-5, history=KneserNeyModel.fit(other, TRAIN, 2))
+    with pytest.raises(NnlmError, match="back-off"):
+        prune_model(MODEL, 1e-5, history=AddOneBigram.fit(WORDS, TRAIN))
 
 
 # ---- the command ----------------------------------------------------------------------------------

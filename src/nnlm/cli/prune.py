@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="remove an n-gram when the training-set perplexity grows by less than this fraction without "
                         "it (SRILM's semantics; typical values 1e-9 .. 1e-6; Brown KN5: docs/pruning.md)")
     p.add_argument("--history-lm", metavar="MODEL",
-                   help="take the probability of each n-gram's history from this model (same vocabulary), as "
+                   help="take the probability of each n-gram's history from this back-off model (same words), as "
                         "SRILM's -prune-history-lm (default: the pruned model's own probabilities)")
     p.add_argument("--save", metavar="DIR", help="save the pruned model to DIR (default: not saved)")
     p.add_argument("--arpa", metavar="FILE", help="write the pruned model as an ARPA file (default: not written)")
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     from nnlm.data.provenance import recorded_corpus
     from nnlm.loading import load
-    from nnlm.ngram.arpa import write_arpa
+    from nnlm.ngram.arpa import read_arpa, write_arpa
     from nnlm.ngram.build import save_ngram
     from nnlm.ngram.prune import prune_model
     from nnlm.ngram.store import save_target
@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
                   inputs=[args.model, args.history_lm], force=args.force)
     model = load(args.model)
     history = load(args.history_lm) if args.history_lm else None
+    if history is not None and history.vocab.fingerprint != model.vocab.fingerprint and Path(args.history_lm).is_file():
+        history = read_arpa(args.history_lm, model.vocab)  # an ARPA file's words, in the pruned model's order
     pruned = prune_model(model, args.threshold, history)
     if args.save:
         save_ngram(pruned.model, args.save, recorded_corpus(args.model))

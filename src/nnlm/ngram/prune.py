@@ -84,23 +84,16 @@ def own_history_log10(tables: BackoffTables, k: int) -> np.ndarray:
     return out
 
 
-def history_log10(history: LanguageModel, tables: BackoffTables, k: int) -> np.ndarray:
-    """log10 P(h) of every listed (k-1)-gram h under another model over the same ids (SRILM's
-    -prune-history-lm): the sum of log10 P(h_i | h_1..h_i-1); words before h are the start of a text."""
+def history_log10(history: BackoffModel, tables: BackoffTables, k: int) -> np.ndarray:
+    """log10 P(h) of every listed (k-1)-gram h under another back-off model over the same ids (SRILM's
+    -prune-history-lm): the sum of log10 P(h_i | h_1..h_i-1), each by the history model cut to order i,
+    so that P(h_1) is its unigram marginal and not a probability after some start of text."""
     words = tables.words(k - 1)
-    need = history.context_size
-    pad = np.full((len(words), need), history.vocab.id(start_of_text(history)), dtype=np.int64)
-    padded = np.concatenate([pad, words], axis=1)
     total = np.zeros(len(words))
     for i in range(k - 1):
-        total += history.log_prob(padded[:, i:i + need], words[:, i]) / LN10
+        upto = min(i + 1, history.order)
+        total += cut(history.tables, upto).reference_log10_prob_of(words[:, i + 1 - upto:i], words[:, i])
     return total
-
-
-def start_of_text(model: LanguageModel) -> str:
-    from nnlm.data.vocab import start_token
-
-    return start_token(model.vocab)
 
 
 def removal_cost(tables: BackoffTables, k: int, context_log10: np.ndarray) -> np.ndarray:
@@ -126,7 +119,7 @@ def suffix_index(tables: BackoffTables, k: int) -> np.ndarray:
     return tables.index(tables.words(k)[:, 1:])
 
 
-def choose(tables: BackoffTables, threshold: float, history: LanguageModel | None = None) -> list[np.ndarray]:
+def choose(tables: BackoffTables, threshold: float, history: BackoffModel | None = None) -> list[np.ndarray]:
     """Which entries of each order stay (bool masks), deciding the highest order first."""
     v, order = tables.vocab_size, tables.order
     keep = [np.ones(n, dtype=bool) for n in tables.sizes()]
@@ -196,7 +189,7 @@ def renormalize(pruned: BackoffTables, changed: list[np.ndarray]) -> None:
 
 
 def prune_tables(tables: BackoffTables, threshold: float,
-                 history: LanguageModel | None = None) -> BackoffTables:
+                 history: BackoffModel | None = None) -> BackoffTables:
     """The pruned tables (see the module docstring); `tables` itself is not changed."""
     threshold = check_threshold(threshold)
     keep = choose(tables, threshold, history)
@@ -210,11 +203,14 @@ def prune_tables(tables: BackoffTables, threshold: float,
 
 def prune_model(model: LanguageModel, threshold: float, history: LanguageModel | None = None) -> Pruned:
     """Prune a back-off model (Kneser-Ney, an ARPA file) into a BackoffModel over the same vocabulary.
-    `history`: a model over the same vocabulary whose probabilities give P(h) (default: the model's own)."""
+    `history`: a back-off model over the same vocabulary whose probabilities give P(h) (default: the model's own)."""
     threshold = check_threshold(threshold)
     if not isinstance(model, BackoffModel):
         raise NnlmError(f"only back-off n-gram models (kind kn, or an ARPA file) can be pruned, not a "
                         f"{model.kind_name()} model")
+    if history is not None and not isinstance(history, BackoffModel):
+        raise NnlmError(f"the history model must be a back-off n-gram model (kind kn, or an ARPA file), not a "
+                        f"{history.kind_name()} model")
     if history is not None and history.vocab.fingerprint != model.vocab.fingerprint:
         raise NnlmError("the history model's vocabulary is not the pruned model's: give one built on the same corpus")
     started = time.perf_counter()
