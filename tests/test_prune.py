@@ -189,8 +189,10 @@ def test_prune_command_saves_and_writes_arpa_that_load_alike(saved, tmp_path):
     ctx = contexts(HELD_OUT, pos, 3, 0)
     np.testing.assert_allclose(from_dir.log10_prob(ctx, HELD_OUT[pos]), from_arpa.log10_prob(ctx, HELD_OUT[pos]),
                                atol=1e-9)
-    text = run_nnlm("prune", tmp_path / "small.arpa", "--threshold", "1e-4", "--save", tmp_path / "smaller")
+    text = run_nnlm("prune", tmp_path / "small.arpa", "--threshold", "1e-4", "--save", tmp_path / "smaller",
+                    "--history-lm", saved)
     assert text.returncode == 0 and "order" in text.stdout and "kept" in text.stdout, text.stderr
+    assert load(tmp_path / "smaller").params["pruned"]["history"]
 
 
 @pytest.mark.parametrize("args, fragment", [
