@@ -157,6 +157,7 @@ def argument_cases(S: Path) -> list[Case]:
         (["neighbors", run, "w1"], "-k", "int", 1, None, False),
         (["map", run, "--out", "{D}/m.png"], "--top", "int", 1, None, False),
         (["ngram", "--corpus", str(S / "rand"), "--kind", "kn"], "--order", "int", 1, 6, False),
+        (["prune", kn, "--arpa", "{D}/p.arpa"], "--threshold", "float", 0, None, True),
         (["ngram", "--corpus", str(S / "rand"), "--kind", "class"], "--classes", "int", 1, None, False),
         (["ngram", "--corpus", str(S / "rand")], "--min-count", "int", 1, None, False),
         (["ngram", "--corpus", str(S / "rand")], "--max-vocab", "int", 1, None, False),
@@ -241,7 +242,8 @@ def arpa_cases(S: Path) -> list[Case]:
         def setup(d: Path, text: str = text) -> None:
             (d / "m.arpa").write_bytes(text.encode("utf-8", "surrogatepass"))
         for argv in (["ngram", "--corpus", str(S / "rand"), "--load-arpa", "{D}/m.arpa", "--json"],
-                     ["score", "{D}/m.arpa", str(S / "text.txt"), "--json"]):
+                     ["score", "{D}/m.arpa", str(S / "text.txt"), "--json"],
+                     ["prune", "{D}/m.arpa", "--threshold", "1e-6", "--arpa", "{D}/p.arpa", "--json"]):
             cases.append(Case("arpa", f"{argv[0]}: {name}", argv, invalid, setup=setup,
                               protect=["{D}/m.arpa", str(S)]))
     import numpy as np
@@ -520,6 +522,8 @@ def special_file_cases(S: Path) -> list[Case]:
         "ngram --save": ["ngram", "--corpus", str(S / "rand"), "--kind", "kn", "--order", "2", "--save", "{T}"],
         "export --arpa": ["export", str(S / "kn3"), "--arpa", "{T}"],
         "export --embeddings": ["export", str(S / "run"), "--embeddings", "{T}"],
+        "prune --arpa": ["prune", str(S / "kn3"), "--threshold", "1e-6", "--arpa", "{T}"],
+        "prune --save": ["prune", str(S / "kn3"), "--threshold", "1e-6", "--save", "{T}"],
         "map --out": ["map", str(S / "run"), "--out", "{T}", "--top", "5"],
         "train --out": ["train", "--corpus", str(S / "rand"), "--out", "{T}", "--preset", "mlp7", "--hidden", "2",
                         "--features", "2", "--epochs", "1", "--threads", "1", "--no-progress"],
@@ -528,10 +532,10 @@ def special_file_cases(S: Path) -> list[Case]:
         for wname, argv in writers.items():
             def setup(d: Path, make_target: Callable[[Path], str] = make_target) -> None:
                 (d / "target").write_text(make_target(d))
-            files = ("ngram --arpa", "export --arpa", "export --embeddings", "map --out")
+            files = ("ngram --arpa", "export --arpa", "export --embeddings", "map --out", "prune --arpa")
             # a file output writes into /dev/null; a user's file (plain, or a link's target) needs --force
             ok = {("/dev/null", w) for w in files}
-            ok |= {("empty directory", w) for w in ("ngram --save", "train --out")}
+            ok |= {("empty directory", w) for w in ("ngram --save", "train --out", "prune --save")}
             valid = (tname, wname) in ok
             protect = ["{D}/n", "{D}/run"] + ([] if valid else ["{D}/p", "{D}/real", "{D}/l", "{D}/f"])
             cases.append(Case("special files", f"{wname} to {tname}", argv, invalid=not valid,
@@ -552,6 +556,8 @@ def output_over_input_cases(S: Path) -> list[Case]:
         "export --embeddings": (["export", str(S / "run"), "--embeddings", "{T}"], S / "run"),
         "export --arpa": (["export", str(S / "kn3"), "--arpa", "{T}"], S / "kn3"),
         "export ARPA --arpa": (["export", str(S / "kn3.arpa"), "--arpa", "{T}"], S / "kn3.arpa"),
+        "prune --arpa": (["prune", str(S / "kn3"), "--threshold", "1e-6", "--arpa", "{T}"], S / "kn3"),
+        "prune ARPA --save": (["prune", str(S / "kn3.arpa"), "--threshold", "1e-6", "--save", "{T}"], S / "kn3.arpa"),
         "ngram --arpa": (["ngram", "--corpus", str(S / "rand"), "--kind", "kn", "--order", "2", "--arpa", "{T}"],
                          S / "rand"),
         "ngram --load --save": (["ngram", "--load", str(S / "kn3"), "--save", "{T}"], S / "kn3"),
@@ -564,7 +570,8 @@ def output_over_input_cases(S: Path) -> list[Case]:
         "map --words --out": (["map", str(S / "run"), "--words", str(S / "words.txt"), "--out", "{T}"],
                               S / "words.txt"),
     }
-    forced = {"rescore srilm --out", "export --embeddings", "export --arpa", "ngram --arpa", "map --out"}
+    forced = {"rescore srilm --out", "export --embeddings", "export --arpa", "ngram --arpa", "map --out",
+              "prune --arpa"}
     cases = []
     for wname, (argv, given) in writers.items():
         targets: dict[str, Callable[[Path], str]] = {

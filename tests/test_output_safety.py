@@ -89,9 +89,11 @@ COMMANDS = {
     "reproduce --out": (lambda ws, out: ["reproduce", "--corpus", ws["corpus"], "--out", out,
                                          "--budget-minutes", "0.05", "--no-progress"], "corpus"),
     "map --out": (lambda ws, out: ["map", ws["run"], "--top", "20", "--out", out], "run"),
+    "prune --arpa": (lambda ws, out: ["prune", ws["kn3"], "--threshold", "1e-6", "--arpa", out], "kn3"),
+    "prune --save (ARPA in)": (lambda ws, out: ["prune", ws["arpa"], "--threshold", "1e-6", "--save", out], "arpa"),
     "map --out (--words)": (lambda ws, out: ["map", ws["run"], "--words", ws["words"], "--out", out], "words"),
 }
-FILE_OUTPUTS = ["rescore --out", "export --embeddings", "export --arpa", "ngram --arpa", "map --out"]
+FILE_OUTPUTS = ["rescore --out", "export --embeddings", "export --arpa", "ngram --arpa", "map --out", "prune --arpa"]
 
 
 def outputs_for(ws: dict[str, Path], target: str, tmp_path: Path) -> dict[str, Path]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from nnlm.cli import decode, export, features, mix, ngram, reproduce, rescore, score, serve, stats, text, train, tune
 from nnlm.cli import eval as eval_command
+from nnlm.cli import prune as prune_command
 from nnlm.cli.common import Parser
 from nnlm.cli.crash import report_unexpected
 from nnlm.cli.version import add_version_option
@@ -19,9 +20,9 @@ from nnlm.errors import NnlmError
 from nnlm.neural.stop_signals import StoppedBySignal
 
 # In the order `nnlm --help` lists them.
-REGISTER = (stats.add_parser, ngram.add_parser, train.add_parser, eval_command.add_parser, tune.add_parser,
-            mix.add_parser, reproduce.add_parser, score.add_parser, text.add_parsers, features.add_parsers,
-            export.add_parser, rescore.add_parser, decode.add_parser, serve.add_parser)
+REGISTER = (stats.add_parser, ngram.add_parser, prune_command.add_parser, train.add_parser, eval_command.add_parser,
+            tune.add_parser, mix.add_parser, reproduce.add_parser, score.add_parser, text.add_parsers,
+            features.add_parsers, export.add_parser, rescore.add_parser, decode.add_parser, serve.add_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -171,11 +171,16 @@ class BackoffTables:
         v = self.vocab_size
         result = self.log10_prob[0][targets]
         for m in range(1, self.order):  # P given the last m context words, from P given m-1
+            if not len(self.keys[m - 1]):  # no m-grams (a pruned model's empty order): no longer context is listed
+                break
             hist = self.index(ctx[:, ctx.shape[1] - m:])
             listed = hist >= 0
             backoff = np.where(listed, self.log10_backoff[m - 1][np.maximum(hist, 0)], 0.0)
             gram, hit = search(self.keys[m], np.maximum(hist, 0) * v + targets)
             hit &= listed
+            if not len(self.keys[m]):  # an order with no entries (a pruned model's): everything backs off
+                result = result + backoff
+                continue
             result = np.where(hit, self.log10_prob[m][gram], result + backoff)
         return result
 
