@@ -8,7 +8,8 @@ from nnlm.lm import LanguageModel
 
 
 def load(path: str | Path) -> LanguageModel:
-    """Load a saved n-gram directory, an ARPA file or a `nnlm train` run directory (see `LOADERS`)."""
+    """Load a saved n-gram directory, an ARPA file, a `nnlm train` run directory or a mixture saved by
+    `nnlm mix --save` (see `LOADERS`)."""
     path = Path(path)
     if not path.exists():
         raise NnlmError(f"no model at {path}")
@@ -16,7 +17,7 @@ def load(path: str | Path) -> LanguageModel:
         if accepts(path):
             return loader(path)
     raise NnlmError(f"{path} is not a model nnlm can load "
-                    "(a saved n-gram directory, an ARPA file or a neural run directory)")
+                    "(a saved n-gram directory, an ARPA file, a neural run directory or a saved mixture)")
 
 
 def _is_ngram_dir(path: Path) -> bool:
@@ -55,7 +56,27 @@ def _load_neural(path: Path) -> LanguageModel:
     return load_neural(path)
 
 
-LOADERS = [(_is_ngram_dir, _load_ngram), (_is_arpa, _load_arpa), (_is_neural_run, _load_neural)]
+def _is_mixture(path: Path) -> bool:
+    return path.is_dir() and (path / "mixture.json").exists()
+
+
+def _load_mixture(path: Path) -> LanguageModel:
+    from nnlm.mixture_store import load_mixture
+
+    return load_mixture(path, _load_part)
+
+
+def _load_part(path: Path) -> LanguageModel:
+    """A saved mixture's part: an n-gram directory or a neural run directory (never a mixture: no recursion)."""
+    for accepts, loader in PART_LOADERS:
+        if accepts(path):
+            return loader(path)
+    raise NnlmError(f"{path} is not a saved n-gram directory or a neural run directory")
+
+
+LOADERS = [(_is_ngram_dir, _load_ngram), (_is_arpa, _load_arpa), (_is_neural_run, _load_neural),
+           (_is_mixture, _load_mixture)]
+PART_LOADERS = LOADERS[:1] + LOADERS[2:3]  # what a saved mixture's parts may be: n-gram and neural run directories
 
 
 def load_or_build(spec: str, corpus) -> LanguageModel:

@@ -27,12 +27,14 @@ __all__ = ["EMResult", "FittedMixture", "Mixture", "fit_weights_em", "mix_on_cor
 Bucketer = Callable[[np.ndarray], np.ndarray]  # contexts [N, k] -> bucket ids [N] in 0..B-1
 
 
-def _one_bucket(contexts: np.ndarray) -> np.ndarray:
+def one_bucket(contexts: np.ndarray) -> np.ndarray:
     return np.zeros(len(contexts), dtype=np.int64)
 
 
 class Mixture(LanguageModel):
     """A LanguageModel that averages others (same vocabulary) with per-bucket weights."""
+
+    kind = "mixture"
 
     def __init__(self, components: Sequence[LanguageModel], weights: np.ndarray | Sequence[float],
                  bucketer: Bucketer | None = None, bucketer_order: int = 1) -> None:
@@ -51,7 +53,7 @@ class Mixture(LanguageModel):
         self.components = list(components)
         self.weights = weights
         self.vocab = vocab
-        self.bucketer = bucketer or _one_bucket
+        self.bucketer = bucketer or one_bucket
         self.order = max([c.order for c in components] + [bucketer_order])
 
     def parameter_count(self) -> int:
@@ -155,7 +157,8 @@ def mix_scored(components: Sequence[LanguageModel], corpus, scored: dict[str, Se
     bucketer, n_buckets, order = None, 1, 1
     if mode == "em-buckets":
         trigram = InterpolatedTrigram.fit(corpus.vocab, corpus.train)  # its buckets, not its weights
-        bucketer, n_buckets, order = trigram.buckets, trigram.n_buckets, trigram.order
+        bucketer = trigram.bucketer()  # (a ContextBuckets: what a saved mixture keeps, nnlm.mixture_store)
+        n_buckets, order = bucketer.n_buckets, bucketer.order
     stream = corpus.stream()
 
     def buckets_of(split: str) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Which corpus a model was built on: the options that rebuild its vocabulary, recorded with the
-model (a neural run's run.json, a saved n-gram's config.json) so that every command can score a
-model on its own corpus without being told again."""
+model (a neural run's run.json, a saved n-gram's config.json, a saved mixture's mixture.json) so that
+every command can score a model on its own corpus without being told again."""
 from __future__ import annotations
 
 import json
@@ -58,12 +58,13 @@ def load_recorded_corpus(options: dict[str, Any], use_cache: bool = True):
 
 
 def recorded_corpus(model_path: str | Path) -> dict[str, Any] | None:
-    """The corpus options a saved model records: a neural run's run.json, or an n-gram directory's
-    config.json (saved since nnlm records them); None for ARPA files and older n-gram models."""
+    """The corpus options a saved model records: a neural run's run.json, an n-gram directory's
+    config.json (saved since nnlm records them) or a saved mixture's mixture.json; None for ARPA files and
+    older n-gram models."""
     from nnlm.io import JSON_LIMIT, read_input
 
     path = Path(model_path)
-    for name, section in (("run.json", None), ("config.json", "corpus")):
+    for name, section in (("run.json", None), ("config.json", "corpus"), ("mixture.json", "corpus")):
         if not (path / name).is_file():
             continue
         try:

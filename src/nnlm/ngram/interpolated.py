@@ -14,7 +14,6 @@ its guarantee that the validation likelihood never decreases.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from nnlm.em import fit_weights_em
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LMState, contexts
 from nnlm.ngram.backoff import KeptStateOwner, quick_step_words, start_context
+from nnlm.ngram.context_buckets import ContextBuckets, seen_bucket_count
 from nnlm.ngram.counts import count_ngrams
 from nnlm.ngram.keys import ranges, value_at
 from nnlm.ngram.store import load_arrays, save_arrays
@@ -107,7 +107,7 @@ class InterpolatedTrigram(KeptStateOwner):
     @property
     def seen_buckets(self) -> int:
         """Buckets q = 0 .. ceil(log T) of contexts seen in train."""
-        return math.ceil(math.log(self.train_tokens)) + 1
+        return seen_bucket_count(self.train_tokens)
 
     @property
     def n_buckets(self) -> int:
@@ -136,13 +136,15 @@ class InterpolatedTrigram(KeptStateOwner):
         tri = value_at(self.tables["context_keys"], self.tables["context_totals"], u * v + prev)
         return tri, self.tables["bigram_totals"][prev]
 
+    def bucketer(self) -> ContextBuckets:
+        """The bucket rule of this trigram with only the counts it reads (a mixture's bucketer)."""
+        t = self.tables
+        return ContextBuckets(len(self.vocab), self.train_tokens, t["context_keys"], t["context_totals"],
+                              t["bigram_totals"])
+
     def buckets(self, contexts: np.ndarray) -> np.ndarray:
         """Mixture-weight bucket of each context row."""
-        tri, bi = self._context_freq(contexts)
-        q = np.ceil(-np.log((1.0 + tri) / self.train_tokens)).astype(np.int64)
-        q = np.clip(q, 0, self.seen_buckets - 1)
-        q = np.where(tri > 0, q, self.no_trigram_bucket)
-        return np.where(bi > 0, q, self.no_bigram_bucket)
+        return self.bucketer()(contexts)
 
     # ---- the four components -------------------------------------------------------------
     def components(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +47,15 @@ def _is_saved_model(directory: Path) -> bool:
         return False
 
 
-def save_target(directory: Path) -> Path:
+def save_target(directory: Path, is_ours: Callable[[Path], bool] = _is_saved_model) -> Path:
     """Where `--save DIR` writes (a symlink is followed): a new name, an empty directory or a model
-    nnlm saved before; anything else (files, a run directory, /) is refused and left as it is."""
+    nnlm saved before (`is_ours`); anything else (files, a run directory, /) is refused and left as it is."""
     real = Path(os.path.realpath(directory))
     if not real.name:
         raise NnlmError(f"cannot save a model as {directory}: give a new directory name")
     if os.path.lexists(real) and not real.is_dir():
         raise NnlmError(f"{directory} exists and is not a directory; it is not replaced (choose another --save)")
-    if real.is_dir() and any(real.iterdir()) and not _is_saved_model(real):
+    if real.is_dir() and any(real.iterdir()) and not is_ours(real):
         raise NnlmError(f"{directory} exists and is not a model saved by nnlm; it is not replaced "
                         "(choose another --save)")
     return real
