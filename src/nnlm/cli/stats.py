@@ -19,7 +19,8 @@ def run(args: argparse.Namespace) -> int:
     s = corpus.stats() | {"min_count": options["min_count"]}
     lines = [f"corpus {s['corpus']}: |V| = {s['vocab']:,}, {s['tokens']:,} tokens, {s['unk']:,} <unk>"]
     for name, v in s["splits"].items():
-        lines.append(f"  {name:<5} {v['tokens']:>10,} tokens {v['unk']:>8,} <unk> ({v['unk'] / v['tokens']:.2%})")
+        share = v["unk"] / max(v["tokens"], 1)
+        lines.append(f"  {name:<5} {v['tokens']:>10,} tokens {v['unk']:>8,} <unk> ({share:.2%})")
     if options["min_count"] is not None:
         given = "given" if args.min_count is not None else "the default for text directories"
         lines.append(f"  vocabulary: tokens seen at least {options['min_count']} times in "

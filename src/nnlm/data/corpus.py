@@ -1,11 +1,13 @@
 """Corpus: a train/valid/test stream of token ids, built once and cached as integer arrays.
 
-Two sources:
+Three kinds of source:
 - `brown`: this project's `bengio2003` protocol (see docs/protocol.md): NLTK's Brown corpus,
   `<p>` after every paragraph, `<text>` after every text, 800,000 / 200,000 / rest split,
   tokens of whole-stream frequency <= 3 mapped to `<unk>`.
 - a directory with train.txt, valid.txt, test.txt (UTF-8, whitespace tokens, one paragraph
   per line; each line ends with `<p>`).
+- one text file, plain or gzip / xz / bzip2, or `-` for standard input: read once, valid and test
+  cut from its end by the held-out rule (nnlm.data.corpus_stream).
 
 The three splits are consecutive pieces of one stream: a model of order n predicts the first
 n-1 tokens of a split from the end of the split before it (see `nnlm.lm.contexts`).
@@ -50,6 +52,7 @@ class Corpus:
     test: np.ndarray
     pad_token: str
     whole: np.ndarray | None = field(default=None, repr=False, compare=False)  # train+valid+test, if one array
+    origin: str | None = field(default=None, compare=False)  # how a model records it, if not by --corpus: stdin's hash
     pad_id: int = field(init=False, repr=False, compare=False)  # vocab.id(pad_token)
 
     def __post_init__(self) -> None:
@@ -89,9 +92,23 @@ def load_corpus(
     max_vocab: int | None = None,
     vocab_from: str = "train",
     use_cache: bool = True,
+    heldout: int | None = None,
 ) -> Corpus:
-    """Load `brown` or a directory of train/valid/test.txt, from the cache when it is there."""
+    """Load `brown`, a directory of train/valid/test.txt, a text file or '-' (standard input), from the
+    cache when it is there. `heldout`: a file's or a stream's valid and test size in tokens (0: none)."""
     planner: Callable[[], CorpusPlan]
+    if source != "brown" and not Path(source).is_dir():
+        from nnlm.data.corpus_stream import load_stream_corpus
+        from nnlm.data.provenance import STDIN_RECORD
+
+        if source != "-" and not source.startswith(STDIN_RECORD) and not os.path.lexists(source):
+            raise NnlmError(f"unknown corpus {source!r}: no such file or directory; give 'brown', a directory holding "
+                            "train.txt, valid.txt and test.txt, a text file (.gz, .xz, .bz2 too) or - for "
+                            "standard input")
+        return load_stream_corpus(source, min_count, max_vocab, vocab_from, heldout, use_cache)
+    if heldout is not None:
+        raise NnlmError("--heldout and --no-heldout are for a corpus file or standard input; brown and text "
+                        "directories have their splits")
     if source == "brown":
         if min_count is not None or max_vocab is not None or vocab_from != "train":
             raise NnlmError("the brown corpus follows the fixed bengio2003 protocol; "
@@ -100,9 +117,6 @@ def load_corpus(
         planner = _build_brown
     else:
         root = Path(source)
-        if not root.is_dir():
-            raise NnlmError(f"unknown corpus {source!r}: give 'brown' or a directory holding "
-                            "train.txt, valid.txt and test.txt")
         if vocab_from not in ("train", "all"):
             raise NnlmError(f"--vocab-from must be 'train' or 'all', got {vocab_from!r}")
         files = [root / f"{s}.txt" for s in SPLITS]
@@ -147,11 +161,13 @@ class CorpusPlan:
     sizes: tuple[int, int, int]
     pad_token: str
     fill: Callable[[np.ndarray], None]
+    origin: str | None = None  # Corpus.origin
 
 
-def _split(name: str, vocab: Vocabulary, ids: np.ndarray, sizes: tuple[int, ...], pad_token: str) -> Corpus:
+def _split(name: str, vocab: Vocabulary, ids: np.ndarray, sizes: tuple[int, ...], pad_token: str,
+           origin: str | None = None) -> Corpus:
     a, b = sizes[0], sizes[0] + sizes[1]
-    return Corpus(name, vocab, ids[:a], ids[a:b], ids[b:], pad_token=pad_token, whole=ids)
+    return Corpus(name, vocab, ids[:a], ids[a:b], ids[b:], pad_token=pad_token, whole=ids, origin=origin)
 
 
 def _file_id(path: Path) -> dict:
@@ -170,7 +186,8 @@ def _write_cache(cache_dir: Path, plan: CorpusPlan, key: dict, replace: bool = F
         ids.flush()
         del ids
         (tmp / "meta.json").write_text(json.dumps({"name": plan.name, "pad_token": plan.pad_token,
-                                                   "sizes": list(plan.sizes), "key": key}))
+                                                   "sizes": list(plan.sizes), "key": key,
+                                                   "origin": plan.origin}))
 
 
 def _reserve(path: Path) -> None:
@@ -192,7 +209,10 @@ def _read_cache(cache_dir: Path) -> Corpus:
             raise ValueError("ids.npy does not match meta.json")
         if len(ids) and (ids.min() < 0 or ids.max() >= len(vocab)):
             raise ValueError("ids.npy holds ids outside the vocabulary")
-        return _split(meta["name"], vocab, ids, sizes, meta["pad_token"])
+        origin = meta.get("origin")
+        if origin is not None and not isinstance(origin, str):
+            raise ValueError("meta.json's origin is not a string")
+        return _split(meta["name"], vocab, ids, sizes, meta["pad_token"], origin)
     except Exception as exc:  # OSError, ValueError, KeyError, TypeError, NnlmError...: a damaged cache
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise NnlmError(f"unreadable corpus cache {cache_dir} ({reason})") from None
