@@ -56,11 +56,6 @@ CHUNK = 1 << 22  # ids mapped, counted or searched at once (16 MB of int32)
 _BREAK = 0  # the provisional id of <p>, which ends every line
 
 
-def is_stream_source(source: str) -> bool:
-    """Whether `--corpus source` names a file or a stream (not brown, not a text directory)."""
-    return source == STDIN or source.startswith(STDIN_RECORD) or not Path(source).is_dir()
-
-
 def default_heldout(tokens: int) -> int:
     """H when --heldout is not given: 5% of the tokens, at most 1,000,000, at least 1 (a line each)."""
     return max(1, min(HELDOUT_CAP, tokens // HELDOUT_SHARE))
