@@ -270,3 +270,12 @@ def test_stdin_is_recorded_by_its_hash_and_read_back_from_the_cache(tmp_path):
     assert json.loads(file_built.stdout)["perplexity"] == built["perplexity"]
     assert_one_line_error(run_nnlm("score", tmp_path / "kn", "--split", "test",
                                    env={"NNLM_CACHE_DIR": str(tmp_path / "elsewhere")}), "its cache is gone")
+
+
+def test_stats_says_how_the_heldout_parts_were_cut(tmp_path, cache, capsys):
+    path = write(tmp_path / "c.txt", text())
+    code, out, err = nnlm_cli(capsys, "stats", "--corpus", path, "--heldout", 300)
+    assert code == 0, err
+    assert "test is the fewest last lines holding at least 300 tokens" in out
+    code, out, err = nnlm_cli(capsys, "stats", "--corpus", path, "--no-heldout")
+    assert code == 0 and "held out: nothing (--no-heldout)" in out
