@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if corpus.name != "brown" and not Path(options["corpus"]).is_dir():  # a text file or standard input
         lines.append(heldout_line(options["heldout"], s["tokens"]))
     emit(args, s, lines)
+    return 0
 
 
 def heldout_line(heldout: int | None, tokens: int) -> str:
@@ -41,4 +42,3 @@ def heldout_line(heldout: int | None, tokens: int) -> str:
     given = "--heldout" if heldout is not None else "the default: 5% of the tokens, at most 1,000,000"
     return (f"  held out: test is the fewest last lines holding at least {heldout or default_heldout(tokens):,} "
             f"tokens, valid the fewest lines before them holding as many ({given})")
-    return 0
