@@ -75,10 +75,15 @@ class Corpus:
 
     def stats(self) -> dict:
         unk = self.vocab.unk_id
-        splits = {s: {"tokens": int(len(self.split(s))), "unk": int((self.split(s) == unk).sum())} for s in SPLITS}
+        splits = {s: {"tokens": int(len(self.split(s))), "unk": _count(self.split(s), unk)} for s in SPLITS}
         return {"corpus": self.name, "vocab": len(self.vocab), "splits": splits,
                 "tokens": sum(v["tokens"] for v in splits.values()),
                 "unk": sum(v["unk"] for v in splits.values())}
+
+
+def _count(ids: np.ndarray, value: int, chunk: int = 1 << 24) -> int:
+    """How many of `ids` equal `value`, a chunk at a time (no bool array as long as a large corpus)."""
+    return sum(int(np.count_nonzero(ids[lo:lo + chunk] == value)) for lo in range(0, len(ids), chunk))
 
 
 def cache_root() -> Path:
