@@ -76,7 +76,7 @@ def load_stream_corpus(source: str, min_count: int | None, max_vocab: int | None
         cached = _cached(key) if use_cache else None
         if cached is not None:
             return cached
-    with _spool_directory() as spool_dir:
+    with _SpoolDirectory() as spool_dir:
         plan, sha256 = plan_stream(source, spool_dir, min_count, max_vocab, vocab_from, heldout)
         if key is None:  # standard input: known by its content, now that it has been read
             key = {"source": "stdin", "sha256": sha256} | options
@@ -118,7 +118,7 @@ def _recorded_stdin(sha256: str, options: dict) -> Corpus:
     return _read_cache(cache_dir)
 
 
-class _spool_directory(tempfile.TemporaryDirectory):
+class _SpoolDirectory(tempfile.TemporaryDirectory):
     """A temporary directory for the spool: in the cache root (the cache's file system, where the ids go
     next) when it can be made there, else the system's temporary directory."""
 
