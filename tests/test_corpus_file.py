@@ -114,10 +114,10 @@ def test_blocks_of_any_size_give_the_same_plan(tmp_path):
     plans = []
     for block in (7, 1000, None):
         (tmp_path / str(block)).mkdir()
-        plan, sha = plan_stream(str(path), tmp_path / str(block), None, None, "train", None, block_bytes=block)
+        plan = plan_stream(str(path), tmp_path / str(block), None, None, "train", None, block_bytes=block)
         ids = np.empty(sum(plan.sizes), dtype=np.int32)
         plan.fill(ids)
-        plans.append((plan.vocab, plan.sizes, ids, sha))
+        plans.append((plan.vocab, plan.sizes, ids, plan.sha256))
     assert all(p[0] == plans[0][0] and p[1] == plans[0][1] and np.array_equal(p[2], plans[0][2]) and
                p[3] == plans[0][3] for p in plans)
 

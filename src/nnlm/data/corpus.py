@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from nnlm.data.corpus_stream import SpoolDirectory, plan_stream
+from nnlm.data.text_source import STDIN, STDIN_RECORD
 from nnlm.data.text_stream import token_blocks
 from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary, start_token
 from nnlm.errors import NnlmError
@@ -103,14 +105,11 @@ def load_corpus(
     cache when it is there. `heldout`: a file's or a stream's valid and test size in tokens (0: none)."""
     planner: Callable[[], CorpusPlan]
     if source != "brown" and not Path(source).is_dir():
-        from nnlm.data.corpus_stream import load_stream_corpus
-        from nnlm.data.provenance import STDIN_RECORD
-
         if source != "-" and not source.startswith(STDIN_RECORD) and not os.path.lexists(source):
             raise NnlmError(f"unknown corpus {source!r}: no such file or directory; give 'brown', a directory holding "
                             "train.txt, valid.txt and test.txt, a text file (.gz, .xz, .bz2 too) or - for "
                             "standard input")
-        return load_stream_corpus(source, min_count, max_vocab, vocab_from, heldout, use_cache)
+        return _load_stream_corpus(source, min_count, max_vocab, vocab_from, heldout, use_cache)
     if heldout is not None:
         raise NnlmError("--heldout and --no-heldout are for a corpus file or standard input; brown and text "
                         "directories have their splits")
@@ -221,6 +220,66 @@ def _read_cache(cache_dir: Path) -> Corpus:
     except Exception as exc:  # OSError, ValueError, KeyError, TypeError, NnlmError...: a damaged cache
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise NnlmError(f"unreadable corpus cache {cache_dir} ({reason})") from None
+
+
+# --- one text file or standard input (read by nnlm.data.corpus_stream) ---------------------
+
+def _load_stream_corpus(source: str, min_count: int | None, max_vocab: int | None, vocab_from: str,
+                       heldout: int | None, use_cache: bool) -> Corpus:
+    """The corpus of a text file, of standard input ('-'), or of a recorded stdin corpus ('stdin:<sha256>')."""
+    if vocab_from not in ("train", "all"):
+        raise NnlmError(f"--vocab-from must be 'train' or 'all', got {vocab_from!r}")
+    options = {"min_count": min_count, "max_vocab": max_vocab, "vocab_from": vocab_from, "heldout": heldout,
+               "version": CACHE_VERSION}
+    if source.startswith(STDIN_RECORD):
+        return _recorded_stdin(source[len(STDIN_RECORD):], options)
+    key = None
+    if source != STDIN:
+        key = {"source": str(Path(source).resolve()), "file": _file_id(Path(source))} | options
+        cached = _cached(key) if use_cache else None
+        if cached is not None:
+            return cached
+    with SpoolDirectory(cache_root()) as spool_dir:
+        found = plan_stream(source, spool_dir, min_count, max_vocab, vocab_from, heldout)
+        plan = CorpusPlan(found.name, found.vocab, found.sizes, found.pad_token, found.fill, found.origin)
+        if key is None:  # standard input: known by its content, now that it has been read
+            key = {"source": "stdin", "sha256": found.sha256} | options
+            cached = _cached(key) if use_cache else None
+            if cached is not None:
+                return cached
+        if use_cache:
+            cache_dir = _cache_dir(key)
+            try:
+                _write_cache(cache_dir, plan, key, replace=os.path.lexists(cache_dir))
+                return _read_cache(cache_dir)
+            except NnlmError as exc:  # e.g. a full disk: the corpus is built in memory, only the cache is missing
+                print(f"nnlm: note: corpus cache not written ({exc})", file=sys.stderr)
+        ids = np.empty(sum(plan.sizes), dtype=np.int32)
+        plan.fill(ids)
+        return _split(plan.name, plan.vocab, ids, plan.sizes, plan.pad_token, plan.origin)
+
+
+def _cache_dir(key: dict) -> Path:
+    return cache_root() / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _cached(key: dict) -> Corpus | None:
+    cache_dir = _cache_dir(key)
+    if not os.path.lexists(cache_dir):
+        return None
+    try:
+        return _read_cache(cache_dir)
+    except NnlmError as exc:  # a cache is only a cache: build it again
+        print(f"nnlm: note: {exc}; rebuilding it", file=sys.stderr)
+        return None
+
+
+def _recorded_stdin(sha256: str, options: dict) -> Corpus:
+    cache_dir = _cache_dir({"source": "stdin", "sha256": sha256} | options)
+    if not os.path.lexists(cache_dir):
+        raise NnlmError(f"this corpus was read from standard input (sha256 {sha256[:16]}...) and its cache is gone "
+                        f"from {cache_root()}: pipe the same text again with --corpus - (and the same corpus options)")
+    return _read_cache(cache_dir)
 
 
 # --- Brown, bengio2003 protocol -------------------------------------------------------------

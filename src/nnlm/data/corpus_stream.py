@@ -17,37 +17,25 @@ consecutive pieces of the stream, as for Brown and text directories. H is --held
 by default 5% of the tokens, at most 1,000,000 (and at least one
 line each); --no-heldout (H = 0) trains on everything.
 
-The cache key: a regular file's path, size and modification time (as a text directory's), so a
-second command finds the cache without reading the file; standard input's SHA-256 (of the bytes
-as piped, computed while they are read). A corpus read from standard input is recorded with a model
-as `stdin:<sha256>`, and a recorded one is read back from the cache alone (it cannot be re-read).
+The cache (nnlm.data.corpus reads and writes it) is keyed by a regular file's path, size and
+modification time (as a text directory's), so a second command finds it without reading the file;
+standard input's by the SHA-256 of the bytes as piped, computed while they are read. A corpus read
+from standard input is recorded with a model as `stdin:<sha256>`, and a recorded one is read back
+from the cache alone (it cannot be re-read).
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import sys
 import tempfile
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from nnlm.data.corpus import (
-    CACHE_VERSION,
-    Corpus,
-    CorpusPlan,
-    _file_id,
-    _read_cache,
-    _split,
-    _write_cache,
-    cache_root,
-)
-from nnlm.data.provenance import STDIN_RECORD, TEXT_DIR_MIN_COUNT
-from nnlm.data.text_source import STDIN, open_source
+from nnlm.data.text_source import STDIN, STDIN_RECORD, open_source
 from nnlm.data.text_stream import stream_token_blocks
-from nnlm.data.vocab import PARAGRAPH, UNK, Vocabulary, start_token
+from nnlm.data.vocab import PARAGRAPH, TEXT_DIR_MIN_COUNT, UNK, Vocabulary, start_token
 from nnlm.errors import NnlmError
 
 HELDOUT_SHARE = 20  # default H: 1/20 of the tokens (5%) ...
@@ -61,76 +49,32 @@ def default_heldout(tokens: int) -> int:
     return max(1, min(HELDOUT_CAP, tokens // HELDOUT_SHARE))
 
 
-def load_stream_corpus(source: str, min_count: int | None, max_vocab: int | None, vocab_from: str,
-                       heldout: int | None, use_cache: bool) -> Corpus:
-    """The corpus of a text file, of standard input ('-'), or of a recorded stdin corpus ('stdin:<sha256>')."""
-    if vocab_from not in ("train", "all"):
-        raise NnlmError(f"--vocab-from must be 'train' or 'all', got {vocab_from!r}")
-    options = {"min_count": min_count, "max_vocab": max_vocab, "vocab_from": vocab_from, "heldout": heldout,
-               "version": CACHE_VERSION}
-    if source.startswith(STDIN_RECORD):
-        return _recorded_stdin(source[len(STDIN_RECORD):], options)
-    key = None
-    if source != STDIN:
-        key = {"source": str(Path(source).resolve()), "file": _file_id(Path(source))} | options
-        cached = _cached(key) if use_cache else None
-        if cached is not None:
-            return cached
-    with _SpoolDirectory() as spool_dir:
-        plan, sha256 = plan_stream(source, spool_dir, min_count, max_vocab, vocab_from, heldout)
-        if key is None:  # standard input: known by its content, now that it has been read
-            key = {"source": "stdin", "sha256": sha256} | options
-            cached = _cached(key) if use_cache else None
-            if cached is not None:
-                return cached
-        if use_cache:
-            cache_dir = _cache_dir(key)
-            try:
-                _write_cache(cache_dir, plan, key, replace=os.path.lexists(cache_dir))
-                return _read_cache(cache_dir)
-            except NnlmError as exc:  # e.g. a full disk: the corpus is built in memory, only the cache is missing
-                print(f"nnlm: note: corpus cache not written ({exc})", file=sys.stderr)
-        ids = np.empty(sum(plan.sizes), dtype=np.int32)
-        plan.fill(ids)
-        return _split(plan.name, plan.vocab, ids, plan.sizes, plan.pad_token, plan.origin)
+class SpoolDirectory(tempfile.TemporaryDirectory):
+    """A temporary directory for the spool: in `root` (the cache's file system, where the ids go next)
+    when it can be made there, else the system's temporary directory."""
 
-
-def _cache_dir(key: dict) -> Path:
-    return cache_root() / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _cached(key: dict) -> Corpus | None:
-    cache_dir = _cache_dir(key)
-    if not os.path.lexists(cache_dir):
-        return None
-    try:
-        return _read_cache(cache_dir)
-    except NnlmError as exc:  # a cache is only a cache: build it again
-        print(f"nnlm: note: {exc}; rebuilding it", file=sys.stderr)
-        return None
-
-
-def _recorded_stdin(sha256: str, options: dict) -> Corpus:
-    cache_dir = _cache_dir({"source": "stdin", "sha256": sha256} | options)
-    if not os.path.lexists(cache_dir):
-        raise NnlmError(f"this corpus was read from standard input (sha256 {sha256[:16]}...) and its cache is gone "
-                        f"from {cache_root()}: pipe the same text again with --corpus - (and the same corpus options)")
-    return _read_cache(cache_dir)
-
-
-class _SpoolDirectory(tempfile.TemporaryDirectory):
-    """A temporary directory for the spool: in the cache root (the cache's file system, where the ids go
-    next) when it can be made there, else the system's temporary directory."""
-
-    def __init__(self) -> None:
+    def __init__(self, root: Path) -> None:
         try:
-            cache_root().mkdir(parents=True, exist_ok=True)
-            super().__init__(prefix=".nnlm-spool-", dir=cache_root())
+            root.mkdir(parents=True, exist_ok=True)
+            super().__init__(prefix=".nnlm-spool-", dir=root)
         except OSError:
             super().__init__(prefix="nnlm-spool-")
 
     def __enter__(self) -> Path:  # type: ignore[override]
         return Path(super().__enter__())
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """What one read of a stream found (nnlm.data.corpus.CorpusPlan's fields, and the input's SHA-256)."""
+
+    name: str
+    vocab: Vocabulary
+    sizes: tuple[int, int, int]
+    pad_token: str
+    fill: Callable[[np.ndarray], None]
+    origin: str | None
+    sha256: str
 
 
 def spool_stream(source: str, spool: Path, block_bytes: int | None = None) -> tuple[list[str], int, str]:
@@ -186,9 +130,9 @@ def heldout_sizes(spool: Path, total: int, heldout: int | None, name: str) -> tu
 
 
 def plan_stream(source: str, spool_dir: Path, min_count: int | None, max_vocab: int | None, vocab_from: str,
-                heldout: int | None, block_bytes: int | None = None) -> tuple[CorpusPlan, str]:
+                heldout: int | None, block_bytes: int | None = None) -> StreamPlan:
     """Read the stream once into a spool in `spool_dir` and decide the splits and the vocabulary; the plan's
-    `fill` maps the spool into final ids (while `spool_dir` exists). Also returns the SHA-256 of the input."""
+    `fill` maps the spool into final ids (while `spool_dir` exists)."""
     spool = spool_dir / "spool.bin"
     types, total, sha256 = spool_stream(source, spool, block_bytes)
     name = "standard input" if source == STDIN else f"corpus file {source}"
@@ -210,4 +154,4 @@ def plan_stream(source: str, spool_dir: Path, min_count: int | None, max_vocab: 
 
     label = "stdin" if source == STDIN else Path(source).name
     origin = STDIN_RECORD + sha256 if source == STDIN else None
-    return CorpusPlan(label, vocab, sizes, start_token(vocab), fill, origin), sha256
+    return StreamPlan(label, vocab, sizes, start_token(vocab), fill, origin, sha256)

@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nnlm.data.vocab import UNK
+from nnlm.data.text_source import STDIN_RECORD as STDIN_RECORD  # (how a model records stdin: imported from here)
+from nnlm.data.vocab import TEXT_DIR_MIN_COUNT, UNK
 from nnlm.errors import NnlmError
 
-TEXT_DIR_MIN_COUNT = 2  # words seen once in train become <unk>, so <unk> has training examples
 OPTION_NAMES = ("corpus", "min_count", "max_vocab", "vocab_from", "heldout")
-STDIN_RECORD = "stdin:"  # + the SHA-256 of what was piped: how a model records a corpus read from stdin
 _SCAN_CHUNK = 1 << 22
 
 

@@ -32,6 +32,7 @@ from nnlm.errors import NnlmError
 from nnlm.io import require_regular
 
 STDIN = "-"
+STDIN_RECORD = "stdin:"  # + the SHA-256 of what was piped: how a model records a corpus read from stdin
 SUFFIXES = {".gz": "gzip", ".xz": "xz", ".bz2": "bzip2"}
 _HEAD = 10  # enough bytes to tell the formats apart
 
