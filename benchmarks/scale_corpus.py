@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -70,19 +71,24 @@ class ZipfBigramSource:
 
     def write(self, path: Path, tokens: int, seed: int) -> int:
         """Write lines to `path` until at least `tokens` tokens (words and line ends); returns the count."""
-        rng = np.random.default_rng([seed, 1])
-        written = 0
         tmp = path.with_name(f".{path.name}.tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
-            while written < tokens:
-                ids = self.block(rng, LINES_PER_BLOCK)
-                ends = np.flatnonzero(ids < 0)
-                need = tokens - written  # stop at the first line end that reaches the target
-                cut = int(ends[min(np.searchsorted(ends, need - 1), len(ends) - 1)]) + 1
-                ids = ids[:cut]
-                fh.write(" ".join(self.names[ids].tolist()))
-                written += len(ids)
+            written = self.write_to(fh, tokens, seed)
         os.replace(tmp, path)
+        return written
+
+    def write_to(self, fh: TextIO, tokens: int, seed: int) -> int:
+        """`write` into an open text stream (e.g. a pipe into gzip: benchmarks/corpus_file.py)."""
+        rng = np.random.default_rng([seed, 1])
+        written = 0
+        while written < tokens:
+            ids = self.block(rng, LINES_PER_BLOCK)
+            ends = np.flatnonzero(ids < 0)
+            need = tokens - written  # stop at the first line end that reaches the target
+            cut = int(ends[min(np.searchsorted(ends, need - 1), len(ends) - 1)]) + 1
+            ids = ids[:cut]
+            fh.write(" ".join(self.names[ids].tolist()))
+            written += len(ids)
         return written
 
 

@@ -34,7 +34,7 @@ def saved_kn(random_corpus, tmp_path, nnlm):
 def test_a_saved_ngram_records_its_corpus_and_is_scored_on_it(saved_kn, tmp_path, nnlm):
     config = json.loads((saved_kn / "config.json").read_text())
     assert config["corpus"] == {"corpus": str((tmp_path / "rand").resolve()), "min_count": TEXT_DIR_MIN_COUNT,
-                                "max_vocab": None, "vocab_from": "train"}
+                                "max_vocab": None, "vocab_from": "train", "heldout": None}
     code, out, err = nnlm("score", saved_kn, "--split", "test", "--json")  # no --corpus: its own, not brown
     assert code == 0, err
     ours = json.loads(out)

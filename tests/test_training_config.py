@@ -23,7 +23,7 @@ from nnlm.neural.recipes import RECIPES, recipe_values
 from nnlm.neural.run_config import Run
 from nnlm.neural.trainer import Trainer
 
-CORPUS_OPTIONS = ("corpus", "min_count", "max_vocab", "vocab_from")  # the CLI's shared corpus group
+CORPUS_OPTIONS = ("corpus", "min_count", "max_vocab", "vocab_from", "heldout")  # the CLI's shared corpus group
 ARGVS = [
     [],
     ["--order", "4", "--no-direct", "--lr", "0.01", "--loss", "sampled", "--samples", "5", "--epochs", "2"],

@@ -50,20 +50,27 @@ def add_corpus_options(p: argparse.ArgumentParser, default: str | None = "brown"
     g = p.add_argument_group("corpus")
     where = where if default is None else f"(default {default})"
     g.add_argument("--corpus", default=default,
-                   help="'brown' (the bengio2003 protocol) or a directory with train.txt, valid.txt, test.txt "
-                        + where)
+                   help="'brown' (the bengio2003 protocol), a directory with train.txt, valid.txt, test.txt, one text "
+                        "file (plain, .gz, .xz or .bz2; one paragraph a line) or - for standard input " + where)
     g.add_argument("--min-count", type=T.positive_int, default=None, help=TEXT_DIR_MIN_COUNT_HELP)
     g.add_argument("--max-vocab", type=T.count, default=None,
                    help="text directories: keep at most this many tokens (default: no limit)")
     g.add_argument("--vocab-from", choices=("train", "all"), default="train",
                    help="text directories: count the vocabulary on train (default) or on all splits")
+    g.add_argument("--heldout", type=T.count, default=None, metavar="TOKENS",
+                   help="a text file or stdin: test is the fewest last lines holding at least TOKENS tokens, valid "
+                        "the fewest lines before them holding as many, train the rest (default: 5%% of the tokens "
+                        "each, at most 1,000,000)")
+    g.add_argument("--no-heldout", dest="heldout", action="store_const", const=0,
+                   help="a text file or stdin: train on all of it, no valid or test part (default: held out)")
     g.add_argument("--no-cache", action="store_true",
                    help="rebuild the corpus instead of using the cache (default: use the cache)")
 
 
 def corpus_path(corpus: str | None, model_path: str | None = None) -> str | None:
-    """The corpus directory a command reads, for `nnlm.output_guard.guard_outputs`: --corpus if it is a text directory,
-    else the one the model at `model_path` records; None for Brown."""
+    """The corpus directory or file a command reads, for `nnlm.output_guard.guard_outputs`: --corpus if it is a
+    path, else the one the model at `model_path` records; None for Brown (the guard skips '-' and names that
+    are no path, such as a recorded `stdin:<sha256>`)."""
     if corpus is None and model_path is not None:
         from nnlm.data.provenance import recorded_corpus
 
@@ -78,13 +85,13 @@ def corpus_options(args: argparse.Namespace) -> dict[str, Any]:
     """The corpus options as given on the command line (the default --min-count resolved)."""
     from nnlm.data.provenance import corpus_options as resolve
 
-    return resolve(args.corpus, args.min_count, args.max_vocab, args.vocab_from)
+    return resolve(args.corpus, args.min_count, args.max_vocab, args.vocab_from, args.heldout)
 
 
 def corpus_and_options(args: argparse.Namespace, model_path: str | None = None) -> tuple[Any, dict[str, Any]]:
     """The corpus to use and the options that name it: --corpus (with its options) if given, else the
     corpus the model at `model_path` records, else Brown."""
-    from nnlm.data.provenance import load_recorded_corpus, recorded_corpus
+    from nnlm.data.provenance import load_recorded_corpus, recorded_corpus, settled
 
     if args.corpus is None and model_path is not None:
         recorded = recorded_corpus(model_path)
@@ -93,7 +100,8 @@ def corpus_and_options(args: argparse.Namespace, model_path: str | None = None) 
     if args.corpus is None:
         args.corpus = "brown"
     options = corpus_options(args)
-    return load_recorded_corpus(options, use_cache=not args.no_cache), options
+    corpus = load_recorded_corpus(options, use_cache=not args.no_cache)
+    return corpus, settled(options, corpus)
 
 
 def load_corpus(args: argparse.Namespace):

@@ -11,7 +11,8 @@ from nnlm.cli.common import TEXT_DIR_MIN_COUNT_HELP, THREADS_HELP, emit
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="Table 1 of the paper on Brown: n-gram rows, MLPs, mixtures, report")
-    p.add_argument("--corpus", default="brown", help="'brown' (default) or a text directory")
+    p.add_argument("--corpus", default="brown",
+                   help="'brown' (default), a text directory, a text file (.gz, .xz, .bz2 too) or - for standard input")
     p.add_argument("--min-count", type=T.positive_int, default=None, help=TEXT_DIR_MIN_COUNT_HELP)
     p.add_argument("--max-vocab", type=T.count, default=None,
                    help="text directories: keep at most this many tokens, for every row (default: no limit; the "

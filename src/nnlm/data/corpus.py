@@ -1,11 +1,13 @@
 """Corpus: a train/valid/test stream of token ids, built once and cached as integer arrays.
 
-Two sources:
+Three kinds of source:
 - `brown`: this project's `bengio2003` protocol (see docs/protocol.md): NLTK's Brown corpus,
   `<p>` after every paragraph, `<text>` after every text, 800,000 / 200,000 / rest split,
   tokens of whole-stream frequency <= 3 mapped to `<unk>`.
 - a directory with train.txt, valid.txt, test.txt (UTF-8, whitespace tokens, one paragraph
   per line; each line ends with `<p>`).
+- one text file, plain or gzip / xz / bzip2, or `-` for standard input: read once, valid and test
+  cut from its end by the held-out rule (nnlm.data.corpus_stream).
 
 The three splits are consecutive pieces of one stream: a model of order n predicts the first
 n-1 tokens of a split from the end of the split before it (see `nnlm.lm.contexts`).
@@ -26,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from nnlm.data.corpus_stream import SpoolDirectory, plan_stream
+from nnlm.data.text_source import STDIN, STDIN_RECORD
 from nnlm.data.text_stream import token_blocks
 from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary, start_token
 from nnlm.errors import NnlmError
@@ -50,6 +54,7 @@ class Corpus:
     test: np.ndarray
     pad_token: str
     whole: np.ndarray | None = field(default=None, repr=False, compare=False)  # train+valid+test, if one array
+    origin: str | None = field(default=None, compare=False)  # how a model records it, if not by --corpus: stdin's hash
     pad_id: int = field(init=False, repr=False, compare=False)  # vocab.id(pad_token)
 
     def __post_init__(self) -> None:
@@ -72,10 +77,15 @@ class Corpus:
 
     def stats(self) -> dict:
         unk = self.vocab.unk_id
-        splits = {s: {"tokens": int(len(self.split(s))), "unk": int((self.split(s) == unk).sum())} for s in SPLITS}
+        splits = {s: {"tokens": int(len(self.split(s))), "unk": _count(self.split(s), unk)} for s in SPLITS}
         return {"corpus": self.name, "vocab": len(self.vocab), "splits": splits,
                 "tokens": sum(v["tokens"] for v in splits.values()),
                 "unk": sum(v["unk"] for v in splits.values())}
+
+
+def _count(ids: np.ndarray, value: int, chunk: int = 1 << 24) -> int:
+    """How many of `ids` equal `value`, a chunk at a time (no bool array as long as a large corpus)."""
+    return sum(int(np.count_nonzero(ids[lo:lo + chunk] == value)) for lo in range(0, len(ids), chunk))
 
 
 def cache_root() -> Path:
@@ -89,9 +99,20 @@ def load_corpus(
     max_vocab: int | None = None,
     vocab_from: str = "train",
     use_cache: bool = True,
+    heldout: int | None = None,
 ) -> Corpus:
-    """Load `brown` or a directory of train/valid/test.txt, from the cache when it is there."""
+    """Load `brown`, a directory of train/valid/test.txt, a text file or '-' (standard input), from the
+    cache when it is there. `heldout`: a file's or a stream's valid and test size in tokens (0: none)."""
     planner: Callable[[], CorpusPlan]
+    if source != "brown" and not Path(source).is_dir():
+        if source != "-" and not source.startswith(STDIN_RECORD) and not os.path.lexists(source):
+            raise NnlmError(f"unknown corpus {source!r}: no such file or directory; give 'brown', a directory holding "
+                            "train.txt, valid.txt and test.txt, a text file (.gz, .xz, .bz2 too) or - for "
+                            "standard input")
+        return _load_stream_corpus(source, min_count, max_vocab, vocab_from, heldout, use_cache)
+    if heldout is not None:
+        raise NnlmError("--heldout and --no-heldout are for a corpus file or standard input; brown and text "
+                        "directories have their splits")
     if source == "brown":
         if min_count is not None or max_vocab is not None or vocab_from != "train":
             raise NnlmError("the brown corpus follows the fixed bengio2003 protocol; "
@@ -100,9 +121,6 @@ def load_corpus(
         planner = _build_brown
     else:
         root = Path(source)
-        if not root.is_dir():
-            raise NnlmError(f"unknown corpus {source!r}: give 'brown' or a directory holding "
-                            "train.txt, valid.txt and test.txt")
         if vocab_from not in ("train", "all"):
             raise NnlmError(f"--vocab-from must be 'train' or 'all', got {vocab_from!r}")
         files = [root / f"{s}.txt" for s in SPLITS]
@@ -147,11 +165,13 @@ class CorpusPlan:
     sizes: tuple[int, int, int]
     pad_token: str
     fill: Callable[[np.ndarray], None]
+    origin: str | None = None  # Corpus.origin
 
 
-def _split(name: str, vocab: Vocabulary, ids: np.ndarray, sizes: tuple[int, ...], pad_token: str) -> Corpus:
+def _split(name: str, vocab: Vocabulary, ids: np.ndarray, sizes: tuple[int, ...], pad_token: str,
+           origin: str | None = None) -> Corpus:
     a, b = sizes[0], sizes[0] + sizes[1]
-    return Corpus(name, vocab, ids[:a], ids[a:b], ids[b:], pad_token=pad_token, whole=ids)
+    return Corpus(name, vocab, ids[:a], ids[a:b], ids[b:], pad_token=pad_token, whole=ids, origin=origin)
 
 
 def _file_id(path: Path) -> dict:
@@ -170,7 +190,8 @@ def _write_cache(cache_dir: Path, plan: CorpusPlan, key: dict, replace: bool = F
         ids.flush()
         del ids
         (tmp / "meta.json").write_text(json.dumps({"name": plan.name, "pad_token": plan.pad_token,
-                                                   "sizes": list(plan.sizes), "key": key}))
+                                                   "sizes": list(plan.sizes), "key": key,
+                                                   "origin": plan.origin}))
 
 
 def _reserve(path: Path) -> None:
@@ -192,10 +213,73 @@ def _read_cache(cache_dir: Path) -> Corpus:
             raise ValueError("ids.npy does not match meta.json")
         if len(ids) and (ids.min() < 0 or ids.max() >= len(vocab)):
             raise ValueError("ids.npy holds ids outside the vocabulary")
-        return _split(meta["name"], vocab, ids, sizes, meta["pad_token"])
+        origin = meta.get("origin")
+        if origin is not None and not isinstance(origin, str):
+            raise ValueError("meta.json's origin is not a string")
+        return _split(meta["name"], vocab, ids, sizes, meta["pad_token"], origin)
     except Exception as exc:  # OSError, ValueError, KeyError, TypeError, NnlmError...: a damaged cache
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise NnlmError(f"unreadable corpus cache {cache_dir} ({reason})") from None
+
+
+# --- one text file or standard input (read by nnlm.data.corpus_stream) ---------------------
+
+def _load_stream_corpus(source: str, min_count: int | None, max_vocab: int | None, vocab_from: str,
+                       heldout: int | None, use_cache: bool) -> Corpus:
+    """The corpus of a text file, of standard input ('-'), or of a recorded stdin corpus ('stdin:<sha256>')."""
+    if vocab_from not in ("train", "all"):
+        raise NnlmError(f"--vocab-from must be 'train' or 'all', got {vocab_from!r}")
+    options = {"min_count": min_count, "max_vocab": max_vocab, "vocab_from": vocab_from, "heldout": heldout,
+               "version": CACHE_VERSION}
+    if source.startswith(STDIN_RECORD):
+        return _recorded_stdin(source[len(STDIN_RECORD):], options)
+    key = None
+    if source != STDIN:
+        key = {"source": str(Path(source).resolve()), "file": _file_id(Path(source))} | options
+        cached = _cached(key) if use_cache else None
+        if cached is not None:
+            return cached
+    with SpoolDirectory(cache_root()) as spool_dir:
+        found = plan_stream(source, spool_dir, min_count, max_vocab, vocab_from, heldout)
+        plan = CorpusPlan(found.name, found.vocab, found.sizes, found.pad_token, found.fill, found.origin)
+        if key is None:  # standard input: known by its content, now that it has been read
+            key = {"source": "stdin", "sha256": found.sha256} | options
+            cached = _cached(key) if use_cache else None
+            if cached is not None:
+                return cached
+        if use_cache:
+            cache_dir = _cache_dir(key)
+            try:
+                _write_cache(cache_dir, plan, key, replace=os.path.lexists(cache_dir))
+                return _read_cache(cache_dir)
+            except NnlmError as exc:  # e.g. a full disk: the corpus is built in memory, only the cache is missing
+                print(f"nnlm: note: corpus cache not written ({exc})", file=sys.stderr)
+        ids = np.empty(sum(plan.sizes), dtype=np.int32)
+        plan.fill(ids)
+        return _split(plan.name, plan.vocab, ids, plan.sizes, plan.pad_token, plan.origin)
+
+
+def _cache_dir(key: dict) -> Path:
+    return cache_root() / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _cached(key: dict) -> Corpus | None:
+    cache_dir = _cache_dir(key)
+    if not os.path.lexists(cache_dir):
+        return None
+    try:
+        return _read_cache(cache_dir)
+    except NnlmError as exc:  # a cache is only a cache: build it again
+        print(f"nnlm: note: {exc}; rebuilding it", file=sys.stderr)
+        return None
+
+
+def _recorded_stdin(sha256: str, options: dict) -> Corpus:
+    cache_dir = _cache_dir({"source": "stdin", "sha256": sha256} | options)
+    if not os.path.lexists(cache_dir):
+        raise NnlmError(f"this corpus was read from standard input (sha256 {sha256[:16]}...) and its cache is gone "
+                        f"from {cache_root()}: pipe the same text again with --corpus - (and the same corpus options)")
+    return _read_cache(cache_dir)
 
 
 # --- Brown, bengio2003 protocol -------------------------------------------------------------

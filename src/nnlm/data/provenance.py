@@ -7,19 +7,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nnlm.data.vocab import UNK
+from nnlm.data.text_source import STDIN_RECORD as STDIN_RECORD  # (how a model records stdin: imported from here)
+from nnlm.data.vocab import TEXT_DIR_MIN_COUNT, UNK
 from nnlm.errors import NnlmError
 
-TEXT_DIR_MIN_COUNT = 2  # words seen once in train become <unk>, so <unk> has training examples
-OPTION_NAMES = ("corpus", "min_count", "max_vocab", "vocab_from")
+OPTION_NAMES = ("corpus", "min_count", "max_vocab", "vocab_from", "heldout")
 _SCAN_CHUNK = 1 << 22
 
 
 def default_min_count(source: str) -> int | None:
     """--min-count when none is given: None for brown (its protocol fixes it); for a text directory
     2 (a <unk> never seen in train would get only the smoothing's leftovers and dominate valid/test),
-    or 1 when train.txt already holds <unk> tokens (text prepared like the Penn Treebank's)."""
-    if source == "brown":
+    or 1 when train.txt already holds <unk> tokens (text prepared like the Penn Treebank's). A text file
+    or stream: None, the same rule applied to its train part once it has been read (nnlm.data.corpus_stream)."""
+    if source == "brown" or not Path(source).is_dir():
         return None
     train = Path(source) / "train.txt"
     if not train.is_file():
@@ -37,16 +38,34 @@ def default_min_count(source: str) -> int | None:
 
 
 def corpus_options(source: str, min_count: int | None = None, max_vocab: int | None = None,
-                   vocab_from: str = "train") -> dict[str, Any]:
-    """The options that name a corpus and its vocabulary, the default --min-count resolved and a text
-    directory's path made absolute (a recorded path works from any directory)."""
+                   vocab_from: str = "train", heldout: int | None = None) -> dict[str, Any]:
+    """The options that name a corpus and its vocabulary, the default --min-count resolved (a text
+    directory's) and a directory's or a file's path made absolute (a recorded path works from any
+    directory). Standard input ('-') is named by its content once read: `settled`."""
     if not source.strip():
-        raise NnlmError("--corpus is empty: give 'brown' or a directory holding train.txt, valid.txt and test.txt")
+        raise NnlmError("--corpus is empty: give 'brown', a directory holding train.txt, valid.txt and test.txt, "
+                        "a text file or - for standard input")
     if min_count is None:
         min_count = default_min_count(source)
-    if source != "brown" and Path(source).is_dir():
+    if source not in ("brown", "-") and Path(source).exists():
         source = str(Path(source).resolve())
-    return {"corpus": source, "min_count": min_count, "max_vocab": max_vocab, "vocab_from": vocab_from}
+    return {"corpus": source, "min_count": min_count, "max_vocab": max_vocab, "vocab_from": vocab_from,
+            "heldout": heldout}
+
+
+def settled(options: dict[str, Any], corpus) -> dict[str, Any]:
+    """`options` as a model records them once `corpus` is loaded: a corpus read from standard input is
+    named by its content (`stdin:<sha256>`), which finds its cache again."""
+    origin = getattr(corpus, "origin", None)
+    return options if origin is None else options | {"corpus": origin}
+
+
+def read_once(options: dict[str, Any]) -> dict[str, Any]:
+    """`options` with standard input ('-') read now and named by its content, for work that loads its
+    corpus more than once (tune's trials, reproduce's rows): each later load finds it in the cache."""
+    if options.get("corpus") != "-":
+        return options
+    return settled(options, load_recorded_corpus(options))
 
 
 def load_recorded_corpus(options: dict[str, Any], use_cache: bool = True):
@@ -54,7 +73,8 @@ def load_recorded_corpus(options: dict[str, Any], use_cache: bool = True):
     from nnlm.data.corpus import load_corpus
 
     return load_corpus(options["corpus"], min_count=options.get("min_count"), max_vocab=options.get("max_vocab"),
-                       vocab_from=options.get("vocab_from") or "train", use_cache=use_cache)
+                       vocab_from=options.get("vocab_from") or "train", use_cache=use_cache,
+                       heldout=options.get("heldout"))
 
 
 def recorded_corpus(model_path: str | Path) -> dict[str, Any] | None:

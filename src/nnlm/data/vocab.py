@@ -17,6 +17,8 @@ from nnlm.errors import NnlmError
 UNK = "<unk>"
 PARAGRAPH = "<p>"
 TEXT = "<text>"
+TEXT_DIR_MIN_COUNT = 2  # a text corpus's default --min-count: words seen once in train become <unk>, so <unk>
+# has training examples (nnlm.data.provenance, nnlm.data.corpus_stream)
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
     "min_count": (True, _int(1, optional=True), "null or an integer >= 1"),
     "max_vocab": (True, _int(1, optional=True), "null or an integer >= 1"),
     "vocab_from": (True, _one_of("train", "all"), "'train' or 'all'"),
+    "heldout": (False, _int(0, optional=True), "null or an integer >= 0"),
     "preset": (True, _text, "a preset name"),
     "recipe": (True, lambda v: _text(v) or isinstance(v, dict), "a recipe name"),
     "batch_size": (True, *stored_value_check("batch_size", optional=False)),

@@ -57,6 +57,7 @@ class RunOptions:
     min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False)
     max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
     vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
+    heldout: int | None = option(None, "a text file or stdin: valid and test size in tokens (0: none)", cli=False)
     preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
                                    "energy network, docs/experiments/energy.md), wide-context, deep-context or "
                                    "long-context (past the paper, docs/experiments/beyond.md), or mlp1-classes (MLP1 "

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from nnlm.data.corpus import Corpus
-from nnlm.data.provenance import OPTION_NAMES, corpus_options, load_recorded_corpus
+from nnlm.data.provenance import OPTION_NAMES, STDIN_RECORD, corpus_options, load_recorded_corpus, settled
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.config import DEFAULT_CLASS_PULL, RUN_DEFAULTS, RunOptions, check_loss
@@ -118,8 +118,9 @@ def model_config(run: dict[str, Any] | RunOptions, vocab_size: int) -> ModelConf
 
 
 def corpus_key(value: str) -> str:
-    """The corpus as run.json names it: 'brown', or a directory's absolute path."""
-    return value if value == "brown" else str(Path(value).resolve())
+    """The corpus as run.json names it: 'brown', a directory's or a file's absolute path, '-' (standard input,
+    named by its content once read: `settled`) or a recorded `stdin:<sha256>`."""
+    return value if value in ("brown", "-") or value.startswith(STDIN_RECORD) else str(Path(value).resolve())
 
 
 def open_corpus(run: RunOptions) -> Corpus:
@@ -177,9 +178,12 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device,
     if options.bf16 is None:  # (the energy net's cost is tanh units, which bf16 does not speed up)
         options = dataclasses.replace(options, bf16=recipe.bf16 and bf16_is_fast(device) and not energy)
     # the corpus options as every command resolves them (the default --min-count of a text directory), and the corpus
-    record = corpus_options(options.corpus, options.min_count, options.max_vocab, options.vocab_from)
+    record = corpus_options(options.corpus, options.min_count, options.max_vocab, options.vocab_from, options.heldout)
     corpus = load_recorded_corpus(record)
-    options = dataclasses.replace(options, min_count=record["min_count"])
+    if len(corpus.valid) == 0:
+        raise NnlmError(f"the corpus {corpus.name} has no valid part (--no-heldout), which training needs for its "
+                        "learning rate and early stopping: give --heldout TOKENS instead")
+    options = dataclasses.replace(options, min_count=record["min_count"], corpus=settled(record, corpus)["corpus"])
     model = model_config(options, len(corpus.vocab))
     options, model = resolve_output_layer(options, model, corpus)
     options, model, evidence = resolve_init_features(options, model, corpus, ties_rows, progress)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from nnlm.data.provenance import OPTION_NAMES, read_once
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
 from nnlm.neural import checkpoint as ck
@@ -111,6 +112,8 @@ def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int
         raise NnlmError("nnlm tune searches the Adam recipes; --recipe paper has no dropout to tune")
     base = {k: v for k, v in requested.items() if k in RUN_DEFAULTS}
     base["corpus"] = corpus_key(base.get("corpus", "brown"))
+    if base["corpus"] == "-":  # standard input is read once, here; the trials find it in the cache by its content
+        base["corpus"] = read_once({name: base.get(name) for name in OPTION_NAMES})["corpus"]
     plan = trial_options(int(base.get("seed") or 0))
     trials = min(trials, len(plan))  # the grid has 37 points in all
     record = open_record(out, base, minutes, trials)

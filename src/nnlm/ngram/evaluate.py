@@ -88,7 +88,7 @@ def evaluate_ngram(obtained: ObtainedNgram, corpus: Corpus) -> NgramEvaluation:
     from nnlm.ngram.backoff import BackoffModel
 
     model = obtained.model
-    ppl = {s: perplexity(model, corpus, s) for s in SPLITS}
+    ppl = {s: perplexity(model, corpus, s) for s in SPLITS if len(corpus.split(s))}  # (--no-heldout: train only)
     details = model.details() if isinstance(model, ReportsBuild) else None
     fallback = model.params.get("fallback_orders") if isinstance(model, BackoffModel) else None
     return NgramEvaluation(corpus.name, obtained.kind, model.order, len(corpus.vocab), ppl, obtained.seconds,

@@ -30,7 +30,7 @@ class Job:
                  threads: int | None = None, device: str = "auto", loss: str = "sampled",
                  samples: int | None = None, hogwild: int | None = None, table: str = DEFAULT_TABLE,
                  min_count: int | None = None, max_vocab: int | None = None) -> None:
-        from nnlm.data.provenance import corpus_options, load_recorded_corpus
+        from nnlm.data.provenance import corpus_options, load_recorded_corpus, settled
         from nnlm.neural.config import check_loss
 
         if hogwild is not None and hogwild < 1:
@@ -38,11 +38,12 @@ class Job:
         check_loss(loss, samples)  # samples None: the trainer's default, min(DEFAULT_SAMPLES, |V|)
         self.hogwild, self.loss, self.samples = hogwild, loss, samples
         self.table = get_table(table)
-        self.corpus_source, self.command = corpus_source, command
         # the vocabulary options of `nnlm train` / `nnlm ngram` (a text directory's default min-count 2),
         # the same for every row: the n-grams load this corpus, the nets' runs record the options
         self.corpus_options = corpus_options(corpus_source, min_count, max_vocab)
         self.corpus = load_recorded_corpus(self.corpus_options)
+        self.corpus_options = settled(self.corpus_options, self.corpus)  # standard input: named by its content
+        self.corpus_source, self.command = self.corpus_options["corpus"], command  # what each row's run records
         self.out, self.nets, self.log = out, nets, log
         self.budget = None if budget_minutes is None else 60.0 * budget_minutes
         self.progress, self.threads, self.device = progress, threads, device
