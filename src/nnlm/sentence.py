@@ -43,14 +43,16 @@ def sentence_ids(model: LanguageModel, sentence: str) -> np.ndarray:
                        count=len(tokens))
 
 
-def batch_ids(model: LanguageModel, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, bounds): the token ids of every sentence, sentence i's at ids[bounds[i]:bounds[i+1]]."""
+def batch_ids(model: LanguageModel, sentences: list[str], unknown: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, bounds): the token ids of every sentence, sentence i's at ids[bounds[i]:bounds[i+1]]; a word
+    outside the vocabulary gets `<unk>`'s id, or `unknown` if given (to count OOV words apart from "<unk>")."""
     if all(map(str.isascii, sentences)):
-        return _lexicon(model).encode(sentences)
+        return _lexicon(model).encode(sentences, unknown)
     tokens = list(map(text_tokens, sentences))
     bounds = np.zeros(len(tokens) + 1, dtype=np.int64)
     np.cumsum(list(map(len, tokens)), out=bounds[1:])
-    ids = np.fromiter(map(model.vocab._index.get, chain.from_iterable(tokens), repeat(model.vocab.unk_id)),
+    default = model.vocab.unk_id if unknown is None else unknown
+    ids = np.fromiter(map(model.vocab._index.get, chain.from_iterable(tokens), repeat(default)),
                       dtype=np.int64, count=int(bounds[-1]))
     return ids, bounds
 

@@ -120,17 +120,18 @@ class AsciiLexicon:
         _build(self.blob, self.starts, self.slots)
         self.unk, self.paragraph = vocab.unk_id, vocab.id(PARAGRAPH)
 
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, texts: list[str], unknown: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids int64, bounds int64 [len(texts) + 1]) of ASCII texts: text t's ids are ids[bounds[t]:bounds[t+1]],
-        exactly `vocab.encode(text_tokens(texts[t]))`."""
+        exactly `vocab.encode(text_tokens(texts[t]))`; with `unknown`, a word outside the vocabulary gets that
+        id instead of `<unk>`'s (so that the text's own "<unk>" tokens are told apart from OOV words)."""
         data = np.frombuffer("".join(texts).encode("ascii") or b"\0", dtype=np.uint8)
         text_starts = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum(list(map(len, texts)), out=text_starts[1:])
         out = np.empty(int(text_starts[-1]) + len(texts), dtype=np.int64)  # a word and its <p> take >= 2 chars
         bounds = np.empty(len(texts) + 1, dtype=np.int64)
-        _encode(data, text_starts, KIND, self.blob, self.starts, self.slots, self.unk, self.paragraph, out, bounds)
+        _encode(data, text_starts, KIND, self.blob, self.starts, self.slots, self.unk if unknown is None else unknown,
+                self.paragraph, out, bounds)
         return out[:bounds[-1]], bounds
-
 
     def encode_one(self, text: str) -> np.ndarray:
         """`encode([text])[0]` with less fixed cost (the per-sentence call)."""
