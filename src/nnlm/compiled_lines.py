@@ -20,6 +20,7 @@ from nnlm.score_stream import LineScore
 from nnlm.sentence import batch_ids
 
 OOV = -1  # the id a word outside the vocabulary is given here until it is counted (then `<unk>`'s)
+FEW_LINES = 8  # up to this many lines, each is summed by a Python sum (fewer numpy calls: a one-line call's cost)
 
 
 def quick_line_scores(model: LanguageModel, lines: list, carry_context: bool) -> tuple[list[LineScore], int] | None:
@@ -27,28 +28,68 @@ def quick_line_scores(model: LanguageModel, lines: list, carry_context: bool) ->
     scores them, or None when this path does not apply (no compiled stream scorer, or an item is not a str:
     the generic path then scores or refuses them)."""
     scorer = getattr(model, "stream_log_prob", None)
-    if scorer is None or not all(type(line) is str for line in lines):
+    if scorer is None:
+        return None
+    if len(lines) == 1 and type(lines[0]) is str and lines[0].isascii():
+        return _one_line(model, scorer, lines[0])
+    if not all(type(line) is str for line in lines):
         return None
     ids, bounds = batch_ids(model, lines, unknown=OOV)
-    k, pad, n = model.context_size, start_id(model), len(ids)
-    unknown = ids == OOV
-    any_unknown = unknown.any()
-    if any_unknown:
+    since = None if carry_context else np.arange(len(ids)) - np.repeat(bounds[:-1], np.diff(bounds))
+    bounds = bounds.tolist()
+    k, pad, n = model.context_size, _start_id(model), len(ids)
+    unknown = ids < 0 if n and ids.min() < 0 else None
+    if unknown is not None:
         ids[unknown] = model.vocab.unk_id
     stream = np.empty(k + n, dtype=np.int64)
     stream[:k] = pad
     stream[k:] = ids
-    counts = np.diff(bounds)
-    since = None if carry_context else np.arange(n) - np.repeat(bounds[:-1], counts)
     log_probs = scorer(stream, k, n, pad, since)
     if log_probs is None:
         return None
     word_log10 = log_probs * LOG10_E
-    rows = np.repeat(np.arange(len(lines)), counts)
-    sums = np.bincount(rows, weights=word_log10, minlength=len(lines))
-    oov = np.bincount(rows[unknown], minlength=len(lines)) if any_unknown else np.zeros(len(lines), dtype=np.int64)
-    scored = np.flatnonzero(counts)
-    lo, hi = bounds[:-1].tolist(), bounds[1:].tolist()
-    out = [LineScore(i + 1, float(sums[i]), hi[i] - lo[i], int(oov[i]), word_log10[lo[i]:hi[i]])
-           for i in scored.tolist()]  # a loop over lines: the objects the caller gets
-    return out, len(lines) - len(out)
+    scored = _lines(word_log10, bounds, unknown)
+    return scored, len(lines) - len(scored)
+
+
+def _one_line(model: LanguageModel, scorer, text: str) -> tuple[list[LineScore], int] | None:
+    """One ASCII line (a one-line call: its fixed cost is what counts), from the start of a text whether the
+    context is carried or not (nothing comes before it): one compiled call makes its stream, one scores it."""
+    kept = model.__dict__.get("_ascii_lexicon")
+    if kept is None:
+        from nnlm.ngram.ascii_tokens import lexicon
+
+        kept = lexicon(model)
+    k, pad = model.context_size, _start_id(model)
+    stream, oov = kept.encode_stream(text, k, pad)
+    n = len(stream) - k
+    if n == 0:
+        return [], 1
+    log_probs = scorer(stream, k, n, pad, None)
+    if log_probs is None:
+        return None
+    word_log10 = np.multiply(log_probs, LOG10_E, out=log_probs)
+    return [LineScore(1, sum(word_log10.tolist()), n, oov, word_log10)], 0
+
+
+def _lines(word_log10: np.ndarray, bounds: list[int], unknown: np.ndarray | None) -> list[LineScore]:
+    """The LineScores of the non-blank lines; each total is its words' sum in token order (np.bincount's, as
+    the generic path sums a line), by a Python sum for a few lines, else one np.bincount for all."""
+    lines = len(bounds) - 1
+    counts = np.diff(bounds) if lines > FEW_LINES or unknown is not None else None
+    rows = None if counts is None else np.repeat(np.arange(lines), counts)
+    oov = [0] * lines if unknown is None else np.bincount(rows[unknown], minlength=lines).tolist()
+    if lines > FEW_LINES:
+        sums = np.bincount(rows, weights=word_log10, minlength=lines).tolist()
+    else:
+        sums = [sum(word_log10[bounds[i]:bounds[i + 1]].tolist()) for i in range(lines)]
+    return [LineScore(i + 1, sums[i], bounds[i + 1] - bounds[i], oov[i], word_log10[bounds[i]:bounds[i + 1]])
+            for i in range(lines) if bounds[i + 1] > bounds[i]]  # a loop over lines: the objects the caller gets
+
+
+def _start_id(model: LanguageModel) -> int:
+    """start_id(model), kept on the model (a one-line call should not look it up each time)."""
+    kept = model.__dict__.get("_start_id")
+    if kept is None:
+        kept = model._start_id = start_id(model)
+    return kept

@@ -108,6 +108,21 @@ def _encode_one(data, kind, blob, starts, slots, unk, paragraph, out):
     return _encode_text(data, 0, len(out) - 1, kind, blob, starts, slots, unk, paragraph, out, 0)
 
 
+@numba.njit(**KERNEL)
+def _encode_stream(data, kind, blob, starts, slots, unk, paragraph, out, k, pad):
+    """`pad` k times, then the ids of the text data[:len(out) - k - 1]; returns (ids written after the pads, how
+    many of them are words outside the vocabulary: `unk` for those, as for "<unk>" typed in the text)."""
+    for j in range(k):
+        out[j] = pad
+    n = _encode_text(data, 0, len(out) - k - 1, kind, blob, starts, slots, -1, paragraph, out, k) - k
+    oov = 0
+    for i in range(k, k + n):
+        if out[i] < 0:
+            out[i] = unk
+            oov += 1
+    return n, oov
+
+
 class AsciiLexicon:
     """The vocabulary's tokens as bytes in a hash table, for `encode`."""
 
@@ -133,12 +148,21 @@ class AsciiLexicon:
                 self.paragraph, out, bounds)
         return out[:bounds[-1]], bounds
 
-    def encode_one(self, text: str) -> np.ndarray:
-        """`encode([text])[0]` with less fixed cost (the per-sentence call)."""
+    def encode_one(self, text: str, unknown: int | None = None) -> np.ndarray:
+        """`encode([text], unknown)[0]` with less fixed cost (the per-sentence call)."""
         out = np.empty(len(text) + 1, dtype=np.int64)
         n = _encode_one(np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8), KIND, self.blob, self.starts,
-                        self.slots, self.unk, self.paragraph, out)
+                        self.slots, self.unk if unknown is None else unknown, self.paragraph, out)
         return out[:n]
+
+
+    def encode_stream(self, text: str, k: int, pad: int) -> tuple[np.ndarray, int]:
+        """(a stream of `k` pads then the ids of ASCII `text`, its number of words outside the vocabulary): one
+        line's stream for nnlm.compiled_lines in one call."""
+        out = np.empty(k + len(text) + 1, dtype=np.int64)
+        n, oov = _encode_stream(np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8), KIND, self.blob,
+                                self.starts, self.slots, self.unk, self.paragraph, out, k, pad)
+        return out[:k + n], oov
 
 
 def lexicon(model) -> AsciiLexicon:

@@ -126,12 +126,10 @@ class BackoffTables:
         engine = self.query_engine()
         if engine is None:
             return None
-        lo = max(first - (self.order - 1), 0)
-        part = np.ascontiguousarray(stream[lo:first + count], dtype=np.int64)
-        self._check_ids(part)
-        if not 0 <= pad_id < self.vocab_size:
-            raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
-        return engine.token_log10(part, first - lo, count, pad_id, since_start)
+        lo = max(first - len(self.keys) + 1, 0)
+        part = np.ascontiguousarray(stream[lo:first + count] if lo or len(stream) > first + count else stream,
+                                    dtype=np.int64)
+        return engine.token_log10(part, first - lo, count, pad_id, since_start)  # checks the ids
 
     def state_extra(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
         """What an LMState of these tables keeps beside its context ids (empty without the engine): the
@@ -220,10 +218,10 @@ class BackoffTables:
     @classmethod
     def from_arrays(cls, vocab_size: int, order: int, arrays: dict[str, np.ndarray]) -> BackoffTables:
         try:
-            return cls(vocab_size,
-                       [arrays[f"keys_{k}"].astype(np.int64) for k in range(1, order + 1)],
-                       [arrays[f"log10_prob_{k}"].astype(np.float64) for k in range(1, order + 1)],
-                       [arrays[f"log10_backoff_{k}"].astype(np.float64) for k in range(1, order + 1)])
+            return cls(vocab_size,  # (arrays read from a file are new: no copy where the dtype is already right)
+                       [arrays[f"keys_{k}"].astype(np.int64, copy=False) for k in range(1, order + 1)],
+                       [arrays[f"log10_prob_{k}"].astype(np.float64, copy=False) for k in range(1, order + 1)],
+                       [arrays[f"log10_backoff_{k}"].astype(np.float64, copy=False) for k in range(1, order + 1)])
         except (KeyError, ValueError) as exc:
             raise NnlmError(f"saved back-off tables are incomplete or inconsistent ({exc})") from None
 
@@ -307,7 +305,7 @@ class BackoffModel(KeptStateOwner):
         """ln P of the tokens stream[first : first + count] as `nnlm.lm.chunked_log_probs` gives them (the same
         numbers), in one compiled call (nnlm.capabilities.ScoresStreams); None without the engine."""
         log10 = self.tables.token_log10(stream, first, count, pad_id, since_start)
-        return None if log10 is None else log10 * LN10
+        return None if log10 is None else np.multiply(log10, LN10, out=log10)  # log_prob's log10 * LN10, in place
 
     def text_log10(self, ids: np.ndarray) -> float | None:
         """Sum of log10 P of the token ids `ids` (int64) from the start of a text (the start token fills the

@@ -147,7 +147,7 @@ class ClassNgram(KeptStateOwner):
         numbers), the class n-gram in one compiled call over the class ids; None without the engine."""
         lo = max(first - (self.order - 1), 0)
         part = np.asarray(stream[lo:first + count], dtype=np.int64)
-        if part.size and (part.min() < 0 or part.max() >= len(self.vocab)) or not 0 <= pad_id < len(self.vocab):
+        if part.size and part.min() < 0 or not 0 <= pad_id < len(self.vocab):  # (numpy refuses ids >= |V| below)
             raise IndexError(f"token ids must be in 0 .. {len(self.vocab) - 1}")
         class_log10 = self.tables.token_log10(self.classes[part], first - lo, count, int(self.classes[pad_id]),
                                               since_start)

@@ -48,14 +48,16 @@ class InterpolatedEngine:
 
     def stream_log_prob(self, weights: np.ndarray, stream: np.ndarray, first: int, count: int, pad: int,
                         since_start: np.ndarray | None) -> np.ndarray:
-        """Natural-log P of each token stream[first : first + count] (int64, ids checked by the caller) given the
+        """Natural-log P of each token stream[first : first + count] (int64; IndexError if an id is outside V) given the
         two ids before it, `pad` before the stream's start and, with `since_start` (tokens of its own text before
         each token), before its text's start: `log_prob` of `contexts()` rows, without making the rows."""
         out = np.empty(count, dtype=np.float64)
         since = np.zeros(1, dtype=np.int64) if since_start is None else np.ascontiguousarray(since_start, np.int64)
-        _stream_rows(self.vocab_size, float(self.train_tokens), self.seen_buckets, weights, self.unigram,
-                     self.bigram_totals, self.bigrams.table, self.bigrams.cap, self.trigrams.table, self.trigrams.cap,
-                     self.contexts.table, self.contexts.cap, stream, first, pad, since, since_start is not None, out)
+        if not _stream_rows(self.vocab_size, float(self.train_tokens), self.seen_buckets, weights, self.unigram,
+                            self.bigram_totals, self.bigrams.table, self.bigrams.cap, self.trigrams.table,
+                            self.trigrams.cap, self.contexts.table, self.contexts.cap, stream, first, pad, since,
+                            since_start is not None, out):
+            raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
         return out
 
     def texts_log_prob(self, weights: np.ndarray, start: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -137,6 +139,11 @@ def _before(stream, t, back, pad, since, i, use_since):
 @numba.njit(**KERNEL)
 def _stream_rows(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
                  trigram_cap, context_map, context_cap, stream, first, pad, since, use_since, out):
+    if pad < 0 or pad >= v:
+        return False
+    for t in range(max(first - 2, 0), first + len(out)):
+        if stream[t] < 0 or stream[t] >= v:
+            return False
     for i in range(len(out)):
         ahead = i + PREFETCH_AHEAD
         if ahead < len(out):
@@ -149,6 +156,7 @@ def _stream_rows(v, train_tokens, seen_buckets, weights, unigram, bigram_totals,
                                    trigrams, trigram_cap, context_map, context_cap,
                                    _before(stream, t, 2, pad, since, i, use_since),
                                    _before(stream, t, 1, pad, since, i, use_since), stream[t]))
+    return True
 
 
 @numba.njit(inline="always")

@@ -123,13 +123,14 @@ class BackoffEngine:
 
     def token_log10(self, stream: np.ndarray, first: int, count: int, pad: int,
                     since_start: np.ndarray | None) -> np.ndarray:
-        """log10 P of each token stream[first : first + count] (int64, ids checked by the caller) given the
+        """log10 P of each token stream[first : first + count] (int64; IndexError if an id is outside V) given the
         order-1 ids before it, `pad` before the stream's start and, with `since_start` (int64 [count]: tokens
         of its own text before each token), before its text's start: `contexts()` rows, scored as one stream."""
         out = np.empty(count, dtype=np.float64)
         since = _NO_SINCE if since_start is None else np.ascontiguousarray(since_start, dtype=np.int64)
-        _stream_scores(*self._kernel_tables(), stream.reshape(1, -1), first, pad, since, since_start is not None, out,
-                       self.fscratch, self.iscratch)
+        if not _stream_scores(*self._kernel_tables(), stream.reshape(1, -1), first, pad, since, since_start is not None,
+                              out, self.fscratch, self.iscratch):
+            raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
         return out
 
     def stream_log10(self, start: np.ndarray, ids: np.ndarray) -> float:
@@ -328,7 +329,14 @@ def _stream_scores(table, ftable, offsets, caps, uprob, uback, order, stream, fi
                    fscratch, iscratch):
     """out[i] = log10 P(stream[0, first + i] | its context), the state carried from token to token (see
     BackoffEngine.token_log10). A token whose context reaches before the stream or its text reads it from
-    iscratch[2] (those ids `pad`); a text's first token starts afresh from that context's back-offs."""
+    iscratch[2] (those ids `pad`); a text's first token starts afresh from that context's back-offs. False (nothing
+    scored) if an id is outside the vocabulary."""
+    v = len(uprob)
+    if pad < 0 or pad >= v:
+        return False
+    for t in range(max(first - order + 1, 0), first + len(out)):
+        if stream[0, t] < 0 or stream[0, t] >= v:
+            return False
     n1 = order - 1
     backoffs, chain, keys, homes, window = fscratch[0], fscratch[1], iscratch[0], iscratch[1], iscratch[2:3]
     count = len(out)
@@ -355,6 +363,7 @@ def _stream_scores(table, ftable, offsets, caps, uprob, uback, order, stream, fi
         p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, stream[0, t], ctx, 0, width, known,
                            chain, keys, homes)
         out[i] = _with_backoffs(p, m, backoffs, n1)
+    return True
 
 
 @numba.njit(**KERNEL)

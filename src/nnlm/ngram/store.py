@@ -60,8 +60,8 @@ def save_target(directory: Path) -> Path:
     return real
 
 
-def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict[str, np.ndarray]]:
-    """Read what `save_arrays` wrote, checking that config, vocabulary and arrays agree."""
+def read_config(directory: Path | str) -> dict[str, Any]:
+    """The config.json of a saved model (its kind: which class loads it), checked to be one nnlm saved."""
     directory = Path(directory)
     try:
         config = json.loads(read_input(directory / "config.json", "config", JSON_LIMIT))
@@ -69,6 +69,13 @@ def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict
         raise NnlmError(f"{directory} is not a saved n-gram model (config.json: {exc})") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise NnlmError(f"{directory} is not a saved n-gram model of format {FORMAT}")
+    return config
+
+
+def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict[str, np.ndarray]]:
+    """Read what `save_arrays` wrote, checking that config, vocabulary and arrays agree."""
+    directory = Path(directory)
+    config = read_config(directory)
     vocab = Vocabulary.load(directory / "vocab.json")
     if vocab.fingerprint != config.get("vocab_fingerprint") or len(vocab) != config.get("vocab_size"):
         raise NnlmError(f"{directory}: vocab.json does not match config.json")
