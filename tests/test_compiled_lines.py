@@ -64,6 +64,21 @@ def test_short_path_equals_the_generic_path(models, kind, order, carry, monkeypa
 
 
 @pytest.mark.parametrize("kind,order", KINDS)
+def test_one_line_calls_equal_the_generic_path(models, kind, order, monkeypatch):
+    """A one-line call (its own compiled route: ids with the pads and the OOV count in one pass) on each line."""
+    model = models[(kind, order)]
+    quick = [score_lines(model, [line], carry_context=carry)[0] for line in LINES for carry in (True, False)]
+    monkeypatch.setattr(type(model), "stream_log_prob", None, raising=False)
+    expect = [generic(model, [line], carry)[0] for line in LINES for carry in (True, False)]
+    for got, want in zip(quick, expect, strict=True):
+        assert [(s.line_number, s.tokens, s.oov, s.log10_prob) for s in got] == \
+            [(s.line_number, s.tokens, s.oov, s.log10_prob) for s in want]  # bit for bit
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a.word_log10, b.word_log10)
+    assert score_text(model, ["  \u2028 "]).blank == 1 and score_lines(model, [" "])[0] == []
+
+
+@pytest.mark.parametrize("kind,order", KINDS)
 def test_stream_scorer_equals_log_prob_rows(models, kind, order):
     model = models[(kind, order)]
     rng = np.random.default_rng(3)

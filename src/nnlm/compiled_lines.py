@@ -65,11 +65,15 @@ def _one_line(model: LanguageModel, scorer, text: str) -> tuple[list[LineScore],
     n = len(stream) - k
     if n == 0:
         return [], 1
+    line_log10 = getattr(model, "line_log10", None)  # the back-off models: scores, scaling and sum in one call
+    scored = line_log10(stream, k, n, pad) if line_log10 is not None else None
+    if scored is not None:
+        return [LineScore(1, scored[1], n, oov, scored[0])], 0
     log_probs = scorer(stream, k, n, pad, None)
     if log_probs is None:
         return None
-    word_log10 = np.multiply(log_probs, LOG10_E, out=log_probs)
-    return [LineScore(1, sum(word_log10.tolist()), n, oov, word_log10)], 0
+    log_probs *= LOG10_E  # in place: the generic path's ln P * LOG10_E, to the bit
+    return [LineScore(1, sum(log_probs.tolist()), n, oov, log_probs)], 0
 
 
 def _lines(word_log10: np.ndarray, bounds: list[int], unknown: np.ndarray | None) -> list[LineScore]:

@@ -22,7 +22,7 @@ import numpy as np
 
 from nnlm.data.vocab import Vocabulary, start_token
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel, LMState
+from nnlm.lm import LOG10_E, LanguageModel, LMState
 from nnlm.ngram.keys import lookup, ranges, search
 from nnlm.ngram.store import load_arrays, save_arrays
 
@@ -119,17 +119,20 @@ class BackoffTables:
             raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
 
     def token_log10(self, stream: np.ndarray, first: int, count: int, pad_id: int,
-                    since_start: np.ndarray | None = None) -> np.ndarray | None:
+                    since_start: np.ndarray | None = None, scale: float = 1.0,
+                    then: float = 1.0) -> tuple[np.ndarray, float] | None:
         """log10 P of each token stream[first : first + count] given the order-1 ids before it in `stream`
         (`pad_id` before its start, and with `since_start` before each token's text: nnlm.lm.chunked_log_probs'
-        rows), in one compiled call over the stream; None without the engine. The numbers of `log10_prob_of`."""
-        engine = self.query_engine()
+        rows), times `scale` then `then`, and their sum, in one compiled call over the stream
+        (BackoffEngine.scaled_token_log10); None without the engine. The numbers of `log10_prob_of`."""
+        engine = self._engine if self._engine else self.query_engine()
         if engine is None:
             return None
-        lo = max(first - len(self.keys) + 1, 0)
-        part = np.ascontiguousarray(stream[lo:first + count] if lo or len(stream) > first + count else stream,
-                                    dtype=np.int64)
-        return engine.token_log10(part, first - lo, count, pad_id, since_start)  # checks the ids
+        lo = first - len(self.keys) + 1
+        if not (lo <= 0 and len(stream) == first + count and stream.dtype == np.int64 and stream.flags.c_contiguous):
+            lo = max(lo, 0)  # (else: a stream made for this call, taken as it is)
+            stream, first = np.ascontiguousarray(stream[lo:first + count], dtype=np.int64), first - lo
+        return engine.scaled_token_log10(stream, first, count, pad_id, since_start, scale, then)  # (checks the ids)
 
     def state_extra(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
         """What an LMState of these tables keeps beside its context ids (empty without the engine): the
@@ -304,8 +307,13 @@ class BackoffModel(KeptStateOwner):
                         since_start: np.ndarray | None = None) -> np.ndarray | None:
         """ln P of the tokens stream[first : first + count] as `nnlm.lm.chunked_log_probs` gives them (the same
         numbers), in one compiled call (nnlm.capabilities.ScoresStreams); None without the engine."""
-        log10 = self.tables.token_log10(stream, first, count, pad_id, since_start)
-        return None if log10 is None else np.multiply(log10, LN10, out=log10)  # log_prob's log10 * LN10, in place
+        scored = self.tables.token_log10(stream, first, count, pad_id, since_start, LN10)  # log_prob's log10 * LN10
+        return None if scored is None else scored[0]
+
+    def line_log10(self, stream: np.ndarray, first: int, count: int, pad_id: int) -> tuple[np.ndarray, float] | None:
+        """`stream_log_prob(...) * LOG10_E` (what `nnlm score` reports per word, to the bit) and its sum in token
+        order, in the same compiled call: a one-line `score_lines` call's scoring (nnlm.compiled_lines)."""
+        return self.tables.token_log10(stream, first, count, pad_id, None, LN10, LOG10_E)
 
     def text_log10(self, ids: np.ndarray) -> float | None:
         """Sum of log10 P of the token ids `ids` (int64) from the start of a text (the start token fills the

@@ -149,11 +149,11 @@ class ClassNgram(KeptStateOwner):
         part = np.asarray(stream[lo:first + count], dtype=np.int64)
         if part.size and part.min() < 0 or not 0 <= pad_id < len(self.vocab):  # (numpy refuses ids >= |V| below)
             raise IndexError(f"token ids must be in 0 .. {len(self.vocab) - 1}")
-        class_log10 = self.tables.token_log10(self.classes[part], first - lo, count, int(self.classes[pad_id]),
-                                              since_start)
-        if class_log10 is None:
+        scored = self.tables.token_log10(self.classes[part], first - lo, count, int(self.classes[pad_id]), since_start,
+                                         LN10)  # the class n-gram's log10 * LN10, as tables.log_prob
+        if scored is None:
             return None
-        return class_log10 * LN10 + np.log(self.word_prob[part[first - lo:]])
+        return scored[0] + np.log(self.word_prob[part[first - lo:]])
 
     def text_log10(self, ids: np.ndarray) -> float | None:
         """Sum of log10 P of the token ids `ids` from the start of a text, in one compiled call over the class
