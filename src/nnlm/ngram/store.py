@@ -15,6 +15,7 @@ import numpy as np
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_dir, atomic_write_text, read_input, require_regular
+from nnlm.ngram.mapped_npz import mapped_arrays
 
 FORMAT = "nnlm-ngram/1"
 
@@ -81,8 +82,10 @@ def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict
         raise NnlmError(f"{directory}: vocab.json does not match config.json")
     require_regular(directory / "arrays.npz", "model arrays")
     try:
-        with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
+        arrays = mapped_arrays(directory / "arrays.npz")  # np.savez's file, mapped: no copies (mapped_npz.py)
+        if arrays is None:
+            with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
+                arrays = {name: npz[name] for name in npz.files}
     except Exception as exc:  # zipfile.BadZipFile, OSError, ValueError: a damaged file, one line
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise NnlmError(f"{directory}: unreadable arrays.npz ({reason})") from None
