@@ -115,24 +115,6 @@ def test_tables_not_suffix_closed_keep_the_numpy_path():
     np.testing.assert_allclose(tables.log10_prob_of(ctx, targets), [-0.1, np.log10(1 / 3), np.log10(1 / 3)])
 
 
-def test_log_prob_builds_the_engine_once_it_pays():
-    """A short query keeps the numpy path (no numba start, no build); the rows asked add up to the build."""
-    v = 60
-    tables = fit_kneser_ney(zipf_ids(4_000, v, 13), 3, v)
-    ctx, targets = stream_rows(zipf_ids(400, v, 14), 2, 0)
-    need = query_engine.BUILD_AFTER_ROWS_PER_ENTRY * sum(tables.sizes())
-    assert len(targets) < need
-    asked = 0
-    while asked + len(targets) < need:
-        tables.log_prob(ctx, targets)
-        asked += len(targets)
-        assert tables._engine is None
-    tables.log_prob(ctx, targets)
-    assert tables._engine  # built by the call that reached the mark
-    np.testing.assert_allclose(tables.log_prob(ctx, targets), tables.reference_log10_prob_of(ctx, targets) * LN10,
-                               rtol=0, atol=ATOL)
-
-
 def test_switched_off_by_the_environment_flag(monkeypatch):
     monkeypatch.setattr(query_engine, "ENABLED", False)
     tables = fit_kneser_ney(zipf_ids(2_000, 30, 8), 3, 30)

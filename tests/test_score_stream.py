@@ -121,8 +121,9 @@ def test_pieces_and_chunks_are_bounded(kn3, monkeypatch):
     pieces = list(read_pieces(io.BytesIO(line.encode()), "t", 4096))
     assert len(pieces) > 90 and max(len(p.texts[0].encode()) for p in pieces) <= 2 * 4096
     calls: list[int] = []
-    log_prob = kn3.log_prob
+    log_prob, stream_log_prob = kn3.log_prob, kn3.stream_log_prob  # rows, or the query engine's stream scorer
     monkeypatch.setattr(kn3, "log_prob", lambda c, t: calls.append(len(t)) or log_prob(c, t))
+    monkeypatch.setattr(kn3, "stream_log_prob", lambda s, f, n, *a: calls.append(n) or stream_log_prob(s, f, n, *a))
     monkeypatch.setattr(score_stream, "EVAL_CHUNK", 1000)
     got = scored(ScoreStream(kn3, iter(pieces)))
     assert max(calls) <= 1000 and sum(calls) == 80_001

@@ -4,7 +4,10 @@ The names below are imported on first use (nnlm.lazy), so that `nnlm --help` and
 not pay for numpy and torch before they need them."""
 from __future__ import annotations
 
+from nnlm.compile_cache import ensure_writable_cache
 from nnlm.lazy import lazy_getattr
+
+ensure_writable_cache()  # before numba is imported: it reads NUMBA_CACHE_DIR then
 
 _EXPORTS = {
     "Corpus": "nnlm.data.corpus", "load_corpus": "nnlm.data.corpus", "Vocabulary": "nnlm.data.vocab",

@@ -23,6 +23,16 @@ class ReportsBuild(Protocol):
 
 
 @runtime_checkable
+class ScoresStreams(Protocol):
+    """Scores a stream of ids in one compiled call, the numbers `log_prob` gives on its context rows
+    (nnlm.lm.chunked_log_probs, which every face's scoring goes through, then makes no rows): the
+    count-based models with a query engine. None: no engine (memory budget, NNLM_QUERY_ENGINE=0)."""
+
+    def stream_log_prob(self, stream: np.ndarray, first: int, count: int, pad_id: int,
+                        since_start: np.ndarray | None = None) -> np.ndarray | None: ...
+
+
+@runtime_checkable
 class ScoresUnknownWords(Protocol):
     """Scores a token list in which words outside V keep a feature vector of their own (the paper's
     sum_i C(i) P(i | context)) instead of <unk>'s: neural models."""

@@ -211,9 +211,17 @@ def chunked_log_probs(model: LanguageModel, stream: np.ndarray, first: int, coun
     `log_prob` (contexts, targets) -> ln P scores each chunk instead of `model.log_prob` (a caller that keeps
     something else the model computes on the way: `nnlm eval`'s log Z)."""
     k = model.context_size
-    log_prob = log_prob or model.log_prob
     out = np.empty(count, dtype=np.float64)
+    scores_streams = log_prob is None and getattr(model, "stream_log_prob", None)  # nnlm.capabilities.ScoresStreams
+    log_prob = log_prob or model.log_prob
     for lo in range(0, count, chunk):
+        if scores_streams:  # a query engine: the chunk in one compiled call, no context rows made
+            part = scores_streams(stream, first + lo, min(chunk, count - lo), pad_id,
+                                  None if since_start is None else since_start[lo:lo + chunk])
+            if part is not None:
+                out[lo:lo + len(part)] = part
+                continue
+            scores_streams = None
         positions = np.arange(first + lo, first + min(lo + chunk, count))
         ctx = contexts(stream, positions, k, pad_id)
         if since_start is not None and k:

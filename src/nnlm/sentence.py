@@ -33,24 +33,26 @@ def _lexicon(model: LanguageModel):
     return kept
 
 
-def sentence_ids(model: LanguageModel, sentence: str) -> np.ndarray:
-    """The token ids (int64) of `sentence` by the tokenization rule, `<unk>` for words outside V (ASCII text
-    in one compiled pass, nnlm.ngram.ascii_tokens; other text by text_tokens and the vocabulary's dict)."""
+def sentence_ids(model: LanguageModel, sentence: str, unknown: int | None = None) -> np.ndarray:
+    """The token ids (int64) of `sentence` by the tokenization rule, `<unk>` (or `unknown`) for words outside V
+    (ASCII text in one compiled pass, nnlm.ngram.ascii_tokens; other text by text_tokens and the vocabulary's dict)."""
     if sentence.isascii():
-        return _lexicon(model).encode_one(sentence)
+        return _lexicon(model).encode_one(sentence, unknown)
     tokens = text_tokens(sentence)
-    return np.fromiter(map(model.vocab._index.get, tokens, repeat(model.vocab.unk_id)), dtype=np.int64,
-                       count=len(tokens))
+    default = model.vocab.unk_id if unknown is None else unknown
+    return np.fromiter(map(model.vocab._index.get, tokens, repeat(default)), dtype=np.int64, count=len(tokens))
 
 
-def batch_ids(model: LanguageModel, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, bounds): the token ids of every sentence, sentence i's at ids[bounds[i]:bounds[i+1]]."""
+def batch_ids(model: LanguageModel, sentences: list[str], unknown: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, bounds): the token ids of every sentence, sentence i's at ids[bounds[i]:bounds[i+1]]; a word
+    outside the vocabulary gets `<unk>`'s id, or `unknown` if given (to count OOV words apart from "<unk>")."""
     if all(map(str.isascii, sentences)):
-        return _lexicon(model).encode(sentences)
+        return _lexicon(model).encode(sentences, unknown)
     tokens = list(map(text_tokens, sentences))
     bounds = np.zeros(len(tokens) + 1, dtype=np.int64)
     np.cumsum(list(map(len, tokens)), out=bounds[1:])
-    ids = np.fromiter(map(model.vocab._index.get, chain.from_iterable(tokens), repeat(model.vocab.unk_id)),
+    default = model.vocab.unk_id if unknown is None else unknown
+    ids = np.fromiter(map(model.vocab._index.get, chain.from_iterable(tokens), repeat(default)),
                       dtype=np.int64, count=int(bounds[-1]))
     return ids, bounds
 

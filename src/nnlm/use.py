@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnlm.capabilities import ChoosesScoring
+from nnlm.compiled_lines import quick_line_scores
 from nnlm.data.corpus import Corpus
 from nnlm.data.tokenize import prompt_tokens
 from nnlm.data.vocab import PARAGRAPH, TEXT
@@ -49,6 +50,9 @@ def score_lines(model: LanguageModel, lines: Iterable[str], carry_context: bool 
     Words outside V are `<unk>`; with `oov_vector` (neural models) they are still scored as `<unk>`
     but enter later contexts with the paper's feature vector instead of `<unk>`'s."""
     lines = lines if isinstance(lines, list) else list(lines)
+    quick = None if oov_vector else quick_line_scores(model, lines, carry_context)
+    if quick is not None:  # a count-based model: its query engine, without the pieces (nnlm.compiled_lines)
+        return quick[0], []
     stream = ScoreStream(model, line_pieces(lines), carry_context, skip_bad, oov_vector,
                          tokens_hint=sum(map(len, lines)) // 2)
     return list(stream), stream.skipped
@@ -101,6 +105,9 @@ def score_text(model: LanguageModel, lines: Iterable[str], carry_context: bool =
                oov_vector: bool = False) -> TextScore:
     """`score_lines` with its totals and the count of blank lines skipped."""
     lines = lines if isinstance(lines, list) else list(lines)
+    quick = None if oov_vector else quick_line_scores(model, lines, carry_context)
+    if quick is not None:
+        return TextScore(quick[0], [], quick[1])
     stream = ScoreStream(model, line_pieces(lines), carry_context, skip_bad, oov_vector,
                          tokens_hint=sum(map(len, lines)) // 2)
     scores = list(stream)

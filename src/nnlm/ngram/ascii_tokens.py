@@ -108,6 +108,21 @@ def _encode_one(data, kind, blob, starts, slots, unk, paragraph, out):
     return _encode_text(data, 0, len(out) - 1, kind, blob, starts, slots, unk, paragraph, out, 0)
 
 
+@numba.njit(**KERNEL)
+def _encode_stream(data, kind, blob, starts, slots, unk, paragraph, out, k, pad):
+    """`pad` k times, then the ids of the text data[:len(out) - k - 1]; returns (ids written after the pads, how
+    many of them are words outside the vocabulary: `unk` for those, as for "<unk>" typed in the text)."""
+    for j in range(k):
+        out[j] = pad
+    n = _encode_text(data, 0, len(out) - k - 1, kind, blob, starts, slots, -1, paragraph, out, k) - k
+    oov = 0
+    for i in range(k, k + n):
+        if out[i] < 0:
+            out[i] = unk
+            oov += 1
+    return n, oov
+
+
 class AsciiLexicon:
     """The vocabulary's tokens as bytes in a hash table, for `encode`."""
 
@@ -120,24 +135,34 @@ class AsciiLexicon:
         _build(self.blob, self.starts, self.slots)
         self.unk, self.paragraph = vocab.unk_id, vocab.id(PARAGRAPH)
 
-    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, texts: list[str], unknown: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids int64, bounds int64 [len(texts) + 1]) of ASCII texts: text t's ids are ids[bounds[t]:bounds[t+1]],
-        exactly `vocab.encode(text_tokens(texts[t]))`."""
+        exactly `vocab.encode(text_tokens(texts[t]))`; with `unknown`, a word outside the vocabulary gets that
+        id instead of `<unk>`'s (so that the text's own "<unk>" tokens are told apart from OOV words)."""
         data = np.frombuffer("".join(texts).encode("ascii") or b"\0", dtype=np.uint8)
         text_starts = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum(list(map(len, texts)), out=text_starts[1:])
         out = np.empty(int(text_starts[-1]) + len(texts), dtype=np.int64)  # a word and its <p> take >= 2 chars
         bounds = np.empty(len(texts) + 1, dtype=np.int64)
-        _encode(data, text_starts, KIND, self.blob, self.starts, self.slots, self.unk, self.paragraph, out, bounds)
+        _encode(data, text_starts, KIND, self.blob, self.starts, self.slots, self.unk if unknown is None else unknown,
+                self.paragraph, out, bounds)
         return out[:bounds[-1]], bounds
 
-
-    def encode_one(self, text: str) -> np.ndarray:
-        """`encode([text])[0]` with less fixed cost (the per-sentence call)."""
+    def encode_one(self, text: str, unknown: int | None = None) -> np.ndarray:
+        """`encode([text], unknown)[0]` with less fixed cost (the per-sentence call)."""
         out = np.empty(len(text) + 1, dtype=np.int64)
         n = _encode_one(np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8), KIND, self.blob, self.starts,
-                        self.slots, self.unk, self.paragraph, out)
+                        self.slots, self.unk if unknown is None else unknown, self.paragraph, out)
         return out[:n]
+
+
+    def encode_stream(self, text: str, k: int, pad: int) -> tuple[np.ndarray, int]:
+        """(a stream of `k` pads then the ids of ASCII `text`, its number of words outside the vocabulary): one
+        line's stream for nnlm.compiled_lines in one call."""
+        out = np.empty(k + len(text) + 1, dtype=np.int64)
+        n, oov = _encode_stream(np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8), KIND, self.blob,
+                                self.starts, self.slots, self.unk, self.paragraph, out, k, pad)
+        return out[:k + n], oov
 
 
 def lexicon(model) -> AsciiLexicon:

@@ -22,7 +22,7 @@ import numpy as np
 
 from nnlm.data.vocab import Vocabulary, start_token
 from nnlm.errors import NnlmError
-from nnlm.lm import LanguageModel, LMState
+from nnlm.lm import LOG10_E, LanguageModel, LMState
 from nnlm.ngram.keys import lookup, ranges, search
 from nnlm.ngram.store import load_arrays, save_arrays
 
@@ -42,10 +42,9 @@ class BackoffTables:
     keys: list[np.ndarray]
     log10_prob: list[np.ndarray]
     log10_backoff: list[np.ndarray]
-    # the compiled query engine (nnlm.ngram.query_engine), built at the first query; False: none (the
+    # the compiled query engine (nnlm.ngram.query_engine), built at the first query, whatever asks it; False: none (the
     # tables are not suffix-closed, or it would not fit its memory budget), so the numpy path serves
     _engine: Any = field(default=None, init=False, repr=False, compare=False)
-    _rows_asked: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (len(self.keys) == len(self.log10_prob) == len(self.log10_backoff) >= 1):
@@ -104,27 +103,36 @@ class BackoffTables:
 
     def log10_prob_of(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """log10 P(target | context) for each row, by the back-off rule (the compiled engine when there is one)."""
-        engine = self._engine if self._engine is not None else self._engine_once_it_pays(len(targets))
-        if not engine:
+        engine = self.query_engine()
+        if engine is None:
             return self.reference_log10_prob_of(contexts, targets)
         ctx = self._context(contexts)
         targets = np.asarray(targets, dtype=np.int64)
         if targets.shape != (len(ctx),):
             raise ValueError(f"targets must be [N] with N = {len(ctx)} context rows, got shape {targets.shape}")
         for ids in (targets, ctx):  # the compiled loops do not check bounds
-            if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-                raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
+            self._check_ids(ids)
         return engine.log10_prob(ctx, targets)
 
-    def _engine_once_it_pays(self, rows: int) -> Any:
-        """The engine once these tables have been asked for as many rows as its build costs (`log10_prob_of`:
-        a short `nnlm score` does not pay numba's start and the build), else None for now."""
-        from nnlm.ngram.query_engine import BUILD_AFTER_ROWS_PER_ENTRY
+    def _check_ids(self, ids: np.ndarray) -> None:
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
 
-        self._rows_asked += rows
-        if self._rows_asked < BUILD_AFTER_ROWS_PER_ENTRY * sum(self.sizes()):
+    def token_log10(self, stream: np.ndarray, first: int, count: int, pad_id: int,
+                    since_start: np.ndarray | None = None, scale: float = 1.0,
+                    then: float = 1.0) -> tuple[np.ndarray, float] | None:
+        """log10 P of each token stream[first : first + count] given the order-1 ids before it in `stream`
+        (`pad_id` before its start, and with `since_start` before each token's text: nnlm.lm.chunked_log_probs'
+        rows), times `scale` then `then`, and their sum, in one compiled call over the stream
+        (BackoffEngine.scaled_token_log10); None without the engine. The numbers of `log10_prob_of`."""
+        engine = self._engine if self._engine else self.query_engine()
+        if engine is None:
             return None
-        return self.query_engine()
+        lo = first - len(self.keys) + 1
+        if not (lo <= 0 and len(stream) == first + count and stream.dtype == np.int64 and stream.flags.c_contiguous):
+            lo = max(lo, 0)  # (else: a stream made for this call, taken as it is)
+            stream, first = np.ascontiguousarray(stream[lo:first + count], dtype=np.int64), first - lo
+        return engine.scaled_token_log10(stream, first, count, pad_id, since_start, scale, then)  # (checks the ids)
 
     def state_extra(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
         """What an LMState of these tables keeps beside its context ids (empty without the engine): the
@@ -218,10 +226,10 @@ class BackoffTables:
     @classmethod
     def from_arrays(cls, vocab_size: int, order: int, arrays: dict[str, np.ndarray]) -> BackoffTables:
         try:
-            return cls(vocab_size,
-                       [arrays[f"keys_{k}"].astype(np.int64) for k in range(1, order + 1)],
-                       [arrays[f"log10_prob_{k}"].astype(np.float64) for k in range(1, order + 1)],
-                       [arrays[f"log10_backoff_{k}"].astype(np.float64) for k in range(1, order + 1)])
+            return cls(vocab_size,  # (arrays read from a file are new: no copy where the dtype is already right)
+                       [arrays[f"keys_{k}"].astype(np.int64, copy=False) for k in range(1, order + 1)],
+                       [arrays[f"log10_prob_{k}"].astype(np.float64, copy=False) for k in range(1, order + 1)],
+                       [arrays[f"log10_backoff_{k}"].astype(np.float64, copy=False) for k in range(1, order + 1)])
         except (KeyError, ValueError) as exc:
             raise NnlmError(f"saved back-off tables are incomplete or inconsistent ({exc})") from None
 
@@ -299,6 +307,18 @@ class BackoffModel(KeptStateOwner):
             return super().advance(state, words, log10)
         log10_probs, contexts, extra = stepped
         return (log10_probs if log10 else log10_probs * LN10), LMState(contexts, state.owner, extra)
+
+    def stream_log_prob(self, stream: np.ndarray, first: int, count: int, pad_id: int,
+                        since_start: np.ndarray | None = None) -> np.ndarray | None:
+        """ln P of the tokens stream[first : first + count] as `nnlm.lm.chunked_log_probs` gives them (the same
+        numbers), in one compiled call (nnlm.capabilities.ScoresStreams); None without the engine."""
+        scored = self.tables.token_log10(stream, first, count, pad_id, since_start, LN10)  # log_prob's log10 * LN10
+        return None if scored is None else scored[0]
+
+    def line_log10(self, stream: np.ndarray, first: int, count: int, pad_id: int) -> tuple[np.ndarray, float] | None:
+        """`stream_log_prob(...) * LOG10_E` (what `nnlm score` reports per word, to the bit) and its sum in token
+        order, in the same compiled call: a one-line `score_lines` call's scoring (nnlm.compiled_lines)."""
+        return self.tables.token_log10(stream, first, count, pad_id, None, LN10, LOG10_E)
 
     def text_log10(self, ids: np.ndarray) -> float | None:
         """Sum of log10 P of the token ids `ids` (int64) from the start of a text (the start token fills the

@@ -20,7 +20,7 @@ from nnlm.ngram.counts import MAX_ORDER
 from nnlm.ngram.interpolated import InterpolatedTrigram
 from nnlm.ngram.kneser_ney import KneserNeyModel
 from nnlm.ngram.simple import AddOneBigram, UniformModel
-from nnlm.ngram.store import load_arrays, record_corpus
+from nnlm.ngram.store import read_config, record_corpus
 
 # builder(corpus, order, options) -> model
 Builder = Callable[[Corpus, int, dict], LanguageModel]
@@ -104,8 +104,7 @@ def save_ngram(model: LanguageModel, directory: Path | str, corpus: dict | None 
 
 
 def load_ngram(directory: Path | str) -> LanguageModel:
-    config, _, _ = load_arrays(directory)
-    kind = config.get("kind")
+    kind = read_config(directory).get("kind")  # the arrays are read once, by the kind's own load
     if kind not in SAVED_KINDS:
         raise NnlmError(f"{directory}: unknown saved model kind {kind!r}")
     return SAVED_KINDS[kind].load(Path(directory))

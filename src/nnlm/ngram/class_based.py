@@ -141,6 +141,20 @@ class ClassNgram(KeptStateOwner):
             log_probs = class_log10 * LN10 + np.log(self.word_prob[words])
         return log_probs, LMState(self.shift_state(state, words).context, state.owner, extra)
 
+    def stream_log_prob(self, stream: np.ndarray, first: int, count: int, pad_id: int,
+                        since_start: np.ndarray | None = None) -> np.ndarray | None:
+        """ln P of the tokens stream[first : first + count] as `nnlm.lm.chunked_log_probs` gives them (`log_prob`'s
+        numbers), the class n-gram in one compiled call over the class ids; None without the engine."""
+        lo = max(first - (self.order - 1), 0)
+        part = np.asarray(stream[lo:first + count], dtype=np.int64)
+        if part.size and part.min() < 0 or not 0 <= pad_id < len(self.vocab):  # (numpy refuses ids >= |V| below)
+            raise IndexError(f"token ids must be in 0 .. {len(self.vocab) - 1}")
+        scored = self.tables.token_log10(self.classes[part], first - lo, count, int(self.classes[pad_id]), since_start,
+                                         LN10)  # the class n-gram's log10 * LN10, as tables.log_prob
+        if scored is None:
+            return None
+        return scored[0] + np.log(self.word_prob[part[first - lo:]])
+
     def text_log10(self, ids: np.ndarray) -> float | None:
         """Sum of log10 P of the token ids `ids` from the start of a text, in one compiled call over the class
         ids (nnlm.score_sentence); None without the engine."""

@@ -188,20 +188,3 @@ def _extend(h, word):
 @numba.njit(inline="always")
 def _word_hash(word):
     return _mix(np.uint64(word + 1))
-
-
-@numba.njit(cache=True)
-def _extend_all(hashes, words):
-    """_extend of every (hash, word) pair, as int64 keys (the table build)."""
-    out = np.empty(len(words), dtype=np.int64)
-    for i in range(len(words)):
-        out[i] = np.int64(_extend(np.uint64(hashes[i]), words[i]))
-    return out
-
-
-@numba.njit(cache=True)
-def _word_hashes(n):
-    out = np.empty(n, dtype=np.int64)
-    for w in range(n):
-        out[w] = np.int64(_word_hash(w))
-    return out

@@ -198,26 +198,31 @@ class InterpolatedTrigram(KeptStateOwner):
         return self._engine or None
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        engine = self._engine if self._engine is not None else self._engine_once_it_pays(len(targets))
-        if not engine:
+        engine = self.query_engine()
+        if engine is None:
             return self.reference_log_prob(contexts, targets)
         contexts = np.asarray(contexts, dtype=np.int64)
         targets = np.asarray(targets, dtype=np.int64)
         if contexts.ndim != 2 or contexts.shape[1] < 2 or targets.shape != (len(contexts),):
             raise ValueError(f"contexts must be [N, >= 2] and targets [N], got {contexts.shape} and {targets.shape}")
         for ids in (targets, contexts[:, -2:]):  # the compiled loop does not check bounds
-            if ids.size and (ids.min() < 0 or ids.max() >= len(self.vocab)):
-                raise IndexError(f"token ids must be in 0 .. {len(self.vocab) - 1}")
+            self._check_ids(ids)
         return engine.log_prob(self.weights, contexts, targets)
 
-    def _engine_once_it_pays(self, rows: int) -> Any:
-        """The engine once the model has been asked for as many rows as its build costs (as BackoffTables)."""
-        from nnlm.ngram.query_engine import BUILD_AFTER_ROWS_PER_ENTRY
+    def _check_ids(self, ids: np.ndarray) -> None:
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self.vocab)):
+            raise IndexError(f"token ids must be in 0 .. {len(self.vocab) - 1}")
 
-        self._rows_asked = getattr(self, "_rows_asked", 0) + rows
-        t = self.tables
-        entries = len(t["bigram_keys"]) + len(t["trigram_keys"]) + len(t["context_keys"])
-        return self.query_engine() if self._rows_asked >= BUILD_AFTER_ROWS_PER_ENTRY * entries else None
+    def stream_log_prob(self, stream: np.ndarray, first: int, count: int, pad_id: int,
+                        since_start: np.ndarray | None = None) -> np.ndarray | None:
+        """ln P of the tokens stream[first : first + count] as `nnlm.lm.chunked_log_probs` gives them (`log_prob`'s
+        numbers), in one compiled call over the stream; None without the engine."""
+        engine = self.query_engine()
+        if engine is None:
+            return None
+        lo = max(first - 2, 0)
+        part = np.ascontiguousarray(stream[lo:first + count], dtype=np.int64)
+        return engine.stream_log_prob(self.weights, part, first - lo, count, pad_id, since_start)
 
     def advance(self, state: LMState, words: Sequence[int] | np.ndarray,
                 log10: bool = False) -> tuple[np.ndarray, LMState]:

@@ -46,6 +46,20 @@ class InterpolatedEngine:
                       np.ascontiguousarray(targets, dtype=np.int64), out)
         return out
 
+    def stream_log_prob(self, weights: np.ndarray, stream: np.ndarray, first: int, count: int, pad: int,
+                        since_start: np.ndarray | None) -> np.ndarray:
+        """Natural-log P of each token stream[first : first + count] (int64; IndexError if an id is outside V) given the
+        two ids before it, `pad` before the stream's start and, with `since_start` (tokens of its own text before
+        each token), before its text's start: `log_prob` of `contexts()` rows, without making the rows."""
+        out = np.empty(count, dtype=np.float64)
+        since = np.zeros(1, dtype=np.int64) if since_start is None else np.ascontiguousarray(since_start, np.int64)
+        if not _stream_rows(self.vocab_size, float(self.train_tokens), self.seen_buckets, weights, self.unigram,
+                            self.bigram_totals, self.bigrams.table, self.bigrams.cap, self.trigrams.table,
+                            self.trigrams.cap, self.contexts.table, self.contexts.cap, stream, first, pad, since,
+                            since_start is not None, out):
+            raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
+        return out
+
     def texts_log_prob(self, weights: np.ndarray, start: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
         """Natural-log P of each text ids[bounds[i] : bounds[i+1]], each after the context `start` [2]."""
         out = np.empty(len(bounds) - 1, dtype=np.float64)
@@ -112,6 +126,37 @@ def _mixture_rows(v, train_tokens, seen_buckets, weights, unigram, bigram_totals
         out[i] = math.log(_mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
                                    trigrams, trigram_cap, context_map, context_cap, contexts[i, 0], contexts[i, 1],
                                    targets[i]))
+
+
+@numba.njit(inline="always")
+def _before(stream, t, back, pad, since, i, use_since):
+    """The id `back` tokens before stream[t]: `pad` before the stream's start or (use_since) its text's start."""
+    if t - back < 0 or (use_since and since[i] < back):
+        return pad
+    return stream[t - back]
+
+
+@numba.njit(**KERNEL)
+def _stream_rows(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap, trigrams,
+                 trigram_cap, context_map, context_cap, stream, first, pad, since, use_since, out):
+    if pad < 0 or pad >= v:
+        return False
+    for t in range(max(first - 2, 0), first + len(out)):
+        if stream[t] < 0 or stream[t] >= v:
+            return False
+    for i in range(len(out)):
+        ahead = i + PREFETCH_AHEAD
+        if ahead < len(out):
+            t = first + ahead
+            _prefetch_counts(v, bigrams, bigram_cap, trigrams, trigram_cap, context_map, context_cap,
+                             _before(stream, t, 2, pad, since, ahead, use_since),
+                             _before(stream, t, 1, pad, since, ahead, use_since), stream[t])
+        t = first + i
+        out[i] = math.log(_mixture(v, train_tokens, seen_buckets, weights, unigram, bigram_totals, bigrams, bigram_cap,
+                                   trigrams, trigram_cap, context_map, context_cap,
+                                   _before(stream, t, 2, pad, since, i, use_since),
+                                   _before(stream, t, 1, pad, since, i, use_since), stream[t]))
+    return True
 
 
 @numba.njit(inline="always")

@@ -35,26 +35,10 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from nnlm.ngram.hash_table import (
-    EMPTY,
-    KERNEL,
-    PREFETCH_AHEAD,
-    _extend,
-    _extend_all,
-    _home_hashed,
-    _insert_all,
-    _prefetch_slot,
-    _word_hash,
-    _word_hashes,
-    capacity,
-    huge_page_array,
-    within_budget,
-)
+from nnlm.ngram.hash_table import EMPTY, KERNEL, PREFETCH_AHEAD, _extend, _home_hashed, _prefetch_slot, _word_hash
 
-# log_prob builds the engine once a model has been asked for this many rows per table entry: the build plus
-# numba's start cost about what the numpy path takes for that many rows (Brown KN5: ~1.5 s, ~600k rows).
-# The stateful API and score_sentence(s) build it at their first call: they are what it is for.
-BUILD_AFTER_ROWS_PER_ENTRY = 0.25
+# Every query builds the engine at a model's first call (nnlm.ngram.engine_build: Brown KN5 in ~0.2-0.3 s), so
+# every face gets it without a warm-up; the kernels are cached on disk by numba (a fresh process loads them).
 ENABLED = os.environ.get("NNLM_QUERY_ENGINE", "1") != "0"  # 0: every model keeps its numpy path (benchmarks)
 
 
@@ -136,6 +120,26 @@ class BackoffEngine:
         _texts_sums(*self._kernel_tables(), *self._start(start), np.ascontiguousarray(ids, dtype=np.int64)[None, :],
                     np.ascontiguousarray(bounds, dtype=np.int64), out, self.fscratch, self.iscratch)
         return out
+
+    def token_log10(self, stream: np.ndarray, first: int, count: int, pad: int,
+                    since_start: np.ndarray | None = None) -> np.ndarray:
+        """log10 P of each token stream[first : first + count] (int64; IndexError if an id is outside V) given the
+        order-1 ids before it, `pad` before the stream's start and, with `since_start` (int64 [count]: tokens
+        of its own text before each token), before its text's start: `contexts()` rows, scored as one stream."""
+        return self.scaled_token_log10(stream, first, count, pad, since_start)[0]
+
+    def scaled_token_log10(self, stream: np.ndarray, first: int, count: int, pad: int,
+                           since_start: np.ndarray | None = None, scale: float = 1.0,
+                           then: float = 1.0) -> tuple[np.ndarray, float]:
+        """`token_log10` times `scale`, then times `then` (each product rounded as numpy rounds it: the numbers of
+        `(log10 * scale) * then` to the bit), and their sum in token order from 0.0 (a Python sum's)."""
+        out = np.empty(count, dtype=np.float64)
+        since = _NO_SINCE if since_start is None else np.ascontiguousarray(since_start, dtype=np.int64)
+        total = _stream_scores(*self._kernel_tables(), stream.reshape(1, -1), first, pad, since,
+                               since_start is not None, scale, then, out, self.fscratch, self.iscratch)
+        if total != total:  # nan: an id outside the vocabulary (nothing scored)
+            raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
+        return out, total
 
     def stream_log10(self, start: np.ndarray, ids: np.ndarray) -> float:
         """Sum of log10 P over the stream `ids` (int64) after the context `start` [order-1]: one text."""
@@ -325,6 +329,54 @@ def _text_sum(table, ftable, offsets, caps, uprob, uback, order, start, start_ba
     return total
 
 
+_NO_SINCE = np.zeros(1, dtype=np.int64)
+
+
+@numba.njit(**KERNEL)
+def _stream_scores(table, ftable, offsets, caps, uprob, uback, order, stream, first, pad, since, use_since, scale,
+                   then, out, fscratch, iscratch):
+    """out[i] = log10 P(stream[0, first + i] | its context), the state carried from token to token (see
+    BackoffEngine.token_log10). A token whose context reaches before the stream or its text reads it from
+    iscratch[2] (those ids `pad`); a text's first token starts afresh from that context's back-offs. Each score is
+    multiplied by `scale`, then by `then`; returns their sum in order from 0.0, or nan (nothing scored) if an id
+    is outside the vocabulary."""
+    v = len(uprob)
+    if pad < 0 or pad >= v:
+        return np.nan
+    for t in range(max(first - order + 1, 0), first + len(out)):
+        if stream[0, t] < 0 or stream[0, t] >= v:
+            return np.nan
+    n1 = order - 1
+    backoffs, chain, keys, homes, window = fscratch[0], fscratch[1], iscratch[0], iscratch[1], iscratch[2:3]
+    count = len(out)
+    m = 0
+    total = 0.0
+    for i in range(count):
+        t = first + i
+        ahead = i + PREFETCH_AHEAD
+        if ahead < count and first + ahead >= n1 and (not use_since or since[ahead] >= n1):
+            _prefetch_grams(table, offsets, caps, order, stream[0, first + ahead], stream, 0, first + ahead)
+        before = n1 if not use_since else min(since[i], n1)  # context words inside the text
+        if t - n1 >= 0 and before == n1:
+            ctx, width = stream, t
+        else:
+            for j in range(n1):
+                k = t - n1 + j
+                window[0, j] = stream[0, k] if k >= 0 and j >= n1 - before else pad
+            ctx, width = window, n1
+        if i == 0 or (use_since and since[i] == 0):
+            known = _context_row(table, ftable, offsets, caps, uback, order, ctx, 0, width, backoffs, keys, homes)
+        else:
+            for j in range(n1):
+                backoffs[j] = chain[j]
+            known = min(m, n1)
+        p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, stream[0, t], ctx, 0, width, known,
+                           chain, keys, homes)
+        out[i] = (_with_backoffs(p, m, backoffs, n1) * scale) * then
+        total += out[i]
+    return total
+
+
 @numba.njit(**KERNEL)
 def _stream_sum(table, ftable, offsets, caps, uprob, uback, order, start, start_backoffs, start_known, ids,
                 fscratch, iscratch):
@@ -343,45 +395,13 @@ def _texts_sums(table, ftable, offsets, caps, uprob, uback, order, start, start_
 def build_backoff_engine(vocab_size: int, keys: list[np.ndarray], log10_prob: list[np.ndarray],
                          log10_backoff: list[np.ndarray]) -> BackoffEngine | None:
     """The engine of back-off tables in BackoffTables' packed form, or None if they are not suffix-closed
-    or the engine would not fit its memory budget (the caller keeps its numpy path)."""
-    import time
+    or the engine would not fit its memory budget (the caller keeps its numpy path; nnlm.ngram.engine_build)."""
+    from nnlm.ngram.engine_build import build_backoff_tables
 
-    t0 = time.perf_counter()
-    order, v = len(keys), vocab_size
-    sizes = [len(k) for k in keys]
-    if not within_budget(keys + log10_prob + log10_backoff, sizes):
+    built = build_backoff_tables(vocab_size, keys, log10_prob, log10_backoff)
+    if built is None:
         return None
-    caps = [0, 0] + [capacity(n) for n in sizes[1:]]
-    offsets = np.zeros(order + 1, dtype=np.int64)
-    for k in range(2, order + 1):
-        offsets[k] = offsets[k - 1] + caps[k - 1]
-    table = huge_page_array((int(offsets[order]) + caps[order] if order > 1 else 0, 3), np.int64, EMPTY)
-    # Per order: each entry's oldest word, the index (one order below) of its newest k-1 words, and the
-    # hash of its words, from the hash of those newest words: all by array operations, order by order.
-    first = np.arange(v, dtype=np.int64)
-    suffix = np.arange(v, dtype=np.int64)
-    hashes = _word_hashes(v)
-    for k in range(2, order + 1):
-        packed = np.asarray(keys[k - 1], dtype=np.int64)
-        prefix, last = packed // v, packed % v
-        if k == 2:
-            suf = last  # the newest word: its unigram index
-        else:  # the entry's newest k-1 words: (their first k-2 = the prefix's suffix) then last
-            want = suffix[prefix] * v + last
-            below = np.asarray(keys[k - 2], dtype=np.int64)
-            suf = np.minimum(np.searchsorted(below, want), len(below) - 1)
-            if len(below) == 0 or not np.array_equal(below[suf], want):
-                return None  # not suffix-closed: a lookup could not stop at its first miss
-        first = first[prefix]
-        hashes = _extend_all(hashes[suf], first)
-        if (hashes == EMPTY).any() or len(np.unique(hashes)) != len(hashes):
-            return None  # two listed k-grams share a 64-bit hash (odds about n^2 / 2^65): keep the exact path
-        values = np.empty((len(packed), 2), dtype=np.float64)
-        values[:, 0] = log10_prob[k - 1]
-        values[:, 1] = log10_backoff[k - 1]
-        _insert_all(table, int(offsets[k]), caps[k], hashes, values.view(np.int64), True)
-        suffix = suf
-    return BackoffEngine(order, v, table, table.view(np.float64), offsets, np.asarray(caps, dtype=np.int64),
+    table, offsets, caps, seconds = built
+    return BackoffEngine(len(keys), vocab_size, table, table.view(np.float64), offsets, caps,
                          np.ascontiguousarray(log10_prob[0], dtype=np.float64),
-                         np.ascontiguousarray(log10_backoff[0], dtype=np.float64),
-                         time.perf_counter() - t0)
+                         np.ascontiguousarray(log10_backoff[0], dtype=np.float64), seconds)

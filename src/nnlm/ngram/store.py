@@ -16,6 +16,7 @@ import numpy as np
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_dir, atomic_write_text, read_input, require_regular
+from nnlm.ngram.mapped_npz import mapped_arrays
 
 FORMAT = "nnlm-ngram/1"
 
@@ -61,8 +62,8 @@ def save_target(directory: Path, is_ours: Callable[[Path], bool] = _is_saved_mod
     return real
 
 
-def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict[str, np.ndarray]]:
-    """Read what `save_arrays` wrote, checking that config, vocabulary and arrays agree."""
+def read_config(directory: Path | str) -> dict[str, Any]:
+    """The config.json of a saved model (its kind: which class loads it), checked to be one nnlm saved."""
     directory = Path(directory)
     try:
         config = json.loads(read_input(directory / "config.json", "config", JSON_LIMIT))
@@ -70,13 +71,22 @@ def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict
         raise NnlmError(f"{directory} is not a saved n-gram model (config.json: {exc})") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise NnlmError(f"{directory} is not a saved n-gram model of format {FORMAT}")
+    return config
+
+
+def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict[str, np.ndarray]]:
+    """Read what `save_arrays` wrote, checking that config, vocabulary and arrays agree."""
+    directory = Path(directory)
+    config = read_config(directory)
     vocab = Vocabulary.load(directory / "vocab.json")
     if vocab.fingerprint != config.get("vocab_fingerprint") or len(vocab) != config.get("vocab_size"):
         raise NnlmError(f"{directory}: vocab.json does not match config.json")
     require_regular(directory / "arrays.npz", "model arrays")
     try:
-        with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
+        arrays = mapped_arrays(directory / "arrays.npz")  # np.savez's file, mapped: no copies (mapped_npz.py)
+        if arrays is None:
+            with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
+                arrays = {name: npz[name] for name in npz.files}
     except Exception as exc:  # zipfile.BadZipFile, OSError, ValueError: a damaged file, one line
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise NnlmError(f"{directory}: unreadable arrays.npz ({reason})") from None
