@@ -127,12 +127,9 @@ class TextLikeSource:
         at_least = 1.0 - np.concatenate([[0.0], np.cumsum(pmf)])  # P(X >= k)
         return pmf[t - 1] / np.maximum(at_least[t - 1], 1e-300)
 
-    def limit(self, lines: list[list[int]], known: np.ndarray) -> float:
-        """The source's perplexity of `lines` (word ids), a word with known[w] False scored as `<unk>`."""
-        w1 = np.array([ln[i - 2] if i >= 2 else -1 for ln in lines for i in range(len(ln))])
-        w2 = np.array([ln[i - 1] if i >= 1 else -1 for ln in lines for i in range(len(ln))])
-        w = np.array([x for ln in lines for x in ln])
-        t = np.array([i for ln in lines for i in range(len(ln))])
+    def word_probs(self, w1: np.ndarray, w2: np.ndarray, w: np.ndarray, known: np.ndarray) -> np.ndarray:
+        """P(word w | previous two words w1, w2; the line goes on), -1 before a line's start; a word with
+        known[w] False gets the probability of all such words (`<unk>`)."""
         oov = ~known
         unk_class = np.bincount(self.word_class, weights=self.uni * oov, minlength=self.classes) / self.class_mass
         c1 = np.where(w1 >= 0, self.word_class[np.maximum(w1, 0)], self.classes)
@@ -145,7 +142,15 @@ class TextLikeSource:
         succ = self.succ[np.maximum(w2, 0)]
         p_succ = np.where(known[w], (succ == w[:, None]) @ self.succ_p, oov[succ] @ self.succ_p)
         p_succ = np.where(w2 >= 0, p_succ, p_uni)
-        p = self.p_word * p_succ + self.p_class * p_cls + self.p_uni * p_uni
+        return self.p_word * p_succ + self.p_class * p_cls + self.p_uni * p_uni
+
+    def limit(self, lines: list[list[int]], known: np.ndarray) -> float:
+        """The source's perplexity of `lines` (word ids), a word with known[w] False scored as `<unk>`."""
+        w1 = np.array([ln[i - 2] if i >= 2 else -1 for ln in lines for i in range(len(ln))])
+        w2 = np.array([ln[i - 1] if i >= 1 else -1 for ln in lines for i in range(len(ln))])
+        w = np.array([x for ln in lines for x in ln])
+        t = np.array([i for ln in lines for i in range(len(ln))])
+        p = self.word_probs(w1, w2, w, known)
         go_on = np.where(t >= 1, 1.0 - self.end_hazard(np.maximum(t, 1)), 1.0)
         lengths = np.array([len(ln) for ln in lines])
         ends = np.log(self.end_hazard(lengths))
