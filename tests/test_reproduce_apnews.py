@@ -129,14 +129,13 @@ def table_with_scoring_rates(tmp_path, monkeypatch, score_of, extra=("--max-voca
 
 
 def test_a_net_that_cannot_fit_trains_with_the_class_output(random_corpus, tmp_path, monkeypatch, capsys):
-    """Rates injected (no timing): the preset's exact scoring is far too slow for the budget, the same net
-    with the class-factored output layer fits, so that is the net the table trains (the full softmax's loss,
-    frequency classes), and the report says so."""
+    """Rates injected (no timing): only the class-factored output layer's exact scoring fits the budget, so
+    that is the net the table trains (the full softmax's loss, frequency classes), and the report says so."""
     from nnlm.neural.model_config import ModelConfig
     from nnlm.neural.output_clustering import default_class_count
     from nnlm.reproduce.apnews import CLASS_OUTPUT
 
-    out = table_with_scoring_rates(tmp_path, monkeypatch, lambda shape: 1e-3 if not shape else 1e6)
+    out = table_with_scoring_rates(tmp_path, monkeypatch, lambda shape: 1e6 if shape == CLASS_OUTPUT else 1e-3)
     data = json.loads((out / "results.json").read_text())
     net = data["rows"]["apnews"]
     assert net["shape"] == CLASS_OUTPUT and net["options"]["shape"] == CLASS_OUTPUT
@@ -157,12 +156,35 @@ def test_a_net_that_fits_only_without_direct_connections_trains_so(random_corpus
     net = data["rows"]["apnews"]
     assert net["shape"] == {"direct": False} and net["options"]["shape"] == {"direct": False}
     assert json.loads((out / net["run"] / "run.json").read_text())["model"]["direct"] is False
-    assert "trained with no direct connections: the preset's net needs at least" in net["note"]
+    assert "trained with no direct connections, planned by measurement (see Plan)" in net["note"]
+    choice = net["shape_choice"]
+    assert choice["chosen"] == "with no direct connections" and [t["status"] for t in choice["trials"]] == \
+        ["skipped", "skipped", net["plan"]["status"]]
     assert data["call"]["vocabulary"] == {"size": 40, "min_count": 2, "max_vocab": 40}
     assert data["corpus_info"]["vocab"] == 40 and net["parameters"] == 40 * (100 + 1 + 60) + 60 * 501
     text = (out / "README.md").read_text()
     assert "| MLP (AP News net) (no direct connections) | 6 | 60 | 100 | no |" in text
     assert "capped at the 40 most frequent words (`--max-vocab 40`)" in text
+
+
+def test_a_wider_net_without_direct_connections_is_chosen_when_it_holds_two_epochs(random_corpus, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """Rates injected: the preset's scoring does not fit, the first lighter shape (h = 120, no direct
+    connections) holds two epochs, so it trains, is not compared with the shapes after it, and the report's
+    Plan section names it with the measured rates, its planned and actual times and the peak memory."""
+    from nnlm.reproduce.apnews import WIDE_NO_DIRECT
+
+    out = table_with_scoring_rates(tmp_path, monkeypatch, lambda shape: 1e-3 if not shape else 1e6)
+    data = json.loads((out / "results.json").read_text())
+    net = data["rows"]["apnews"]
+    assert net["shape"] == WIDE_NO_DIRECT and len(net["shape_choice"]["trials"]) == 2
+    run = json.loads((out / net["run"] / "run.json").read_text())
+    assert (run["model"]["hidden"], run["model"]["direct"]) == (120, False)
+    text = (out / "README.md").read_text()
+    assert "| MLP (AP News net) (no direct connections) | 6 | 120 | 100 | no |" in text
+    assert "## Plan" in text and "**with no direct connections, hidden = 120** -- chose" in text
+    assert "| scoring test |" in text and "Peak memory (resident set" in text
+    assert data["call"]["peak_memory_mib"]["process"] > 0
 
 
 def test_a_later_call_plans_building_the_kn5_partner_again():
@@ -190,9 +212,10 @@ def test_a_net_no_shape_of_which_fits_is_skipped_saying_what_each_needed(random_
     out = table_with_scoring_rates(tmp_path, monkeypatch, lambda shape: 1e-3, extra=())
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["apnews"]["status"] == "skipped" and rows["apnews"]["shape"] == {}
-    assert "(and with the class-factored output layer (frequency classes, the full softmax's loss) it needs at least" \
-        in rows["apnews"]["note"]
-    assert "with no direct connections it needs at least" in rows["apnews"]["note"]
+    note = rows["apnews"]["note"]
+    assert "(and with no direct connections, hidden = 120 it needs at least" in note
+    assert "; with no direct connections it needs at least" in note
+    assert "with the class-factored output layer (frequency classes, the full softmax's loss) it needs at least" in note
     assert all(rows[r]["status"] == "skipped" for r in ("apnews-mix", "apnews-em", "apnews-kn5-em"))
 
 

@@ -82,6 +82,7 @@ def run_table(job: Job) -> None:
         if job.background is not None:
             job.background.stop()
     net_rows.train_split_rows(job)
+    job.record_peak_memory()
     write_report(job.out)
     left = job.left()
     job.log(f"done in {(time.monotonic() - job.start) / 60:.1f} min"

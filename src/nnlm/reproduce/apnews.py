@@ -14,14 +14,17 @@ PAPER_BEST_NGRAM_TEST = 117.0  # Kneser-Ney back-off, n = 5 (Table 2)
 # The least training that earns the net a row: a tenth of an AP-News-sized epoch (1.4M examples) is
 # more than a whole Brown epoch; Table 1's half epoch would be hours on a shared machine.
 NET_FLOOR_EPOCHS = 0.1
+# The net's shapes, in order of preference (`nnlm.reproduce.shape_plan` picks among them by measured rates).
 # With a natural vocabulary (|V| > 100k) the direct connections make exact scoring cost |V| (h + (n-1) m)
-# per token (66 M multiply-adds at 117k, over an hour for valid and test on 2 cores) and their per-position
-# tables ((n-1) |V|^2 floats) do not fit. The net then keeps its shape with the class-factored output
-# layer (K ~ sqrt(|V|) frequency classes, two exact softmaxes: (K + |V|/K)(h + (n-1) m) per token, ~170x
-# less at 117k; the full softmax, which it trains with: a sampled loss has nothing to sample there), and
-# failing that trains without direct connections, |V| h per token, 9x less.
+# multiply-adds a token (66 M at 117k: tens of minutes for valid and test on 2 cores) and their per-position
+# tables ((n-1) |V|^2 floats) do not fit; without them it is |V| h, 9x less at h = 60. The sampled loss
+# trains all of these at nearly the same rate whatever |V| (docs/large-vocab.md), so a shape without direct
+# connections can afford a wider hidden layer (h = 120: |V| h still 4.5x below the preset's scoring).
+# Last, the class-factored output layer (K ~ sqrt(|V|) frequency classes, trained with the full softmax's
+# loss, scored exactly through its two softmaxes): cheap to score, but 2.9x slower to train at 119k.
 CLASS_OUTPUT = {"output_layer": "classes", "output_clustering": "frequency", "loss": "full"}
-NET_SHAPES: tuple[dict, ...] = ({}, CLASS_OUTPUT, {"direct": False})
+WIDE_NO_DIRECT = {"direct": False, "hidden": 120}
+NET_SHAPES: tuple[dict, ...] = ({}, WIDE_NO_DIRECT, {"direct": False}, CLASS_OUTPUT)
 
 NGRAM_ROWS: tuple[NgramRow, ...] = (
     NgramRow("interpolated", "deleted interpolation trigram", 3, (None, 126, 132), kind="interpolated"),

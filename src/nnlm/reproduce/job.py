@@ -65,6 +65,17 @@ class Job:
         self.ngrams: dict[str, LanguageModel] = {}  # n-gram rows built in this call (mixing partners)
         self.shapes: dict[str, dict] = {}  # net -> the ModelConfig fields it trains with apart from its preset
         self.shape_notes: dict[str, str] = {}  # net -> why it trains in another shape than its preset's
+        self.shape_choice: dict[str, dict] = {}  # net -> the shapes measured for it and the one chosen (shape_plan)
+
+    def record_peak_memory(self) -> None:
+        """The call's peak resident memory so far (this process, and its finished children: the background
+        clusterings), in the results' call record for the report (issue 47: memory at a natural vocabulary)."""
+        import resource
+
+        mib = {who: round(resource.getrusage(which).ru_maxrss / 1024)  # Linux reports KiB
+               for who, which in (("process", resource.RUSAGE_SELF), ("children", resource.RUSAGE_CHILDREN))}
+        self.results.call["peak_memory_mib"] = mib
+        self.results.save()
 
     def net_options(self, net: str) -> dict:
         """The results key of a net's rows: the call's options, and its shape when not the preset's."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnlm.lm import LanguageModel, perplexity_from_log_probs
 from nnlm.neural import checkpoint as ck
-from nnlm.reproduce import net_run, planner, rates
+from nnlm.reproduce import net_run, planner, rates, shape_plan
 from nnlm.reproduce.net_run import NetRun
 from nnlm.reproduce.ngram_rows import late_needs
 from nnlm.reproduce.results import RowResult
@@ -57,33 +57,45 @@ def partner_needs(job: Job, i: int) -> list[planner.Need]:
 
 
 def choose_shape(job: Job, i: int) -> planner.Grant | None:
-    """The net's shape and its grant: the preset's when it fits the budget, else the first of the table's
-    lighter shapes (`PaperTable.net_shapes`, e.g. Table 2's net without direct connections, whose exact
-    scoring costs |V| h instead of |V| (h + (n-1) m)) that does; a shape an earlier call trained is kept."""
+    """The net's shape and its grant, by measurement (`shape_plan`): each of the table's shapes
+    (`PaperTable.net_shapes`, in order of preference) is timed on a slice and planned, until one's grant holds
+    `shape_plan.MIN_EPOCHS` epochs; the rule picks among those measured. A table with one shape (Table 1)
+    trains its preset as before; a shape an earlier call trained is kept."""
     net = job.nets[i]
     entry = job.results.rows.get(net, {})
     recorded = entry.get("shape") if entry.get("status") != "skipped" else None  # a run to continue
     shapes = [recorded] if recorded is not None else list(job.table.net_shapes)
-    tried: list[tuple[dict, planner.Grant, planner.Rates]] = []
+    trials: list[shape_plan.Trial] = []
     for shape in shapes:
         if job.shapes.get(net) != shape:
             job.rates.pop(net, None)
         job.shapes[net] = shape
         grant = plan_net(job, i)
-        if grant is None or grant.status != "skipped":
-            if tried:
-                why = tried[0][1].reason.removeprefix("skipped for lack of budget: ")
-                why = why.removeprefix("it ") if why.startswith("it ") else f"was skipped: {why}"
-                job.shape_notes[net] = f"trained {describe_shape(shape)}: the preset's net {why}"
-                job.log(f"    the preset's net does not fit ({tried[0][1].reason}); trained {describe_shape(shape)}")
-            return grant
-        job.log(f"    {describe_shape(shape)}: {grant.reason}")
-        tried.append((shape, grant, job.rates[net]))
-    shape, first, measured = tried[0]  # none fits: the preset's reason, and what the lighter shapes needed
-    job.shapes[net], job.rates[net] = shape, measured
-    lighter = "; ".join(f"{describe_shape(s)} {g.reason.removeprefix('skipped for lack of budget: ')}"
-                        for s, g, _ in tried[1:])
-    return dataclasses.replace(first, reason=first.reason + (f" (and {lighter})" if lighter else ""))
+        if grant is None:  # no budget (--full): the first shape trains to early stopping
+            return None
+        trials.append(shape_plan.Trial(describe_shape(shape), job.rates[net], grant, len(job.corpus.train),
+                                       len(job.corpus.valid)))
+        if len(shapes) > 1:
+            job.log(f"    {trials[-1].summary()}")
+        if trials[-1].epochs >= shape_plan.MIN_EPOCHS:
+            break
+    if len(shapes) == 1:
+        return trials[0].grant
+    index, why = shape_plan.pick(trials)
+    chosen = trials[index]
+    job.shapes[net], job.rates[net] = shapes[index], chosen.rates
+    job.log(f"    {why}")
+    if chosen.grant.status == "skipped":  # none fits: the preset's reason, and what the others needed
+        lighter = "; ".join(f"{t.label} {t.grant.reason.removeprefix('skipped for lack of budget: ')}"
+                            for t in trials[1:])
+        return dataclasses.replace(chosen.grant, reason=chosen.grant.reason + (f" (and {lighter})" if lighter else ""))
+    job.shape_notes[net] = f"trained {chosen.label}, planned by measurement (see Plan)"
+    job.shape_choice[net] = {"chosen": chosen.label, "why": why,
+                             "trials": [{"label": t.label, "train_tokens_per_s": round(t.rates.train),
+                                         "score_tokens_per_s": round(t.rates.score), "score_path": t.rates.path,
+                                         "scoring_minutes": round(t.grant.fixed / 60, 2),
+                                         "epochs": round(t.epochs, 2), "status": t.grant.status} for t in trials]}
+    return plan_net(job, i, measure=False)  # planned again: measuring the others took time
 
 
 def describe_shape(shape: dict) -> str:
@@ -195,7 +207,8 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
                                    {"finished": state["finished"], "train_pending": later, "best": state["best"],
                                     "epochs": round(state["examples"] / len(job.corpus.train), 2),
                                     "run": str(where.relative_to(job.out)), "shape": job.shapes.get(net, {}),
-                                    "scoring_seconds": scoring}))
+                                    "scoring_seconds": scoring}
+                                   | ({"shape_choice": job.shape_choice[net]} if net in job.shape_choice else {})))
     job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
     return model
 
