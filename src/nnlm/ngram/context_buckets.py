@@ -52,15 +52,26 @@ class ContextBuckets:
         """Seen-context buckets, then one for contexts without a trigram, one without a bigram."""
         return self.seen_buckets + 2
 
-    def __call__(self, contexts: np.ndarray) -> np.ndarray:
-        v = self.vocab_size
+    @property
+    def no_trigram_bucket(self) -> int:
+        return self.seen_buckets
+
+    @property
+    def no_bigram_bucket(self) -> int:
+        return self.seen_buckets + 1
+
+    def context_freq(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """freq(u, v) as a trigram context, and freq(v) as a bigram context, for each row."""
         u, prev = contexts[:, -2].astype(np.int64), contexts[:, -1].astype(np.int64)
-        tri = value_at(self.context_keys, self.context_totals, u * v + prev)
-        bi = self.bigram_totals[prev]
+        tri = value_at(self.context_keys, self.context_totals, u * self.vocab_size + prev)
+        return tri, self.bigram_totals[prev]
+
+    def __call__(self, contexts: np.ndarray) -> np.ndarray:
+        tri, bi = self.context_freq(contexts)
         q = np.ceil(-np.log((1.0 + tri) / self.train_tokens)).astype(np.int64)
         q = np.clip(q, 0, self.seen_buckets - 1)
-        q = np.where(tri > 0, q, self.seen_buckets)
-        return np.where(bi > 0, q, self.seen_buckets + 1)
+        q = np.where(tri > 0, q, self.no_trigram_bucket)
+        return np.where(bi > 0, q, self.no_bigram_bucket)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {name: np.asarray(getattr(self, name)) for name in ARRAYS}

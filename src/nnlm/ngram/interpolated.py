@@ -26,7 +26,7 @@ from nnlm.em import fit_weights_em
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LMState, contexts
 from nnlm.ngram.backoff import KeptStateOwner, quick_step_words, start_context
-from nnlm.ngram.context_buckets import ContextBuckets, seen_bucket_count
+from nnlm.ngram.context_buckets import ContextBuckets
 from nnlm.ngram.counts import count_ngrams
 from nnlm.ngram.keys import ranges, value_at
 from nnlm.ngram.store import load_arrays, save_arrays
@@ -50,6 +50,7 @@ class InterpolatedTrigram(KeptStateOwner):
         self.train_tokens = train_tokens
         self.em_history = em_history or []  # mean validation log-likelihood, before and after each EM step
         self._engine: Any = None  # the compiled query engine, built at the first query (False: none)
+        self._bucketer: ContextBuckets | None = None  # built at the first use (bucketer)
 
     # ---- counting -------------------------------------------------------------------------
     @classmethod
@@ -103,24 +104,31 @@ class InterpolatedTrigram(KeptStateOwner):
                           iterations)
         return model
 
-    # ---- buckets --------------------------------------------------------------------------
+    # ---- buckets (the rule is nnlm.ngram.context_buckets') ----------------------------------
+    def bucketer(self) -> ContextBuckets:
+        """The bucket rule of this trigram with only the counts it reads (also a mixture's bucketer),
+        built at the first use."""
+        if self._bucketer is None:
+            t = self.tables
+            self._bucketer = ContextBuckets(len(self.vocab), self.train_tokens, t["context_keys"],
+                                            t["context_totals"], t["bigram_totals"])
+        return self._bucketer
+
     @property
     def seen_buckets(self) -> int:
-        """Buckets q = 0 .. ceil(log T) of contexts seen in train."""
-        return seen_bucket_count(self.train_tokens)
+        return self.bucketer().seen_buckets
 
     @property
     def n_buckets(self) -> int:
-        """Seen-context buckets, then one for contexts without a trigram, one without a bigram."""
-        return self.seen_buckets + 2
+        return self.bucketer().n_buckets
 
     @property
     def no_trigram_bucket(self) -> int:
-        return self.seen_buckets
+        return self.bucketer().no_trigram_bucket
 
     @property
     def no_bigram_bucket(self) -> int:
-        return self.seen_buckets + 1
+        return self.bucketer().no_bigram_bucket
 
     def _initial_weights(self) -> np.ndarray:
         """Equal weights over the components each bucket can use."""
@@ -128,19 +136,6 @@ class InterpolatedTrigram(KeptStateOwner):
         w[self.no_trigram_bucket] = [1 / 3, 1 / 3, 1 / 3, 0]
         w[self.no_bigram_bucket] = [1 / 2, 1 / 2, 0, 0]
         return w
-
-    def _context_freq(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """freq(u, v) as a trigram context, and freq(v) as a bigram context, for each row."""
-        v = len(self.vocab)
-        u, prev = contexts[:, -2].astype(np.int64), contexts[:, -1].astype(np.int64)
-        tri = value_at(self.tables["context_keys"], self.tables["context_totals"], u * v + prev)
-        return tri, self.tables["bigram_totals"][prev]
-
-    def bucketer(self) -> ContextBuckets:
-        """The bucket rule of this trigram with only the counts it reads (a mixture's bucketer)."""
-        t = self.tables
-        return ContextBuckets(len(self.vocab), self.train_tokens, t["context_keys"], t["context_totals"],
-                              t["bigram_totals"])
 
     def buckets(self, contexts: np.ndarray) -> np.ndarray:
         """Mixture-weight bucket of each context row."""
@@ -154,7 +149,7 @@ class InterpolatedTrigram(KeptStateOwner):
         contexts = np.asarray(contexts, dtype=np.int64)
         targets = np.asarray(targets, dtype=np.int64)
         u, prev = contexts[:, -2], contexts[:, -1]
-        tri_total, bi_total = self._context_freq(contexts)
+        tri_total, bi_total = self.bucketer().context_freq(contexts)
         out = np.empty((len(targets), COMPONENTS))
         out[:, 0] = 1.0 / v
         out[:, 1] = t["unigram"][targets] / self.train_tokens
@@ -261,7 +256,7 @@ class InterpolatedTrigram(KeptStateOwner):
         contexts = np.asarray(contexts, dtype=np.int64)
         u, prev = contexts[:, -2], contexts[:, -1]
         a = self.weights[self.buckets(contexts)]  # [N, 4]
-        tri_total, bi_total = self._context_freq(contexts)
+        tri_total, bi_total = self.bucketer().context_freq(contexts)
         out = a[:, :1] / v + a[:, 1:2] * (t["unigram"] / self.train_tokens)[None, :]
         # bigram rows: the slice of bigram_keys in [prev*V, (prev+1)*V)
         rows, idx = ranges(np.searchsorted(t["bigram_keys"], prev * v),
