@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generated_corpus import write_lines_to  # noqa: E402
 from host import cpu_name  # noqa: E402
 from scale_corpus import ZipfBigramSource  # noqa: E402
 
@@ -41,7 +42,7 @@ def make_gzip_corpus(path: Path, tokens: int, seed: int = 0) -> int:
     with open(tmp, "wb") as out:
         gz = subprocess.Popen(["gzip", "-6", "-c"], stdin=subprocess.PIPE, stdout=out)
         with open(gz.stdin.fileno(), "w", encoding="utf-8", buffering=1 << 20, closefd=False) as text:
-            written = ZipfBigramSource(seed=seed).write_to(text, tokens, seed)
+            written = write_lines_to(text, ZipfBigramSource(seed=seed), tokens, seed)
         gz.stdin.close()
         if gz.wait() != 0:
             raise SystemExit("gzip failed")

@@ -11,7 +11,8 @@ Because successors are drawn from the unigram law, word frequencies stay Zipf-li
 tables make distinct n-grams grow more slowly than for independent words, as in real text.
 
 Lines are drawn a block at a time (all lines of a block advance one position per NumPy step, no
-loop over tokens) and written as they are drawn, so memory does not grow with the corpus.
+loop over tokens) and written as they are drawn (benchmarks/generated_corpus.py), so memory does not grow with
+the corpus.
 
     python benchmarks/scale_corpus.py OUT_DIR --tokens 14000000 [--valid 1000000] [--seed 0] [--words 18000]
 
@@ -21,15 +22,13 @@ still expected ~5 times), the size a real 8.9M-token text has before any cap (is
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
+import sys
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 
-LINES_PER_BLOCK = 100_000
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generated_corpus import corpus_main, write_source_info, write_splits  # noqa: E402
 
 
 class ZipfBigramSource:
@@ -45,7 +44,6 @@ class ZipfBigramSource:
         self.successor = np.minimum(self.successor, words - 1)
         choice = 1.0 / np.arange(1, successors + 1)
         self.choice_cdf = np.cumsum(choice / choice.sum())
-        self.names = np.array([f"w{i}" for i in range(words)] + ["\n"], dtype=object)
 
     def _unigram(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.minimum(np.searchsorted(self.unigram_cdf, rng.random(n), side="right"), self.words - 1)
@@ -69,50 +67,18 @@ class ZipfBigramSource:
         keep = np.arange(width)[None, :] <= lengths[:, None]  # the words and one -1 after them
         return grid[keep]
 
-    def write(self, path: Path, tokens: int, seed: int) -> int:
-        """Write lines to `path` until at least `tokens` tokens (words and line ends); returns the count."""
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            written = self.write_to(fh, tokens, seed)
-        os.replace(tmp, path)
-        return written
-
-    def write_to(self, fh: TextIO, tokens: int, seed: int) -> int:
-        """`write` into an open text stream (e.g. a pipe into gzip: benchmarks/corpus_file.py)."""
-        rng = np.random.default_rng([seed, 1])
-        written = 0
-        while written < tokens:
-            ids = self.block(rng, LINES_PER_BLOCK)
-            ends = np.flatnonzero(ids < 0)
-            need = tokens - written  # stop at the first line end that reaches the target
-            cut = int(ends[min(np.searchsorted(ends, need - 1), len(ends) - 1)]) + 1
-            ids = ids[:cut]
-            fh.write(" ".join(self.names[ids].tolist()))
-            written += len(ids)
-        return written
-
 
 def write_scale_corpus(out: Path, tokens: int, valid: int, seed: int = 0, words: int = 18_000) -> dict:
     """train.txt of about `tokens` tokens, valid.txt and test.txt of about `valid`, and source.json."""
-    out.mkdir(parents=True, exist_ok=True)
     source = ZipfBigramSource(words=words, seed=seed)
-    sizes = {split: source.write(out / f"{split}.txt", n, seed * 3 + i)
-             for i, (split, n) in enumerate((("train", tokens), ("valid", valid), ("test", valid)))}
+    sizes = write_splits(out, source, tokens, valid, seed)
     info = {"source": "zipf-bigram (benchmarks/scale_corpus.py)", "words": words, "seed": seed, "tokens": sizes,
             "follow": source.follow, "mean_length": source.mean_length, "successors": source.successor.shape[1]}
-    (out / "source.json").write_text(json.dumps(info, indent=1) + "\n")
-    return info
+    return write_source_info(out, info)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--tokens", type=int, required=True)
-    ap.add_argument("--valid", type=int, default=1_000_000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--words", type=int, default=18_000, help="word types of the Zipf lexicon (default 18000)")
-    args = ap.parse_args()
-    print(json.dumps(write_scale_corpus(args.out, args.tokens, args.valid, args.seed, args.words)))
+    corpus_main(__doc__, write_scale_corpus, valid=1_000_000, words=18_000)
 
 
 if __name__ == "__main__":

@@ -24,16 +24,15 @@ bound on the perplexity any model of the `<unk>`-mapped text can reach).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
+import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-LINES_PER_BLOCK = 100_000
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generated_corpus import corpus_main, write_source_info, write_splits  # noqa: E402
 
 
 def zipf_choice(k: int) -> np.ndarray:
@@ -103,22 +102,6 @@ class TextLikeSource:
         keep = np.arange(width)[None, :] <= lengths[:, None]
         return grid[keep]
 
-    def write(self, path: Path, tokens: int, seed: int) -> int:
-        rng = np.random.default_rng([seed, 1])
-        written = 0
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            while written < tokens:
-                ids = self.block(rng, LINES_PER_BLOCK)
-                ends = np.flatnonzero(ids < 0)
-                cut = int(ends[min(np.searchsorted(ends, tokens - written - 1), len(ends) - 1)]) + 1
-                ids = ids[:cut]
-                text = np.array([f"w{i}" for i in range(self.words)] + ["\n"], dtype=object)[ids]
-                fh.write(" ".join(text.tolist()).replace(" \n ", "\n").replace(" \n", "\n"))
-                written += len(ids)
-        os.replace(tmp, path)
-        return written
-
     def end_hazard(self, t: np.ndarray) -> np.ndarray:
         """P(the line ends after its t-th word | it has t words), t >= 1: L = 1 + Poisson(mu)."""
         mu = self.mean_length - 1
@@ -165,10 +148,8 @@ def read_lines(path: Path) -> list[list[int]]:
 def write_text_like_corpus(out: Path, tokens: int, valid: int, seed: int = 0, words: int = 140_000,
                            min_count: int = 2) -> dict:
     """train/valid/test.txt and source.json with the source's own perplexity of valid and test."""
-    out.mkdir(parents=True, exist_ok=True)
     source = TextLikeSource(words=words, seed=seed)
-    sizes = {split: source.write(out / f"{split}.txt", n, seed * 3 + i)
-             for i, (split, n) in enumerate((("train", tokens), ("valid", valid), ("test", valid)))}
+    sizes = write_splits(out, source, tokens, valid, seed, tight=True)
     counts = Counter((out / "train.txt").read_text(encoding="utf-8").split())
     known = np.zeros(words, dtype=bool)
     known[[int(k[1:]) for k, c in counts.items() if c >= min_count]] = True
@@ -178,19 +159,11 @@ def write_text_like_corpus(out: Path, tokens: int, valid: int, seed: int = 0, wo
             "successors": len(source.succ_p), "next_classes": len(source.next_p), "mean_length": source.mean_length,
             "limit_perplexity": {s: round(source.limit(read_lines(out / f"{s}.txt"), known), 2)
                                  for s in ("valid", "test")}}
-    (out / "source.json").write_text(json.dumps(info, indent=1) + "\n")
-    return info
+    return write_source_info(out, info)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--tokens", type=int, required=True)
-    ap.add_argument("--valid", type=int, default=250_000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--words", type=int, default=140_000)
-    args = ap.parse_args()
-    print(json.dumps(write_text_like_corpus(args.out, args.tokens, args.valid, args.seed, args.words)))
+    corpus_main(__doc__, write_text_like_corpus, valid=250_000, words=140_000)
 
 
 if __name__ == "__main__":
