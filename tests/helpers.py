@@ -1,5 +1,6 @@
-"""Helpers several test files (and benchmarks/fuzz_cli.py) share: the command line in a subprocess,
-the one-line-error check, a tiny float64 NPLM, gradients against central differences, and filling a small disk."""
+"""Helpers several test files (and benchmarks/fuzz_cli.py) share: the command line in a subprocess or in this
+process, the one-line-error check, a tiny float64 NPLM, gradients against central differences, and filling a
+small disk."""
 from __future__ import annotations
 
 import math
@@ -13,6 +14,20 @@ def run_nnlm(*args: str, env: dict | None = None, timeout: float = 300) -> subpr
     """`nnlm ARGS` in a fresh interpreter, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "nnlm", *map(str, args)], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def nnlm_cli(capsys, *args: object) -> tuple[int, str, str]:
+    """`nnlm ARGS` in this process through `nnlm.cli.main` (no interpreter start-up): (exit code, stdout, stderr),
+    read from pytest's `capsys`; argparse's usage errors (SystemExit, e.g. range checks at parse time) count as
+    their exit code."""
+    from nnlm.cli import main
+
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def api_call(srv, path: str, body: dict | bytes | None = None) -> tuple[int, dict]:

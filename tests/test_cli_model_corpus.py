@@ -3,24 +3,19 @@ otherwise, text directories get a --min-count that gives <unk> training examples
 their shape, and outputs into missing directories are refused."""
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
+from helpers import nnlm_cli
 
-from nnlm.cli import main
 from nnlm.data.provenance import TEXT_DIR_MIN_COUNT, default_min_count
 
 
 @pytest.fixture
 def nnlm(capsys):
-    def call(*args: object) -> tuple[int, str, str]:
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as exc:
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
-    return call
+    """`nnlm ARGS` in this process: (exit code, stdout, stderr)."""
+    return functools.partial(nnlm_cli, capsys)
 
 
 @pytest.fixture

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import random_corpus_texts, write_text_corpus
-from helpers import assert_one_line_error, run_nnlm
+from helpers import assert_one_line_error, nnlm_cli, run_nnlm
 
-from nnlm.cli import main
 from nnlm.data.corpus import load_corpus
 from nnlm.data.corpus_stream import heldout_sizes, plan_stream
 from nnlm.data.provenance import STDIN_RECORD
@@ -39,15 +38,6 @@ def cache(tmp_path, monkeypatch) -> Path:
 def write(path: Path, content: str) -> Path:
     path.write_bytes(COMPRESS[path.suffix if path.suffix in COMPRESS else ""](content.encode()))
     return path
-
-
-def nnlm_cli(capsys, *args) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def nnlm_stdin(data: bytes, *args, env: dict) -> subprocess.CompletedProcess:

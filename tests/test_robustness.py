@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers import fill_disk
+from helpers import fill_disk, nnlm_cli
 
 from nnlm.cli import main
 
@@ -26,12 +26,7 @@ def nnlm(capsys, monkeypatch):
     """`nnlm ARGS` in this process: (exit code, stdout, stderr); `stdin` bytes are its standard input."""
     def call(*args: object, stdin: bytes = b"") -> tuple[int, str, str]:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as exc:  # argparse's usage errors (range checks at parse time)
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
+        return nnlm_cli(capsys, *args)
     return call
 
 
