@@ -20,7 +20,8 @@ def load(path: str | Path) -> LanguageModel:
                     "(a saved n-gram directory, an ARPA file, a neural run directory or a saved mixture)")
 
 
-def _is_ngram_dir(path: Path) -> bool:
+def is_ngram_dir(path: Path) -> bool:
+    """A directory saved by `nnlm ngram --save`."""
     return path.is_dir() and (path / "arrays.npz").exists()
 
 
@@ -30,7 +31,9 @@ def _load_ngram(path: Path) -> LanguageModel:
     return load_ngram(path)
 
 
-def _is_arpa(path: Path) -> bool:
+def is_arpa(path: Path) -> bool:
+    """A file that begins with ARPA's \\data\\ header (only its first bytes are read); a file that cannot be read
+    is an NnlmError."""
     if not path.is_file():
         return False
     try:
@@ -74,7 +77,7 @@ def _load_part(path: Path) -> LanguageModel:
     raise NnlmError(f"{path} is not a saved n-gram directory or a neural run directory")
 
 
-LOADERS = [(_is_ngram_dir, _load_ngram), (_is_arpa, _load_arpa), (_is_neural_run, _load_neural),
+LOADERS = [(is_ngram_dir, _load_ngram), (is_arpa, _load_arpa), (_is_neural_run, _load_neural),
            (_is_mixture, _load_mixture)]
 PART_LOADERS = LOADERS[:1] + LOADERS[2:3]  # what a saved mixture's parts may be: n-gram and neural run directories
 
@@ -98,7 +101,7 @@ def load_or_build(spec: str, corpus) -> LanguageModel:
 def match_corpus(model: LanguageModel, path: str | Path, corpus) -> LanguageModel:
     """`model` (loaded from `path`), except that an ARPA file whose words are not the corpus's vocabulary
     in its order is read again with its words mapped onto the corpus's ids (ARPA files carry no ids)."""
-    if model.vocab.fingerprint != corpus.vocab.fingerprint and _is_arpa(Path(path)):
+    if model.vocab.fingerprint != corpus.vocab.fingerprint and is_arpa(Path(path)):
         from nnlm.ngram.arpa import read_arpa
 
         return read_arpa(path, corpus.vocab)

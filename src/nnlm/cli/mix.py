@@ -60,7 +60,7 @@ def _refuse_unmergeable(models: list[str], mode: str) -> None:
     import json
 
     from nnlm.io import JSON_LIMIT, read_input
-    from nnlm.loading import _is_arpa, _is_ngram_dir
+    from nnlm.loading import is_arpa, is_ngram_dir
 
     if mode == "em-buckets":
         raise NnlmError("--arpa needs one weight per model: per-bucket weights (em-buckets) have no static back-off "
@@ -69,9 +69,9 @@ def _refuse_unmergeable(models: list[str], mode: str) -> None:
         path = Path(spec)
         if path.exists():
             kind = None
-            if _is_arpa(path):
+            if is_arpa(path):
                 continue
-            if _is_ngram_dir(path):
+            if is_ngram_dir(path):
                 try:
                     kind = json.loads(read_input(path / "config.json", "config", JSON_LIMIT)).get("kind")
                 except (NnlmError, ValueError, AttributeError):
