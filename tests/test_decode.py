@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import write_text_corpus
 from test_use_neural import cli, one_line_error  # noqa: F401  (fixtures)
 
 from nnlm.data.corpus import Corpus
@@ -171,8 +172,8 @@ def files(tmp_path, alphabet, kn3):
     return tmp_path
 
 
-def decode_args(f, *extra):
-    return ["decode", f / "logits", f / "more.npz", "--labels", f / "labels.txt", "--lm", f / "kn3", *extra]
+def decode_args(f, *extra, lm: str = "kn3"):
+    return ["decode", f / "logits", f / "more.npz", "--labels", f / "labels.txt", "--lm", f / lm, *extra]
 
 
 def test_cli_decodes_prints_wer_and_tunes(files, cli):  # noqa: F811
@@ -196,6 +197,32 @@ def test_cli_mixes_several_models(files, cli):  # noqa: F811
     code, out, _ = cli(*decode_args(files, "--lm", files / "kn3", "--weights", "0.5,0.5", "--out", files / "o",
                                     "--refs", files / "refs.txt", "--alpha", "1", "--beta", "0"))
     assert code == 0 and "WER 0.00%" in out
+
+
+def test_cli_decodes_with_a_mixture_saved_by_mix(files, cli):  # noqa: F811
+    """`--lm MIXDIR`, a mixture saved by `nnlm mix --save` (two n-gram models built on a text directory, weights
+    per context bucket): its fusion turns the acoustics' "cap" into "cat", as a single model's does."""
+    lines = [s.strip() for s in TEXT.split("<p>") if s.strip()]  # the five sentences of the toy corpus
+    held = "the cat sat on the log\nthe dog ate the rat\nthe cap is on the mat\n" * 2
+    corpus = write_text_corpus(files / "toy", "\n".join(lines * 16) + "\n", held, held)
+    for order in (2, 3):
+        code, _, err = cli("ngram", "--corpus", corpus, "--kind", "kn", "--order", order, "--save",
+                           files / f"toy-kn{order}")
+        assert code == 0, err
+    code, out, err = cli("mix", files / "toy-kn3", files / "toy-kn2", "--corpus", corpus, "--weights", "em-buckets",
+                         "--save", files / "mix", "--json")
+    assert code == 0, err
+    assert (files / "mix" / "buckets.npz").is_file() and len(json.loads(out)["weights"]) > 1
+    code, out, err = cli(*decode_args(files, "--out", files / "acoustic", "--alpha", "0", "--beta", "0", lm="mix"))
+    assert code == 0, err
+    assert (files / "acoustic" / "transcripts.txt").read_text().splitlines()[0] == "u1 the cap sat on the mat"
+    code, out, err = cli(*decode_args(files, "--out", files / "fused", "--alpha", "1", "--beta", "0", "--refs",
+                                      files / "refs.txt", "--json", lm="mix"))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["wer"] == 0.0 and result["lm"] == [str(files / "mix")]
+    assert (files / "fused" / "transcripts.txt").read_text().splitlines() == [
+        "u1 the cat sat on the mat", "u2 the dog sat on the log"]
 
 
 BAD = {
