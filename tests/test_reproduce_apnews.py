@@ -227,3 +227,22 @@ def test_the_class_output_shape_is_timed_on_its_own_path(random_corpus):
 
     measured = rates.measure("apnews", random_corpus, "cpu", 1, "sampled", None, CLASS_OUTPUT)
     assert measured.train > 0 and measured.score > 0 and measured.path == "plain"
+
+
+def test_apnews_table_on_one_text_file_with_heldout(random_corpus, tmp_path, capsys):
+    """--heldout sets a text file's valid and test parts for every row: the n-grams' corpus and the net's run
+    (which records it, so `nnlm eval` on the run finds the same parts)."""
+    text = tmp_path / "all.txt"
+    text.write_text("".join((tmp_path / "rand" / f"{s}.txt").read_text() for s in ("train", "valid", "test")))
+    out = tmp_path / "ap"
+    assert main(["reproduce", "--table", "apnews", "--corpus", str(text), "--heldout", "300", "--out", str(out),
+                 "--budget-minutes", "0.2", "--threads", "1", "--no-progress"]) == 0
+    data = json.loads((out / "results.json").read_text())
+    sizes = data["corpus_info"]
+    assert 300 <= sizes["valid"] < 400 and 300 <= sizes["test"] < 400, sizes
+    assert data["call"]["vocabulary"]["heldout"] == 300
+    run = json.loads((out / data["rows"]["apnews"]["run"] / "run.json").read_text())
+    assert run["heldout"] == 300 and run["corpus"] == str(text)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--table", "apnews", "--corpus", str(text), "--heldout", "0", "--out", str(out)])
+    assert "--heldout" in capsys.readouterr().err

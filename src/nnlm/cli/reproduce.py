@@ -17,6 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-vocab", type=T.count, default=None,
                    help="text directories: keep at most this many tokens, for every row (default: no limit; the "
                         "paper's AP News vocabulary was 17,964 words)")
+    p.add_argument("--heldout", type=T.positive_int, default=None, metavar="TOKENS",
+                   help="a text file or stdin: test is the fewest last lines holding at least TOKENS tokens, valid "
+                        "the fewest lines before them holding as many, train the rest, for every row (default: 5%% "
+                        "of the tokens each, at most 1,000,000; the nets are scored on valid and test exactly, so "
+                        "large parts cost budget)")
     p.add_argument("--table", default="brown", choices=("brown", "apnews"),
                    help="the paper's table: brown (Table 1, default) or apnews (Table 2: deleted interpolation, "
                         "Kneser-Ney 3/4/5, the n = 6, h = 60, m = 100 net alone and mixed; give --corpus a text "
@@ -68,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
                            progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
                            samples=args.samples, hogwild=args.hogwild, table=args.table, beyond=args.beyond,
-                           beyond_minutes=args.beyond_minutes, min_count=args.min_count, max_vocab=args.max_vocab)
+                           beyond_minutes=args.beyond_minutes, min_count=args.min_count, max_vocab=args.max_vocab,
+                           heldout=args.heldout)
     except StoppedBySignal as exc:  # the net's run saved a checkpoint; finished rows are in results.json
         raise StoppedBySignal(exc.signum, f"stopped by {exc.name}: finished rows and the training run's checkpoint "
                                           f"are saved in {args.out}; the same command continues: {command}") from None

@@ -37,11 +37,11 @@ def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None,
               threads: int | None = None, device: str = "auto", loss: str = "sampled",
               samples: int | None = None, hogwild: int | None = None, table: str | None = None,
               beyond: bool = False, beyond_minutes: float | None = None, min_count: int | None = None,
-              max_vocab: int | None = None) -> Path:
+              max_vocab: int | None = None, heldout: int | None = None) -> Path:
     """Build/train/mix every row, write OUT/README.md; returns its path. `beyond`: then the "Beyond the
     paper" section (`beyond.run_beyond`, Brown's Table 1 only) within `beyond_minutes` (default 60; --full:
     no budget). `min_count` / `max_vocab`: a text directory's vocabulary, as `nnlm train` and `nnlm ngram`
-    take them, for every row."""
+    take them, for every row; `heldout`: a text file's valid and test size in tokens (`--heldout`)."""
     from nnlm.reproduce.job import Job
     from nnlm.reproduce.tables import get_table
 
@@ -55,7 +55,8 @@ def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None,
     nets = chosen.parse_nets(models, full)
     job = Job(corpus_source, Path(out), None if full else (budget_minutes or DEFAULT_BUDGET_MINUTES),
               nets, command, log=log, progress=progress, threads=threads, device=device, loss=loss,
-              samples=samples, hogwild=hogwild, table=chosen.name, min_count=min_count, max_vocab=max_vocab)
+              samples=samples, hogwild=hogwild, table=chosen.name, min_count=min_count, max_vocab=max_vocab,
+              heldout=heldout)
     run_table(job)
     if beyond:
         from nnlm.reproduce.beyond import DEFAULT_BEYOND_MINUTES, run_beyond

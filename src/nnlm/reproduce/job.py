@@ -29,7 +29,7 @@ class Job:
                  command: str, log: Callable[[str], None] = print, progress: bool = True,
                  threads: int | None = None, device: str = "auto", loss: str = "sampled",
                  samples: int | None = None, hogwild: int | None = None, table: str = DEFAULT_TABLE,
-                 min_count: int | None = None, max_vocab: int | None = None) -> None:
+                 min_count: int | None = None, max_vocab: int | None = None, heldout: int | None = None) -> None:
         from nnlm.data.provenance import corpus_options, load_recorded_corpus, settled
         from nnlm.neural.config import check_loss
 
@@ -40,7 +40,7 @@ class Job:
         self.table = get_table(table)
         # the vocabulary options of `nnlm train` / `nnlm ngram` (a text directory's default min-count 2),
         # the same for every row: the n-grams load this corpus, the nets' runs record the options
-        self.corpus_options = corpus_options(corpus_source, min_count, max_vocab)
+        self.corpus_options = corpus_options(corpus_source, min_count, max_vocab, heldout=heldout)
         self.corpus = load_recorded_corpus(self.corpus_options)
         self.corpus_options = settled(self.corpus_options, self.corpus)  # standard input: named by its content
         self.corpus_source, self.command = self.corpus_options["corpus"], command  # what each row's run records
@@ -54,6 +54,8 @@ class Job:
         if corpus_source != "brown":  # which vocabulary the table used (the report says so)
             call["vocabulary"] = {"size": len(self.corpus.vocab), "min_count": self.corpus_options["min_count"],
                                   "max_vocab": max_vocab}
+            if heldout is not None:
+                call["vocabulary"]["heldout"] = heldout
         self.results = Results(out, self.corpus, call)
         self.start = time.monotonic()
         self.total_rows = len(self.table.rows(nets))
@@ -83,8 +85,9 @@ class Job:
         return self.options | ({"shape": shape} if shape else {})
 
     def vocabulary_options(self) -> dict:
-        """min_count / max_vocab for a net's run (its corpus is the one the n-grams load)."""
-        return {k: self.corpus_options[k] for k in ("min_count", "max_vocab") if self.corpus_options[k] is not None}
+        """min_count / max_vocab / heldout for a net's run (its corpus is the one the n-grams load)."""
+        return {k: self.corpus_options[k] for k in ("min_count", "max_vocab", "heldout")
+                if self.corpus_options.get(k) is not None}
 
     def left(self) -> float | None:
         """Seconds left in the budget (None: no budget)."""
