@@ -19,11 +19,18 @@ Its exact probability of every token is known, so `limit` gives the source's own
 (markers included; a word outside the vocabulary of train at --min-count counts as `<unk>`, the source's
 probability of all such words; the source conditions on the true previous words, so this is a lower
 bound on the perplexity any model of the `<unk>`-mapped text can reach).
+`limit_without_collocations` is the same source's perplexity with its successor tables unknown: each word
+drawn as a collocation scored by its unigram weight (what the tables average to, as they are drawn from the
+unigram law), the classes and the class trigram known exactly. A model whose only memory of word pairs goes
+through low-rank features (a net's C, H, U, W) cannot learn 136k x 16 random pairs: at the default sizes this
+is ~967, above Kneser-Ney 5-gram's ~874, so a net alone can beat KN5 here only with pair memory of its own;
+what a net can add is the classes, which a mix with KN5 shows (docs/large-vocab.md).
 
     python benchmarks/text_like_corpus.py OUT_DIR --tokens 9000000 --valid 250000 [--words 140000]
 """
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from collections import Counter
@@ -127,6 +134,12 @@ class TextLikeSource:
         p_succ = np.where(w2 >= 0, p_succ, p_uni)
         return self.p_word * p_succ + self.p_class * p_cls + self.p_uni * p_uni
 
+    def without_collocations(self) -> TextLikeSource:
+        """This source with its collocation draws scored as unigram draws (see the module docstring)."""
+        blind = copy.copy(self)
+        blind.p_uni, blind.p_word = self.p_uni + self.p_word, 0.0
+        return blind
+
     def limit(self, lines: list[list[int]], known: np.ndarray) -> float:
         """The source's perplexity of `lines` (word ids), a word with known[w] False scored as `<unk>`."""
         w1 = np.array([ln[i - 2] if i >= 2 else -1 for ln in lines for i in range(len(ln))])
@@ -157,8 +170,11 @@ def write_text_like_corpus(out: Path, tokens: int, valid: int, seed: int = 0, wo
             "vocabulary_at_min_count": {"min_count": min_count, "words": int(known.sum())},
             "classes": source.classes, "p_word": source.p_word, "p_class": source.p_class,
             "successors": len(source.succ_p), "next_classes": len(source.next_p), "mean_length": source.mean_length,
-            "limit_perplexity": {s: round(source.limit(read_lines(out / f"{s}.txt"), known), 2)
-                                 for s in ("valid", "test")}}
+            "limit_perplexity": {}, "limit_without_collocations": {}}
+    for split in ("valid", "test"):
+        lines = read_lines(out / f"{split}.txt")
+        info["limit_perplexity"][split] = round(source.limit(lines, known), 2)
+        info["limit_without_collocations"][split] = round(source.without_collocations().limit(lines, known), 2)
     return write_source_info(out, info)
 
 

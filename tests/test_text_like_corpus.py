@@ -46,3 +46,18 @@ def test_the_line_end_hazard_is_that_of_one_plus_poisson(source):
     ends = still[:-1] * source.end_hazard(t)  # P(L = t)
     assert ends.sum() == pytest.approx(1.0, abs=1e-9)
     assert (t * ends).sum() == pytest.approx(source.mean_length, rel=1e-6)
+
+
+def test_without_collocations_is_a_distribution_and_scores_above_the_limit(source, tmp_path):
+    """The blind source (collocations scored as unigram draws) still sums to 1 for any context, and the text
+    the full source wrote is less likely under it: its perplexity is above the limit."""
+    blind = source.without_collocations()
+    every = np.arange(source.words)
+    p = blind.word_probs(np.full(source.words, 4), np.full(source.words, 9), every, np.ones(source.words, dtype=bool))
+    assert p.sum() == pytest.approx(1.0, abs=1e-12) and source.p_word > 0 and blind.p_word == 0
+    rng = np.random.default_rng(1)
+    ids = source.block(rng, 400)
+    lines = [list(part) for part in np.split(ids, np.flatnonzero(ids < 0) + 1) if len(part) > 1]
+    lines = [[w for w in line if w >= 0] for line in lines]
+    known = np.ones(source.words, dtype=bool)
+    assert blind.limit(lines, known) > source.limit(lines, known) * 1.05
