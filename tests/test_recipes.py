@@ -52,6 +52,27 @@ def test_run_json_stores_every_recipe_field_scaled_to_the_net(gen_dir, tmp_path)
     assert run_recipe(given).dropout_h == 0.1
 
 
+def test_sampled_weight_decay_is_the_same_an_epoch_on_texts_above_a_million_tokens(gen_dir, tmp_path, monkeypatch):
+    """The sampled recipes' decay (measured on Brown, ~800k tokens) is x min(1, 1M / training tokens): unchanged
+    on Brown and smaller texts, 0.2 x 1M / 10M = 0.02 on a 10M-token text; --weight-decay still wins."""
+    from nnlm.neural import recipes
+
+    assert recipes.decay_scale(RECIPES["sampled"], 800_000) == 1.0
+    assert recipes.decay_scale(RECIPES["sampled"], 10_000_000) == pytest.approx(0.1)
+    assert recipes.decay_scale(RECIPES["adaptive"], 10_000_000) == 1.0  # (scaled by parameters instead)
+    assert recipes.recipe_values(RECIPES["sampled-large"], decay=0.1)["weight_decay"] == pytest.approx(0.02)
+    sampled = {"loss": "sampled", "samples": 8, "epochs": 1}
+    train(tmp_path / "small", gen_dir, **sampled)
+    assert json.loads((tmp_path / "small" / "run.json").read_text())["weight_decay"] == 0.2
+    monkeypatch.setattr(recipes, "DECAY_REFERENCE_TOKENS", 1000)  # the tiny text counts as a large one
+    train(tmp_path / "large", gen_dir, **sampled)
+    train_tokens = len(load_corpus(str(gen_dir), use_cache=False).train)
+    assert json.loads((tmp_path / "large" / "run.json").read_text())["weight_decay"] == round(
+        0.2 * 1000 / train_tokens, 6)
+    train(tmp_path / "given", gen_dir, weight_decay=0.3, **sampled)
+    assert json.loads((tmp_path / "given" / "run.json").read_text())["weight_decay"] == 0.3
+
+
 def run_params(run: dict) -> int:
     from nnlm.neural.model_config import ModelConfig
 

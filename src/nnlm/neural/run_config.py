@@ -27,6 +27,7 @@ from nnlm.neural.presets import preset
 from nnlm.neural.recipes import (
     RECIPES,
     Recipe,
+    decay_scale,
     default_recipe,
     learning_rate,
     recipe_values,
@@ -191,7 +192,8 @@ def create_run(out: Path, requested: dict[str, Any], device: torch.device,
         options = dataclasses.replace(options, samples=min(DEFAULT_SAMPLES, model.vocab_size))
     check_loss(options.loss, options.samples, model.vocab_size)
     scale = regularisation_scale(recipe, model.parameter_count(), len(corpus.train))
-    values = {k: v for k, v in recipe_values(recipe, scale).items() if getattr(options, k) is None}
+    decay = decay_scale(recipe, len(corpus.train))
+    values = {k: v for k, v in recipe_values(recipe, scale, decay).items() if getattr(options, k) is None}
     run = Run(**dataclasses.asdict(options) | values, model=model.to_dict(), corpus_name=corpus.name,
               vocab_fingerprint=corpus.vocab.fingerprint, pad_token=corpus.pad_token, init_evidence=evidence)
     if check is not None:  # what the trainer cannot do with this run (one line), before anything is written
