@@ -124,7 +124,7 @@ class BackoffTables:
         """log10 P of each token stream[first : first + count] given the order-1 ids before it in `stream`
         (`pad_id` before its start, and with `since_start` before each token's text: nnlm.lm.chunked_log_probs'
         rows), times `scale` then `then`, and their sum, in one compiled call over the stream
-        (BackoffEngine.scaled_token_log10); None without the engine. The numbers of `log10_prob_of`."""
+        (nnlm.ngram.stream_scoring); None without the engine. The numbers of `log10_prob_of`."""
         engine = self._engine if self._engine else self.query_engine()
         if engine is None:
             return None
@@ -132,7 +132,20 @@ class BackoffTables:
         if not (lo <= 0 and len(stream) == first + count and stream.dtype == np.int64 and stream.flags.c_contiguous):
             lo = max(lo, 0)  # (else: a stream made for this call, taken as it is)
             stream, first = np.ascontiguousarray(stream[lo:first + count], dtype=np.int64), first - lo
-        return engine.scaled_token_log10(stream, first, count, pad_id, since_start, scale, then)  # (checks the ids)
+        from nnlm.ngram.stream_scoring import scaled_token_log10
+
+        return scaled_token_log10(engine, stream, first, count, pad_id, since_start, scale, then)  # (checks the ids)
+
+    def ascii_line_log10(self, lexicon: Any, text: str, pad_id: int, scale: float = 1.0,
+                         then: float = 1.0) -> tuple[np.ndarray, float, int] | None:
+        """`token_log10` of the ASCII line `text` encoded by `lexicon` (nnlm.ngram.ascii_tokens) from the start of a
+        text, and its number of OOV words, in one compiled call; None without the engine."""
+        engine = self._engine if self._engine else self.query_engine()
+        if engine is None:
+            return None
+        from nnlm.ngram.stream_scoring import ascii_line_log10
+
+        return ascii_line_log10(engine, lexicon, text, pad_id, scale, then)
 
     def state_extra(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
         """What an LMState of these tables keeps beside its context ids (empty without the engine): the
@@ -315,10 +328,11 @@ class BackoffModel(KeptStateOwner):
         scored = self.tables.token_log10(stream, first, count, pad_id, since_start, LN10)  # log_prob's log10 * LN10
         return None if scored is None else scored[0]
 
-    def line_log10(self, stream: np.ndarray, first: int, count: int, pad_id: int) -> tuple[np.ndarray, float] | None:
-        """`stream_log_prob(...) * LOG10_E` (what `nnlm score` reports per word, to the bit) and its sum in token
-        order, in the same compiled call: a one-line `score_lines` call's scoring (nnlm.compiled_lines)."""
-        return self.tables.token_log10(stream, first, count, pad_id, None, LN10, LOG10_E)
+    def ascii_line_log10(self, lexicon: Any, text: str, pad_id: int) -> tuple[np.ndarray, float, int] | None:
+        """The words' `stream_log_prob(...) * LOG10_E` (what `nnlm score` reports per word, to the bit) of the ASCII
+        line `text` from the start of a text, their sum in token order and the number of OOV words, encoding and
+        scoring in one compiled call: a one-line `score_lines` call (nnlm.compiled_lines)."""
+        return self.tables.ascii_line_log10(lexicon, text, pad_id, LN10, LOG10_E)
 
     def text_log10(self, ids: np.ndarray) -> float | None:
         """Sum of log10 P of the token ids `ids` (int64) from the start of a text (the start token fills the
