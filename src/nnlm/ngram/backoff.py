@@ -45,6 +45,9 @@ class BackoffTables:
     # the compiled query engine (nnlm.ngram.query_engine), built at the first query, whatever asks it; False: none (the
     # tables are not suffix-closed, or it would not fit its memory budget), so the numpy path serves
     _engine: Any = field(default=None, init=False, repr=False, compare=False)
+    # the saved model directory these tables were loaded from: its engine tables are mapped instead of built
+    # (nnlm.ngram.engine_file), where they check out
+    saved_in: Path | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (len(self.keys) == len(self.log10_prob) == len(self.log10_backoff) >= 1):
@@ -95,7 +98,11 @@ class BackoffTables:
             from nnlm.ngram import query_engine
 
             engine = None
-            if query_engine.ENABLED:
+            if query_engine.ENABLED and self.saved_in is not None:
+                from nnlm.ngram.engine_file import load_engine
+
+                engine = load_engine(self.saved_in, self)
+            if query_engine.ENABLED and engine is None:
                 engine = query_engine.build_backoff_engine(self.vocab_size, self.keys, self.log10_prob,
                                                            self.log10_backoff)
             self._engine = engine if engine is not None else False
@@ -344,7 +351,11 @@ class BackoffModel(KeptStateOwner):
         return self.tables.texts_log10(start_context(self), ids, bounds)
 
     def save(self, directory: Path) -> None:
-        save_arrays(directory, self.kind, self.order, self.vocab, self.tables.arrays(), self.params)
+        """The arrays, and the query engine's tables beside them (nnlm.ngram.engine_file)."""
+        from nnlm.ngram.engine_file import save_engine
+
+        save_arrays(directory, self.kind, self.order, self.vocab, self.tables.arrays(), self.params,
+                    beside=lambda tmp: save_engine(tmp, self.tables))
 
     @classmethod
     def load(cls, directory: Path) -> BackoffModel:
@@ -352,4 +363,6 @@ class BackoffModel(KeptStateOwner):
         order = config.get("order")
         if not isinstance(order, int) or not 1 <= order <= 6:
             raise NnlmError(f"{directory}: config.json has no valid order")
-        return cls(vocab, BackoffTables.from_arrays(len(vocab), order, arrays), config.get("params"))
+        tables = BackoffTables.from_arrays(len(vocab), order, arrays)
+        tables.saved_in = Path(directory)
+        return cls(vocab, tables, config.get("params"))

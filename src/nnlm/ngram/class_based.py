@@ -180,7 +180,10 @@ class ClassNgram(KeptStateOwner):
 
     def save(self, directory: Path) -> None:
         arrays = {"classes": self.classes, "word_prob": self.word_prob, **self.tables.arrays()}
-        save_arrays(directory, self.kind, self.order, self.vocab, arrays, {**self.params, "classes": self.n_classes})
+        from nnlm.ngram.engine_file import save_engine
+
+        save_arrays(directory, self.kind, self.order, self.vocab, arrays, {**self.params, "classes": self.n_classes},
+                    beside=lambda tmp: save_engine(tmp, self.tables))
 
     @classmethod
     def load(cls, directory: Path) -> ClassNgram:
@@ -193,4 +196,5 @@ class ClassNgram(KeptStateOwner):
         if classes is None or "word_prob" not in arrays or classes.min() < 0 or classes.max() >= n_classes:
             raise NnlmError(f"{directory}: class assignments missing or out of range")
         tables = BackoffTables.from_arrays(n_classes, order, arrays)
+        tables.saved_in = Path(directory)  # its engine tables are mapped from there (nnlm.ngram.engine_file)
         return cls(vocab, classes, arrays["word_prob"], tables, params)
