@@ -61,12 +61,15 @@ def _one_line(model: LanguageModel, scorer, text: str) -> tuple[list[LineScore],
         from nnlm.ngram.ascii_tokens import lexicon
 
         kept = lexicon(model)
-    k, pad = model.context_size, _start_id(model)
-    ascii_line = getattr(model, "ascii_line_log10", None)  # back-off models: encoding, scores and sum in one call
-    scored = ascii_line(kept, text, pad) if ascii_line is not None else None
-    if scored is not None:
-        word_log10, total, oov = scored
+    line = model.__dict__.get("_ascii_line")  # back-off models: encoding, scores and their sum in one call
+    if line is None:
+        make = getattr(model, "ascii_line_scorer", None)
+        line = (make(kept, _start_id(model)) if make is not None else None) or False
+        model._ascii_line = line  # kept (False: none), as the lexicon is
+    if line:
+        word_log10, total, oov = line(text)
         return ([LineScore(1, total, len(word_log10), oov, word_log10)], 0) if len(word_log10) else ([], 1)
+    k, pad = model.context_size, _start_id(model)
     stream, oov = kept.encode_stream(text, k, pad)
     n = len(stream) - k
     if n == 0:

@@ -143,16 +143,16 @@ class BackoffTables:
 
         return scaled_token_log10(engine, stream, first, count, pad_id, since_start, scale, then)  # (checks the ids)
 
-    def ascii_line_log10(self, lexicon: Any, text: str, pad_id: int, scale: float = 1.0,
-                         then: float = 1.0) -> tuple[np.ndarray, float, int] | None:
-        """`token_log10` of the ASCII line `text` encoded by `lexicon` (nnlm.ngram.ascii_tokens) from the start of a
-        text, and its number of OOV words, in one compiled call; None without the engine."""
+    def ascii_line_scorer(self, lexicon: Any, pad_id: int, scale: float = 1.0, then: float = 1.0) -> Any:
+        """A callable giving `token_log10` (times `scale`, then `then`) of an ASCII line encoded by `lexicon`
+        (nnlm.ngram.ascii_tokens) from the start of a text, their sum and its number of OOV words, in one compiled
+        call (nnlm.ngram.stream_scoring.AsciiLineScorer); None without the engine."""
         engine = self._engine if self._engine else self.query_engine()
         if engine is None:
             return None
-        from nnlm.ngram.stream_scoring import ascii_line_log10
+        from nnlm.ngram.stream_scoring import AsciiLineScorer
 
-        return ascii_line_log10(engine, lexicon, text, pad_id, scale, then)
+        return AsciiLineScorer(engine, lexicon, pad_id, scale, then)
 
     def state_extra(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
         """What an LMState of these tables keeps beside its context ids (empty without the engine): the
@@ -335,11 +335,16 @@ class BackoffModel(KeptStateOwner):
         scored = self.tables.token_log10(stream, first, count, pad_id, since_start, LN10)  # log_prob's log10 * LN10
         return None if scored is None else scored[0]
 
-    def ascii_line_log10(self, lexicon: Any, text: str, pad_id: int) -> tuple[np.ndarray, float, int] | None:
-        """The words' `stream_log_prob(...) * LOG10_E` (what `nnlm score` reports per word, to the bit) of the ASCII
-        line `text` from the start of a text, their sum in token order and the number of OOV words, encoding and
-        scoring in one compiled call: a one-line `score_lines` call (nnlm.compiled_lines)."""
-        return self.tables.ascii_line_log10(lexicon, text, pad_id, LN10, LOG10_E)
+    def ascii_line_scorer(self, lexicon: Any, pad_id: int) -> Any:
+        """A callable giving, for an ASCII line, its words' `stream_log_prob(...) * LOG10_E` from the start of a text
+        (what `nnlm score` reports per word, to the bit), their sum in token order and its number of OOV words,
+        encoding and scoring in one compiled call: a one-line `score_lines` call (nnlm.compiled_lines, which keeps
+        it on the model); None without the engine."""
+        return self.tables.ascii_line_scorer(lexicon, pad_id, LN10, LOG10_E)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (and deep-copied) without the kept line scorer, which holds the engine (made again when used)."""
+        return {key: value for key, value in self.__dict__.items() if key != "_ascii_line"}
 
     def text_log10(self, ids: np.ndarray) -> float | None:
         """Sum of log10 P of the token ids `ids` (int64) from the start of a text (the start token fills the

@@ -9,7 +9,7 @@ per-row, per-state and per-text kernels.
   or before its own text with `since_start`), the state carried from token to token as `score_rows` carries
   it; the rows `nnlm.lm.contexts()` makes, scored without making them (chunked_log_probs' numbers, bit for
   bit). Each score is scaled as the caller's numpy code would scale it, and summed in token order.
-- `ascii_line_log10`: one ASCII line, encoded (nnlm.ngram.ascii_tokens' rule, OOV words counted) and scored
+- `AsciiLineScorer`: one ASCII line, encoded (nnlm.ngram.ascii_tokens' rule, OOV words counted) and scored
   from the start of a text in the same compiled call. A one-line `score_lines` call was two compiled calls
   and the Python between them (its stream's arrays, slices, checks): 1.65 x KenLM's median per line, this
   1.33 x (docs/query-engine.md, "Fresh processes and one-line calls").
@@ -107,17 +107,29 @@ def scaled_token_log10(engine: BackoffEngine, stream: np.ndarray, first: int, co
     return out, total
 
 
-def ascii_line_log10(engine: BackoffEngine, lexicon: AsciiLexicon, text: str, pad: int, scale: float = 1.0,
-                     then: float = 1.0) -> tuple[np.ndarray, float, int]:
-    """(the scores, their sum, the number of OOV words) of the ASCII line `text` from the start of a text:
-    `scaled_token_log10` of `lexicon.encode_stream(text, order - 1, pad)`'s stream, in one compiled call."""
-    size = len(text) + 1  # tokens <= characters + 1 (a word and what ends it take >= 2, `<p>` takes the end)
-    stream = np.empty((1, engine.order - 1 + size), dtype=np.int64)
-    out = np.empty(size, dtype=np.float64)
-    n, oov, total = _ascii_line(np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8), len(text), KIND,
-                                lexicon.blob, lexicon.starts, lexicon.slots, lexicon.unk, lexicon.paragraph,
-                                *engine._kernel_tables(), pad, scale, then, stream, out, engine.fscratch,
-                                engine.iscratch)
-    if total != total:  # nan: `pad` outside the vocabulary
-        raise IndexError(f"token ids must be in 0 .. {engine.vocab_size - 1}")
-    return out[:n], total, oov
+class AsciiLineScorer:
+    """One ASCII line's scores from the start of a text, with the number of its OOV words: `scaled_token_log10` of
+    the line's stream (`lexicon.encode_stream(text, order - 1, pad)`), encoding and scoring in one compiled call.
+    Its fixed arguments are bound once (a model keeps one): beside the kernel, a one-line call's cost is the
+    Python around it, so it makes only the line's bytes and the array of its scores."""
+
+    def __init__(self, engine: BackoffEngine, lexicon: AsciiLexicon, pad: int, scale: float = 1.0,
+                 then: float = 1.0) -> None:
+        self.engine, self.lexicon, self.k = engine, lexicon, engine.order - 1
+        self._before = (KIND, lexicon.blob, lexicon.starts, lexicon.slots, lexicon.unk, lexicon.paragraph,
+                        *engine._kernel_tables(), pad, scale, then)
+        self._after = (engine.fscratch, engine.iscratch)
+        self._stream = np.empty((1, self.k + 256), dtype=np.int64)  # reused: used only during a call (GIL held)
+
+    def __call__(self, text: str) -> tuple[np.ndarray, float, int]:
+        """(the scores, their sum in token order, the number of OOV words) of the ASCII line `text`."""
+        size = len(text) + 1  # tokens <= characters + 1 (a word and what ends it take >= 2, `<p>` takes the end)
+        stream = self._stream
+        if stream.shape[1] < self.k + size:
+            stream = self._stream = np.empty((1, self.k + size), dtype=np.int64)
+        out = np.empty(size, dtype=np.float64)
+        n, oov, total = _ascii_line(np.frombuffer(text.encode("ascii") or b"\0", dtype=np.uint8), len(text),
+                                    *self._before, stream, out, *self._after)
+        if total != total:  # nan: `pad` outside the vocabulary
+            raise IndexError(f"token ids must be in 0 .. {self.engine.vocab_size - 1}")
+        return out[:n], total, oov
