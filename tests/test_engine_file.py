@@ -42,7 +42,8 @@ def all_scores(model) -> list:
     """Every number the faces report for LINES: score_lines' per-word and per-line log10, and log_prob rows."""
     lines = score_lines(model, LINES)[0] + [s for line in LINES for s in score_lines(model, [line])[0]]
     ids = zipf_ids(500, 3)
-    ctx = np.stack([np.roll(ids, j) for j in range(model.order - 1, 0, -1)], axis=1)
+    ctx = np.stack([np.roll(ids, j) for j in range(model.order - 1, 0, -1)], axis=1) \
+        if model.order > 1 else np.zeros((len(ids), 0), dtype=np.int64)
     return [(s.log10_prob, s.word_log10.tolist(), s.oov) for s in lines] + [model.log_prob(ctx, ids).tolist()]
 
 
@@ -156,3 +157,10 @@ def test_written_atomically_with_the_model(kn, vocab, tmp_path, monkeypatch):
         save_ngram(KneserNeyModel.fit(vocab, zipf_ids(5_000, 5), 3), path)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temporary directory left
+
+
+def test_a_unigram_model_keeps_no_engine_files(vocab, tmp_path, capsys):
+    model = KneserNeyModel.fit(vocab, zipf_ids(2_000, 6), 1)
+    loaded = saved(model, tmp_path / "u")
+    assert not (tmp_path / "u" / "engine.npy").exists()
+    assert all_scores(loaded) == all_scores(model) and capsys.readouterr().err == ""

@@ -63,6 +63,8 @@ def save_engine(directory: Path, tables) -> bool:
     engine.json into `directory`, which already holds the arrays.npz it is built from (a model directory being
     written: the caller's atomic directory makes them all appear at once); nothing if the tables have no
     engine. Returns whether they were written."""
+    if tables.order < 2:  # a unigram model's engine is its arrays: nothing to build, nothing to keep
+        return False
     engine = tables.query_engine()
     crcs = source_crcs(directory / "arrays.npz", tables.order)
     if engine is None or crcs is None:
