@@ -22,8 +22,9 @@ which is what nnlm ran before the query engine. Measured, per model:
   `model.score(line)` so that both see the same load ("paired"), and in a pass of its own against KenLM's
   pass ("alone", as the latency column above: each keeps its own tables in cache);
 - (KN5 only, in fresh processes, alternating nnlm and KenLM, `--runs` times each) the time to a first
-  score: imports, model load and one `score_lines` call (which builds the query engine; numba's kernels come
-  from its on-disk cache) against `import kenlm`, reading the ARPA file and one `model.score`; and
+  score: imports, model load and one `score_lines` call (which maps the query engine's tables saved with the
+  model, nnlm.ngram.engine_file; numba's kernels come from its on-disk cache) against `import kenlm`,
+  reading the ARPA file and one `model.score`; and
   `nnlm score MODEL FILE` end to end (start, load, score, the per-line report to /dev/null) against a KenLM
   script that loads the ARPA file and scores the same file line by line; and `nnlm score` on the same model
   without its saved engine tables (engine.npy / engine.json: as a model saved before they existed), which

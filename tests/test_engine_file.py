@@ -164,3 +164,15 @@ def test_a_unigram_model_keeps_no_engine_files(vocab, tmp_path, capsys):
     loaded = saved(model, tmp_path / "u")
     assert not (tmp_path / "u" / "engine.npy").exists()
     assert all_scores(loaded) == all_scores(model) and capsys.readouterr().err == ""
+
+
+def test_a_model_saved_over_the_directory_after_the_load_does_not_lend_its_engine(kn, vocab, tmp_path, capsys):
+    """Tables loaded from a directory that another model is saved into before their first query keep their
+    own numbers: the new engine files are refused for them (their arrays' CRC-32s were noted at the load)."""
+    path = tmp_path / "m"
+    save_ngram(kn, path)
+    loaded = load_ngram(path)
+    save_ngram(KneserNeyModel.fit(vocab, zipf_ids(20_000, 9), 4), path)
+    assert loaded.tables.query_engine().build_seconds > 0
+    assert "built from another arrays.npz" in capsys.readouterr().err
+    assert all_scores(loaded) == all_scores(kn)

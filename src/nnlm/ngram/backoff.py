@@ -48,6 +48,7 @@ class BackoffTables:
     # the saved model directory these tables were loaded from: its engine tables are mapped instead of built
     # (nnlm.ngram.engine_file), where they check out
     saved_in: Path | None = field(default=None, init=False, repr=False, compare=False)
+    source_crc: list[int] | None = field(default=None, init=False, repr=False, compare=False)  # (engine_file.attach)
 
     def __post_init__(self) -> None:
         if not (len(self.keys) == len(self.log10_prob) == len(self.log10_backoff) >= 1):
@@ -369,5 +370,7 @@ class BackoffModel(KeptStateOwner):
         if not isinstance(order, int) or not 1 <= order <= 6:
             raise NnlmError(f"{directory}: config.json has no valid order")
         tables = BackoffTables.from_arrays(len(vocab), order, arrays)
-        tables.saved_in = Path(directory)
+        from nnlm.ngram.engine_file import attach
+
+        attach(tables, Path(directory))  # its engine tables are mapped from there, where they check out
         return cls(vocab, tables, config.get("params"))

@@ -196,5 +196,7 @@ class ClassNgram(KeptStateOwner):
         if classes is None or "word_prob" not in arrays or classes.min() < 0 or classes.max() >= n_classes:
             raise NnlmError(f"{directory}: class assignments missing or out of range")
         tables = BackoffTables.from_arrays(n_classes, order, arrays)
-        tables.saved_in = Path(directory)  # its engine tables are mapped from there (nnlm.ngram.engine_file)
+        from nnlm.ngram.engine_file import attach
+
+        attach(tables, Path(directory))  # its engine tables are mapped from there, where they check out
         return cls(vocab, classes, arrays["word_prob"], tables, params)

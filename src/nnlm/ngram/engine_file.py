@@ -58,6 +58,14 @@ def source_crcs(arrays_path: Path, order: int) -> list[int] | None:
     return [crc[name] for name in names] if all(n in crc for n in names) else None
 
 
+def attach(tables, directory: Path) -> None:
+    """Note on `tables`, just loaded from the model directory `directory`, where their engine tables may be and
+    which arrays they were read from (the CRC-32s of arrays.npz now: a model saved over this directory later
+    has other arrays, and its engine tables are then refused for these)."""
+    tables.saved_in = directory
+    tables.source_crc = source_crcs(directory / "arrays.npz", tables.order)
+
+
 def save_engine(directory: Path, tables) -> bool:
     """Write `tables`' query engine (BackoffTables.query_engine, built here if it is not yet) as engine.npy and
     engine.json into `directory`, which already holds the arrays.npz it is built from (a model directory being
@@ -115,7 +123,7 @@ def _mismatch(info: dict, directory: Path, tables) -> str | None:
     if not isinstance(info, dict) or info.get("layout") != LAYOUT:
         return f"layout {info.get('layout') if isinstance(info, dict) else '?'}, this version reads layout {LAYOUT}"
     order = tables.order
-    if source_crcs(directory / "arrays.npz", order) != info.get("source_crc"):
+    if tables.source_crc is None or tables.source_crc != info.get("source_crc"):
         return "built from another arrays.npz"
     if info.get("order") != order or info.get("vocab_size") != tables.vocab_size or info.get("sizes") != tables.sizes():
         return "built for other tables than arrays.npz's"
