@@ -1,16 +1,16 @@
 """The back-off query engine's tables kept beside a saved model (engine.npy + engine.json), so that a fresh
-process maps them instead of building them.
+process reads them instead of building them.
 
 Why: `nnlm score MODEL FILE` in a fresh process paid the engine's build at its first query (Brown KN5:
 0.35-0.5 s of compiled passes and 0.15 s to fill 110 MiB, in a run of 1.6-4 s), where KenLM, the
 reference, reads its model as it is. The build is deterministic, so `save_arrays` writes its result into
-the model directory with the arrays (in the same atomic directory: all or nothing), and a load maps it
-from the file (np.load's copy-on-write mapping: nothing is read until it is used; the CRC-32 check reads
-it once, ~0.06 s for Brown KN5; scoring from the mapped table measured as fast as from a built one).
+the model directory with the arrays (in the same atomic directory: all or nothing), and a load reads it
+into memory backed by 2 MiB pages where the kernel offers them, as a built table is (a mapping of the file
+would be cheaper, but its 4 KiB pages made one-line calls 1.4-2.4 x slower: the probes miss the TLB),
+then checks its CRC-32: ~0.1 s for Brown KN5's 110 MiB against ~0.5 s to build it.
 
-engine.npy is the table (int64 [slots, 3], nnlm.ngram.query_engine.BackoffEngine), one .npy file so
-that it is mapped 64-byte aligned, as a built table is (a member of an .npz would not be, and numba
-compiles another kernel for unaligned arrays); it is read without pickle (nothing in it is executed).
+engine.npy is the table (int64 [slots, 3], nnlm.ngram.query_engine.BackoffEngine), one .npy file (its
+header read by numpy.lib.format, the int64 data copied as it is: no pickle, nothing in it is executed).
 engine.json holds the rest: LAYOUT, the order, |V|, the entries per order, the table's offsets, caps,
 shape and CRC-32, and the CRC-32 of each array of arrays.npz it was built from (as its zip directory
 lists them). The engine is used only if all of it checks out, else the model builds it in memory as
@@ -19,7 +19,7 @@ before, after one line on stderr saying why:
   engine_build.py change); the order, |V| and entries per order are the loaded tables';
 - the source CRC-32s are arrays.npz's (an engine copied beside other arrays is stale), and the table's
   bytes have their CRC-32 (a damaged or truncated file is not read as numbers);
-- the slots are where this code puts them: a few listed n-grams of each order are scored by the mapped
+- the slots are where this code puts them: a few listed n-grams of each order are scored by the loaded
   engine and by the numpy path and must agree (a forgotten LAYOUT bump still gives no wrong number).
 A model saved before these files existed (or whose engine is refused: tables not suffix-closed, over the
 memory budget, NNLM_QUERY_ENGINE=0) has none and builds its engine as before, silently.
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnlm.ngram.hash_table import capacity, within_budget
+from nnlm.ngram.hash_table import capacity, huge_page_array, within_budget
 
 TABLE_FILE, INFO_FILE = "engine.npy", "engine.json"
 LAYOUT = 1  # the version of the tables' layout: hash_table's hashing and capacity, engine_build's slots
@@ -86,7 +86,7 @@ def save_engine(directory: Path, tables) -> bool:
 
 
 def load_engine(directory: Path, tables):
-    """The BackoffEngine of `tables` (loaded from `directory`) mapped from its engine.npy, or None: there is
+    """The BackoffEngine of `tables` (loaded from `directory`) read from its engine.npy, or None: there is
     none (silently), it does not check out (one line on stderr: the caller builds the engine instead), or the
     engine would not fit its memory budget (as a build would refuse)."""
     from nnlm.io import read_input, require_regular
@@ -101,7 +101,7 @@ def load_engine(directory: Path, tables):
         require_regular(directory / TABLE_FILE, "engine table")
         reason = _mismatch(info, directory, tables)
         if reason is None:
-            table = np.asarray(np.load(directory / TABLE_FILE, mmap_mode="c", allow_pickle=False))
+            table = _read_table(directory / TABLE_FILE, info["shape"])
             reason = _table_mismatch(table, info)
     except Exception as exc:  # noqa: BLE001 (a damaged file, whatever fails reading it: one line, then the build)
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
@@ -137,8 +137,25 @@ def _mismatch(info: dict, directory: Path, tables) -> str | None:
     return None
 
 
+def _read_table(path: Path, shape: list[int]) -> np.ndarray:
+    """The int64 table of the .npy file at `path` (it must have `shape`), read into memory the kernel may back
+    with 2 MiB pages, as a built table is: a mapping of the file has 4 KiB pages, and one-line calls measured
+    1.4-2.4 x slower on it than on a built table (random probes missing the TLB)."""
+    from numpy.lib import format as npy
+
+    with open(path, "rb") as fh:
+        version = npy.read_magic(fh)
+        stored, fortran, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
+        if list(stored) != list(shape) or fortran or dtype != np.int64:
+            raise ValueError(f"a table of shape {stored} and type {dtype}, not {shape} int64")
+        table = huge_page_array(tuple(shape), np.int64, None)
+        if fh.readinto(memoryview(table).cast("B")) != table.nbytes:
+            raise ValueError("the table is truncated")
+    return table
+
+
 def _table_mismatch(table: np.ndarray, info: dict) -> str | None:
-    """Why the mapped table is not the one engine.json describes (None if it is)."""
+    """Why the table read is not the one engine.json describes (None if it is)."""
     if table.dtype != np.int64 or list(table.shape) != info["shape"] or not table.flags.c_contiguous:
         return f"a table of shape {table.shape} and type {table.dtype}, not {info['shape']} int64"
     if zlib.crc32(table) != info.get("table_crc"):
