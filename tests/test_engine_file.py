@@ -176,3 +176,19 @@ def test_a_model_saved_over_the_directory_after_the_load_does_not_lend_its_engin
     assert loaded.tables.query_engine().build_seconds > 0
     assert "built from another arrays.npz" in capsys.readouterr().err
     assert all_scores(loaded) == all_scores(kn)
+
+
+def test_streams_score_on_the_mapping_and_per_call_apis_on_a_copy(kn, tmp_path):
+    """A stream (score_lines of many lines, `nnlm score`) scores on the mapped table; the first per-call use
+    (a one-line call) copies it into 2 MiB-page memory first; the numbers are the same either way."""
+    loaded = saved(kn, tmp_path / "m")
+    streamed = score_lines(loaded, LINES)[0]
+    engine = loaded.tables._engine
+    assert engine.mapped and engine.build_seconds == 0.0
+    mapped_table = engine.table
+    one = score_lines(loaded, [LINES[0]])[0]
+    assert not engine.mapped and engine.table is not mapped_table and np.array_equal(engine.table, mapped_table)
+    again = score_lines(loaded, LINES)[0]
+    assert [(s.log10_prob, s.word_log10.tolist()) for s in streamed + one] \
+        == [(s.log10_prob, s.word_log10.tolist()) for s in again + one] \
+        == [(s.log10_prob, s.word_log10.tolist()) for s in score_lines(kn, LINES)[0] + score_lines(kn, [LINES[0]])[0]]

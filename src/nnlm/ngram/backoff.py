@@ -92,9 +92,11 @@ class BackoffTables:
         """Pickled without the engine (rebuilt at the first query where it is unpickled)."""
         return {**self.__dict__, "_engine": None}
 
-    def query_engine(self) -> Any:
-        """The compiled engine of these tables (built once, at the first call), or None if they keep the
-        numpy path. The tables must not be changed in place after it is built."""
+    def query_engine(self, streaming: bool = False) -> Any:
+        """The compiled engine of these tables (built once, at the first call, or mapped from the directory they
+        were loaded from: nnlm.ngram.engine_file), or None if they keep the numpy path. A mapped table is copied
+        into 2 MiB pages at the first call that is not `streaming` (a stream's probes are prefetched; the
+        per-call APIs' are not: engine_file.promote). The tables must not be changed in place after it is built."""
         if self._engine is None:
             from nnlm.ngram import query_engine
 
@@ -107,6 +109,10 @@ class BackoffTables:
                 engine = query_engine.build_backoff_engine(self.vocab_size, self.keys, self.log10_prob,
                                                            self.log10_backoff)
             self._engine = engine if engine is not None else False
+        if self._engine and self._engine.mapped and not streaming:
+            from nnlm.ngram.engine_file import promote
+
+            promote(self._engine)
         return self._engine or None
 
     def log10_prob_of(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -133,7 +139,7 @@ class BackoffTables:
         (`pad_id` before its start, and with `since_start` before each token's text: nnlm.lm.chunked_log_probs'
         rows), times `scale` then `then`, and their sum, in one compiled call over the stream
         (nnlm.ngram.stream_scoring); None without the engine. The numbers of `log10_prob_of`."""
-        engine = self._engine if self._engine else self.query_engine()
+        engine = self._engine if self._engine else self.query_engine(streaming=True)
         if engine is None:
             return None
         lo = first - len(self.keys) + 1
@@ -148,7 +154,7 @@ class BackoffTables:
         """A callable giving `token_log10` (times `scale`, then `then`) of an ASCII line encoded by `lexicon`
         (nnlm.ngram.ascii_tokens) from the start of a text, their sum and its number of OOV words, in one compiled
         call (nnlm.ngram.stream_scoring.AsciiLineScorer); None without the engine."""
-        engine = self._engine if self._engine else self.query_engine()
+        engine = self.query_engine()
         if engine is None:
             return None
         from nnlm.ngram.stream_scoring import AsciiLineScorer

@@ -1,16 +1,18 @@
 """The back-off query engine's tables kept beside a saved model (engine.npy + engine.json), so that a fresh
-process reads them instead of building them.
+process maps them instead of building them.
 
 Why: `nnlm score MODEL FILE` in a fresh process paid the engine's build at its first query (Brown KN5:
 0.35-0.5 s of compiled passes and 0.15 s to fill 110 MiB, in a run of 1.6-4 s), where KenLM, the
 reference, reads its model as it is. The build is deterministic, so `save_arrays` writes its result into
-the model directory with the arrays (in the same atomic directory: all or nothing), and a load reads it
-into memory backed by 2 MiB pages where the kernel offers them, as a built table is (a mapping of the file
-would be cheaper, but its 4 KiB pages made one-line calls 1.4-2.4 x slower: the probes miss the TLB),
-then checks its CRC-32: ~0.1 s for Brown KN5's 110 MiB against ~0.5 s to build it.
+the model directory with the arrays (in the same atomic directory: all or nothing), and a load maps it
+from the file (np.load's copy-on-write mapping) and checks its CRC-32: ~0.06 s for Brown KN5's 110 MiB
+against ~0.5 s to build it. A mapping has 4 KiB pages, which a stream's prefetched probes do not mind;
+the per-call APIs (one line, one sentence, one step) have the table copied into 2 MiB pages first
+(`promote`), as a built table is.
 
-engine.npy is the table (int64 [slots, 3], nnlm.ngram.query_engine.BackoffEngine), one .npy file (its
-header read by numpy.lib.format, the int64 data copied as it is: no pickle, nothing in it is executed).
+engine.npy is the table (int64 [slots, 3], nnlm.ngram.query_engine.BackoffEngine), one .npy file (so
+that the mapping is 64-byte aligned as a built table is: numba types an unaligned array differently), read
+with allow_pickle=False: nothing in it is executed.
 engine.json holds the rest: LAYOUT, the order, |V|, the entries per order, the table's offsets, caps,
 shape and CRC-32, and the CRC-32 of each array of arrays.npz it was built from (as its zip directory
 lists them). The engine is used only if all of it checks out, else the model builds it in memory as
@@ -86,7 +88,7 @@ def save_engine(directory: Path, tables) -> bool:
 
 
 def load_engine(directory: Path, tables):
-    """The BackoffEngine of `tables` (loaded from `directory`) read from its engine.npy, or None: there is
+    """The BackoffEngine of `tables` (loaded from `directory`) mapped from its engine.npy, or None: there is
     none (silently), it does not check out (one line on stderr: the caller builds the engine instead), or the
     engine would not fit its memory budget (as a build would refuse)."""
     from nnlm.io import read_input, require_regular
@@ -101,7 +103,7 @@ def load_engine(directory: Path, tables):
         require_regular(directory / TABLE_FILE, "engine table")
         reason = _mismatch(info, directory, tables)
         if reason is None:
-            table = _read_table(directory / TABLE_FILE, info["shape"])
+            table = np.asarray(np.load(directory / TABLE_FILE, mmap_mode="c", allow_pickle=False))
             reason = _table_mismatch(table, info)
     except Exception as exc:  # noqa: BLE001 (a damaged file, whatever fails reading it: one line, then the build)
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
@@ -109,7 +111,7 @@ def load_engine(directory: Path, tables):
         engine = BackoffEngine(tables.order, tables.vocab_size, table, table.view(np.float64),
                                np.asarray(info["offsets"], dtype=np.int64), np.asarray(info["caps"], dtype=np.int64),
                                np.ascontiguousarray(tables.log10_prob[0], dtype=np.float64),
-                               np.ascontiguousarray(tables.log10_backoff[0], dtype=np.float64))
+                               np.ascontiguousarray(tables.log10_backoff[0], dtype=np.float64), mapped=True)
         reason = _spot_check(engine, tables)
         if reason is None:
             return engine
@@ -137,21 +139,15 @@ def _mismatch(info: dict, directory: Path, tables) -> str | None:
     return None
 
 
-def _read_table(path: Path, shape: list[int]) -> np.ndarray:
-    """The int64 table of the .npy file at `path` (it must have `shape`), read into memory the kernel may back
-    with 2 MiB pages, as a built table is: a mapping of the file has 4 KiB pages, and one-line calls measured
-    1.4-2.4 x slower on it than on a built table (random probes missing the TLB)."""
-    from numpy.lib import format as npy
-
-    with open(path, "rb") as fh:
-        version = npy.read_magic(fh)
-        stored, fortran, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
-        if list(stored) != list(shape) or fortran or dtype != np.int64:
-            raise ValueError(f"a table of shape {stored} and type {dtype}, not {shape} int64")
-        table = huge_page_array(tuple(shape), np.int64, None)
-        if fh.readinto(memoryview(table).cast("B")) != table.nbytes:
-            raise ValueError("the table is truncated")
-    return table
+def promote(engine) -> None:
+    """Copy a mapped table (`engine.mapped`) into memory backed by 2 MiB pages, as a built table is; the callers
+    that make one call per line, sentence or step ask for it (BackoffTables.query_engine): their random probes
+    miss the TLB on a mapping's 4 KiB pages (one-line calls measured 2.0-2.4 x KenLM's time on a mapped table,
+    1.4-1.9 x on a built one, alternating processes at load 1), while a stream's probes are prefetched and a
+    fresh `nnlm score` would pay the copy (~0.1-0.3 s for Brown KN5, the pages' allocation included)."""
+    table = huge_page_array(engine.table.shape, np.int64, None)
+    np.copyto(table, engine.table)
+    engine.table, engine.ftable, engine.mapped = table, table.view(np.float64), False
 
 
 def _table_mismatch(table: np.ndarray, info: dict) -> str | None:
