@@ -22,10 +22,13 @@ which is what nnlm ran before the query engine. Measured, per model:
   `model.score(line)` so that both see the same load ("paired"), and in a pass of its own against KenLM's
   pass ("alone", as the latency column above: each keeps its own tables in cache);
 - (KN5 only, in fresh processes, alternating nnlm and KenLM, `--runs` times each) the time to a first
-  score: imports, model load and one `score_lines` call (which builds the query engine; numba's kernels come
-  from its on-disk cache) against `import kenlm`, reading the ARPA file and one `model.score`; and
+  score: imports, model load and one `score_lines` call (which maps the query engine's tables saved with the
+  model, nnlm.ngram.engine_file; numba's kernels come from its on-disk cache) against `import kenlm`,
+  reading the ARPA file and one `model.score`; and
   `nnlm score MODEL FILE` end to end (start, load, score, the per-line report to /dev/null) against a KenLM
-  script that loads the ARPA file and scores the same file line by line.
+  script that loads the ARPA file and scores the same file line by line; and `nnlm score` on the same model
+  without its saved engine tables (engine.npy / engine.json: as a model saved before they existed), which
+  builds the engine in the process.
 
 The interpolated trigram cannot be written as an exact ARPA file (its mixture weights depend on the
 context's frequency bucket, so a missing trigram's probability is not b(context) * P(lower order)),
@@ -49,6 +52,7 @@ from host import cpu_name
 from nnlm.data.corpus import load_corpus
 from nnlm.data.vocab import PARAGRAPH, TEXT
 from nnlm.lm import LanguageModel
+from nnlm.ngram import query_engine
 from nnlm.ngram.build import build_ngram, load_ngram, save_ngram
 from nnlm.sentence import score_sentence, score_sentences
 from nnlm.use import score_lines
@@ -186,8 +190,9 @@ def fresh_processes(workdir: Path, kn5: Path, lines: list[str], runs: int) -> No
     line = lines[len(lines) // 2]
     python = sys.executable
     nnlm_cli = [str(Path(python).parent / "nnlm")]  # the console script a user runs (the venv's)
+    unsaved = without_engine_tables(kn5, workdir / "kn5-without-engine")
     firsts = {"nnlm": [], "KenLM": []}
-    ends = {"nnlm": [], "KenLM": []}
+    ends = {"nnlm": [], "KenLM": [], "unsaved": []}
     for _ in range(runs):
         for name, code, model in (("nnlm", NNLM_FIRST_SCORE, kn5), ("KenLM", KENLM_FIRST_SCORE, workdir / "kn5.arpa")):
             seconds, out = process_seconds([python, "-c", code, str(model), line])
@@ -195,6 +200,7 @@ def fresh_processes(workdir: Path, kn5: Path, lines: list[str], runs: int) -> No
         ends["nnlm"].append(process_seconds(nnlm_cli + ["score", str(kn5), str(text)])[0])
         ends["KenLM"].append(process_seconds([python, "-c", KENLM_SCORE_FILE, str(workdir / "kn5.arpa"),
                                               str(text)])[0])
+        ends["unsaved"].append(process_seconds(nnlm_cli + ["score", str(unsaved), str(text)])[0])
     print(f"\nFresh processes, KN5, {runs} runs each alternating (median; min):")
     for name, results in firsts.items():
         wall = [w for w, _ in results]
@@ -203,10 +209,29 @@ def fresh_processes(workdir: Path, kn5: Path, lines: list[str], runs: int) -> No
               + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
     ratio = np.median([w for w, _ in firsts["KenLM"]]) / np.median([w for w, _ in firsts["nnlm"]])
     print(f"  -> KenLM's time / nnlm's: {ratio:.2f} (higher is better)")
+    whats = {"nnlm": "nnlm score kn5/ FILE", "KenLM": "KenLM load ARPA + score FILE",
+             "unsaved": "nnlm score, engine built"}
     for name, walls in ends.items():
-        what = "nnlm score kn5/ FILE" if name == "nnlm" else "KenLM load ARPA + score FILE"
-        print(f"  end to end, {what:29}: {np.median(walls):.2f} s ({min(walls):.2f})")
-    print(f"  -> KenLM's time / nnlm's: {np.median(ends['KenLM']) / np.median(ends['nnlm']):.2f} (higher is better)")
+        print(f"  end to end, {whats[name]:29}: {np.median(walls):.2f} s ({min(walls):.2f})")
+    print(f"  -> KenLM's time / nnlm's: {np.median(ends['KenLM']) / np.median(ends['nnlm']):.2f} (higher is better; "
+          f"with the engine built in the process instead of mapped from kn5/: "
+          f"{np.median(ends['KenLM']) / np.median(ends['unsaved']):.2f})")
+
+
+def without_engine_tables(model: Path, directory: Path) -> Path:
+    """`model`'s directory without its saved engine tables (a model saved before they existed: its engine is
+    built at the first query), its files linked (copied where links are not possible)."""
+    import shutil
+
+    directory.mkdir(exist_ok=True)
+    for name in ("config.json", "vocab.json", "arrays.npz"):
+        target = directory / name
+        if not target.exists():
+            try:
+                os.link(model / name, target)
+            except OSError:
+                shutil.copyfile(model / name, target)
+    return directory
 
 
 def beam_streams(corpus, steps: int) -> np.ndarray:
@@ -271,11 +296,17 @@ def main() -> None:
         t0 = time.perf_counter()
         engine = engine_of(model)
         build = time.perf_counter() - t0
+        how = "built"
+        tables = getattr(model, "tables", None)
+        if getattr(engine, "build_seconds", None) == 0.0:  # mapped from the saved tables (nnlm.ngram.engine_file)
+            t0 = time.perf_counter()
+            query_engine.build_backoff_engine(tables.vocab_size, tables.keys, tables.log10_prob, tables.log10_backoff)
+            how = f"mapped from its saved tables (building them: {time.perf_counter() - t0:.2f} s), loaded"
         engine_lines = score_sentences(model, lines)
         numpy_lines = np.array([score_sentence(slow, line) for line in lines])
         worst = float(np.abs(engine_lines - numpy_lines).max())
         assert worst < 1e-6, f"{name}: the engine differs from the numpy path by {worst}"
-        print(f"{name}: engine {engine.nbytes / 2**20:.0f} MiB, built in {build:.2f} s (at the first query); "
+        print(f"{name}: engine {engine.nbytes / 2**20:.0f} MiB, {how} in {build:.2f} s (at the first query); "
               f"lines agree with the numpy path to {worst:.1e} (log10)")
         quick = score_lines(model, lines)[0]
         generic_lines = score_lines(slow, lines)[0]

@@ -54,21 +54,26 @@ def quick_line_scores(model: LanguageModel, lines: list, carry_context: bool) ->
 
 def _one_line(model: LanguageModel, scorer, text: str) -> tuple[list[LineScore], int] | None:
     """One ASCII line (a one-line call: its fixed cost is what counts), from the start of a text whether the
-    context is carried or not (nothing comes before it): one compiled call makes its stream, one scores it."""
+    context is carried or not (nothing comes before it): a back-off model encodes and scores it in one compiled
+    call; another makes its stream in one and scores it in another."""
     kept = model.__dict__.get("_ascii_lexicon")
     if kept is None:
         from nnlm.ngram.ascii_tokens import lexicon
 
         kept = lexicon(model)
+    line = model.__dict__.get("_ascii_line")  # back-off models: encoding, scores and their sum in one call
+    if line is None:
+        make = getattr(model, "ascii_line_scorer", None)
+        line = (make(kept, _start_id(model)) if make is not None else None) or False
+        model._ascii_line = line  # kept (False: none), as the lexicon is
+    if line:
+        word_log10, total, oov = line(text)
+        return ([LineScore(1, total, len(word_log10), oov, word_log10)], 0) if len(word_log10) else ([], 1)
     k, pad = model.context_size, _start_id(model)
     stream, oov = kept.encode_stream(text, k, pad)
     n = len(stream) - k
     if n == 0:
         return [], 1
-    line_log10 = getattr(model, "line_log10", None)  # the back-off models: scores, scaling and sum in one call
-    scored = line_log10(stream, k, n, pad) if line_log10 is not None else None
-    if scored is not None:
-        return [LineScore(1, scored[1], n, oov, scored[0])], 0
     log_probs = scorer(stream, k, n, pad, None)
     if log_probs is None:
         return None

@@ -45,6 +45,10 @@ class BackoffTables:
     # the compiled query engine (nnlm.ngram.query_engine), built at the first query, whatever asks it; False: none (the
     # tables are not suffix-closed, or it would not fit its memory budget), so the numpy path serves
     _engine: Any = field(default=None, init=False, repr=False, compare=False)
+    # the saved model directory these tables were loaded from: its engine tables are mapped instead of built
+    # (nnlm.ngram.engine_file), where they check out
+    saved_in: Path | None = field(default=None, init=False, repr=False, compare=False)
+    source_crc: list[int] | None = field(default=None, init=False, repr=False, compare=False)  # (engine_file.attach)
 
     def __post_init__(self) -> None:
         if not (len(self.keys) == len(self.log10_prob) == len(self.log10_backoff) >= 1):
@@ -88,17 +92,27 @@ class BackoffTables:
         """Pickled without the engine (rebuilt at the first query where it is unpickled)."""
         return {**self.__dict__, "_engine": None}
 
-    def query_engine(self) -> Any:
-        """The compiled engine of these tables (built once, at the first call), or None if they keep the
-        numpy path. The tables must not be changed in place after it is built."""
+    def query_engine(self, streaming: bool = False) -> Any:
+        """The compiled engine of these tables (built once, at the first call, or mapped from the directory they
+        were loaded from: nnlm.ngram.engine_file), or None if they keep the numpy path. A mapped table is copied
+        into 2 MiB pages at the first call that is not `streaming` (a stream's probes are prefetched; the
+        per-call APIs' are not: engine_file.promote). The tables must not be changed in place after it is built."""
         if self._engine is None:
             from nnlm.ngram import query_engine
 
             engine = None
-            if query_engine.ENABLED:
+            if query_engine.ENABLED and self.saved_in is not None:
+                from nnlm.ngram.engine_file import load_engine
+
+                engine = load_engine(self.saved_in, self)
+            if query_engine.ENABLED and engine is None:
                 engine = query_engine.build_backoff_engine(self.vocab_size, self.keys, self.log10_prob,
                                                            self.log10_backoff)
             self._engine = engine if engine is not None else False
+        if self._engine and self._engine.mapped and not streaming:
+            from nnlm.ngram.engine_file import promote
+
+            promote(self._engine)
         return self._engine or None
 
     def log10_prob_of(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -124,15 +138,28 @@ class BackoffTables:
         """log10 P of each token stream[first : first + count] given the order-1 ids before it in `stream`
         (`pad_id` before its start, and with `since_start` before each token's text: nnlm.lm.chunked_log_probs'
         rows), times `scale` then `then`, and their sum, in one compiled call over the stream
-        (BackoffEngine.scaled_token_log10); None without the engine. The numbers of `log10_prob_of`."""
-        engine = self._engine if self._engine else self.query_engine()
+        (nnlm.ngram.stream_scoring); None without the engine. The numbers of `log10_prob_of`."""
+        engine = self._engine if self._engine else self.query_engine(streaming=True)
         if engine is None:
             return None
         lo = first - len(self.keys) + 1
         if not (lo <= 0 and len(stream) == first + count and stream.dtype == np.int64 and stream.flags.c_contiguous):
             lo = max(lo, 0)  # (else: a stream made for this call, taken as it is)
             stream, first = np.ascontiguousarray(stream[lo:first + count], dtype=np.int64), first - lo
-        return engine.scaled_token_log10(stream, first, count, pad_id, since_start, scale, then)  # (checks the ids)
+        from nnlm.ngram.stream_scoring import scaled_token_log10
+
+        return scaled_token_log10(engine, stream, first, count, pad_id, since_start, scale, then)  # (checks the ids)
+
+    def ascii_line_scorer(self, lexicon: Any, pad_id: int, scale: float = 1.0, then: float = 1.0) -> Any:
+        """A callable giving `token_log10` (times `scale`, then `then`) of an ASCII line encoded by `lexicon`
+        (nnlm.ngram.ascii_tokens) from the start of a text, their sum and its number of OOV words, in one compiled
+        call (nnlm.ngram.stream_scoring.AsciiLineScorer); None without the engine."""
+        engine = self.query_engine()
+        if engine is None:
+            return None
+        from nnlm.ngram.stream_scoring import AsciiLineScorer
+
+        return AsciiLineScorer(engine, lexicon, pad_id, scale, then)
 
     def state_extra(self, contexts: np.ndarray) -> dict[str, np.ndarray]:
         """What an LMState of these tables keeps beside its context ids (empty without the engine): the
@@ -315,10 +342,16 @@ class BackoffModel(KeptStateOwner):
         scored = self.tables.token_log10(stream, first, count, pad_id, since_start, LN10)  # log_prob's log10 * LN10
         return None if scored is None else scored[0]
 
-    def line_log10(self, stream: np.ndarray, first: int, count: int, pad_id: int) -> tuple[np.ndarray, float] | None:
-        """`stream_log_prob(...) * LOG10_E` (what `nnlm score` reports per word, to the bit) and its sum in token
-        order, in the same compiled call: a one-line `score_lines` call's scoring (nnlm.compiled_lines)."""
-        return self.tables.token_log10(stream, first, count, pad_id, None, LN10, LOG10_E)
+    def ascii_line_scorer(self, lexicon: Any, pad_id: int) -> Any:
+        """A callable giving, for an ASCII line, its words' `stream_log_prob(...) * LOG10_E` from the start of a text
+        (what `nnlm score` reports per word, to the bit), their sum in token order and its number of OOV words,
+        encoding and scoring in one compiled call: a one-line `score_lines` call (nnlm.compiled_lines, which keeps
+        it on the model); None without the engine."""
+        return self.tables.ascii_line_scorer(lexicon, pad_id, LN10, LOG10_E)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (and deep-copied) without the kept line scorer, which holds the engine (made again when used)."""
+        return {key: value for key, value in self.__dict__.items() if key != "_ascii_line"}
 
     def text_log10(self, ids: np.ndarray) -> float | None:
         """Sum of log10 P of the token ids `ids` (int64) from the start of a text (the start token fills the
@@ -330,7 +363,11 @@ class BackoffModel(KeptStateOwner):
         return self.tables.texts_log10(start_context(self), ids, bounds)
 
     def save(self, directory: Path) -> None:
-        save_arrays(directory, self.kind, self.order, self.vocab, self.tables.arrays(), self.params)
+        """The arrays, and the query engine's tables beside them (nnlm.ngram.engine_file)."""
+        from nnlm.ngram.engine_file import save_engine
+
+        save_arrays(directory, self.kind, self.order, self.vocab, self.tables.arrays(), self.params,
+                    beside=lambda tmp: save_engine(tmp, self.tables))
 
     @classmethod
     def load(cls, directory: Path) -> BackoffModel:
@@ -338,4 +375,8 @@ class BackoffModel(KeptStateOwner):
         order = config.get("order")
         if not isinstance(order, int) or not 1 <= order <= 6:
             raise NnlmError(f"{directory}: config.json has no valid order")
-        return cls(vocab, BackoffTables.from_arrays(len(vocab), order, arrays), config.get("params"))
+        tables = BackoffTables.from_arrays(len(vocab), order, arrays)
+        from nnlm.ngram.engine_file import attach
+
+        attach(tables, Path(directory))  # its engine tables are mapped from there, where they check out
+        return cls(vocab, tables, config.get("params"))

@@ -180,7 +180,10 @@ class ClassNgram(KeptStateOwner):
 
     def save(self, directory: Path) -> None:
         arrays = {"classes": self.classes, "word_prob": self.word_prob, **self.tables.arrays()}
-        save_arrays(directory, self.kind, self.order, self.vocab, arrays, {**self.params, "classes": self.n_classes})
+        from nnlm.ngram.engine_file import save_engine
+
+        save_arrays(directory, self.kind, self.order, self.vocab, arrays, {**self.params, "classes": self.n_classes},
+                    beside=lambda tmp: save_engine(tmp, self.tables))
 
     @classmethod
     def load(cls, directory: Path) -> ClassNgram:
@@ -193,4 +196,7 @@ class ClassNgram(KeptStateOwner):
         if classes is None or "word_prob" not in arrays or classes.min() < 0 or classes.max() >= n_classes:
             raise NnlmError(f"{directory}: class assignments missing or out of range")
         tables = BackoffTables.from_arrays(n_classes, order, arrays)
+        from nnlm.ngram.engine_file import attach
+
+        attach(tables, Path(directory))  # its engine tables are mapped from there, where they check out
         return cls(vocab, classes, arrays["word_prob"], tables, params)

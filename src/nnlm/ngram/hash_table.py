@@ -54,19 +54,21 @@ def within_budget(arrays: list[np.ndarray], sizes: list[int]) -> bool:
     return estimated_bytes(sizes) <= (MAPPED_MEMORY_BUDGET_BYTES if mapped else MEMORY_BUDGET_BYTES)
 
 
-def huge_page_array(shape: tuple[int, ...], dtype: type, fill: int) -> np.ndarray:
-    """A new array filled with `fill`, in memory the kernel may back with 2 MiB pages (madvise): random
-    probes into a table of 100 MB then miss the TLB far less often. A plain array where that is not offered."""
+def huge_page_array(shape: tuple[int, ...], dtype: type, fill: int | None) -> np.ndarray:
+    """A new array filled with `fill` (None: left as it comes, for the caller to fill), in memory the kernel may
+    back with 2 MiB pages (madvise): random probes into a table of 100 MB then miss the TLB far less often. A
+    plain array where that is not offered."""
     import mmap
 
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     if nbytes < (4 << 20) or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return np.full(shape, fill, dtype=dtype)
+        return np.empty(shape, dtype=dtype) if fill is None else np.full(shape, fill, dtype=dtype)
     buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     with contextlib.suppress(OSError):  # no transparent huge pages here: ordinary pages, the same numbers
         buffer.madvise(mmap.MADV_HUGEPAGE)
     out = np.frombuffer(buffer, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
-    out.fill(fill)
+    if fill is not None:
+        out.fill(fill)
     return out
 
 

@@ -57,6 +57,7 @@ class BackoffEngine:
     unigram_prob: np.ndarray   # float64 [V] log10 p(w)
     unigram_backoff: np.ndarray  # float64 [V] log10 b(w)
     build_seconds: float = 0.0
+    mapped: bool = False       # the table is a mapping of a saved file (nnlm.ngram.engine_file): 4 KiB pages
 
     def __post_init__(self) -> None:
         # scratch rows for the kernels (they allocate nothing): float [2, order-1], int [3, order+1]. Shared by
@@ -120,26 +121,6 @@ class BackoffEngine:
         _texts_sums(*self._kernel_tables(), *self._start(start), np.ascontiguousarray(ids, dtype=np.int64)[None, :],
                     np.ascontiguousarray(bounds, dtype=np.int64), out, self.fscratch, self.iscratch)
         return out
-
-    def token_log10(self, stream: np.ndarray, first: int, count: int, pad: int,
-                    since_start: np.ndarray | None = None) -> np.ndarray:
-        """log10 P of each token stream[first : first + count] (int64; IndexError if an id is outside V) given the
-        order-1 ids before it, `pad` before the stream's start and, with `since_start` (int64 [count]: tokens
-        of its own text before each token), before its text's start: `contexts()` rows, scored as one stream."""
-        return self.scaled_token_log10(stream, first, count, pad, since_start)[0]
-
-    def scaled_token_log10(self, stream: np.ndarray, first: int, count: int, pad: int,
-                           since_start: np.ndarray | None = None, scale: float = 1.0,
-                           then: float = 1.0) -> tuple[np.ndarray, float]:
-        """`token_log10` times `scale`, then times `then` (each product rounded as numpy rounds it: the numbers of
-        `(log10 * scale) * then` to the bit), and their sum in token order from 0.0 (a Python sum's)."""
-        out = np.empty(count, dtype=np.float64)
-        since = _NO_SINCE if since_start is None else np.ascontiguousarray(since_start, dtype=np.int64)
-        total = _stream_scores(*self._kernel_tables(), stream.reshape(1, -1), first, pad, since,
-                               since_start is not None, scale, then, out, self.fscratch, self.iscratch)
-        if total != total:  # nan: an id outside the vocabulary (nothing scored)
-            raise IndexError(f"token ids must be in 0 .. {self.vocab_size - 1}")
-        return out, total
 
     def stream_log10(self, start: np.ndarray, ids: np.ndarray) -> float:
         """Sum of log10 P over the stream `ids` (int64) after the context `start` [order-1]: one text."""
@@ -326,54 +307,6 @@ def _text_sum(table, ftable, offsets, caps, uprob, uback, order, start, start_ba
         for j in range(n1):
             backoffs[j] = chain[j]
         known = min(m, n1)
-    return total
-
-
-_NO_SINCE = np.zeros(1, dtype=np.int64)
-
-
-@numba.njit(**KERNEL)
-def _stream_scores(table, ftable, offsets, caps, uprob, uback, order, stream, first, pad, since, use_since, scale,
-                   then, out, fscratch, iscratch):
-    """out[i] = log10 P(stream[0, first + i] | its context), the state carried from token to token (see
-    BackoffEngine.token_log10). A token whose context reaches before the stream or its text reads it from
-    iscratch[2] (those ids `pad`); a text's first token starts afresh from that context's back-offs. Each score is
-    multiplied by `scale`, then by `then`; returns their sum in order from 0.0, or nan (nothing scored) if an id
-    is outside the vocabulary."""
-    v = len(uprob)
-    if pad < 0 or pad >= v:
-        return np.nan
-    for t in range(max(first - order + 1, 0), first + len(out)):
-        if stream[0, t] < 0 or stream[0, t] >= v:
-            return np.nan
-    n1 = order - 1
-    backoffs, chain, keys, homes, window = fscratch[0], fscratch[1], iscratch[0], iscratch[1], iscratch[2:3]
-    count = len(out)
-    m = 0
-    total = 0.0
-    for i in range(count):
-        t = first + i
-        ahead = i + PREFETCH_AHEAD
-        if ahead < count and first + ahead >= n1 and (not use_since or since[ahead] >= n1):
-            _prefetch_grams(table, offsets, caps, order, stream[0, first + ahead], stream, 0, first + ahead)
-        before = n1 if not use_since else min(since[i], n1)  # context words inside the text
-        if t - n1 >= 0 and before == n1:
-            ctx, width = stream, t
-        else:
-            for j in range(n1):
-                k = t - n1 + j
-                window[0, j] = stream[0, k] if k >= 0 and j >= n1 - before else pad
-            ctx, width = window, n1
-        if i == 0 or (use_since and since[i] == 0):
-            known = _context_row(table, ftable, offsets, caps, uback, order, ctx, 0, width, backoffs, keys, homes)
-        else:
-            for j in range(n1):
-                backoffs[j] = chain[j]
-            known = min(m, n1)
-        p, m = _gram_chain(table, ftable, offsets, caps, uprob, uback, order, stream[0, t], ctx, 0, width, known,
-                           chain, keys, homes)
-        out[i] = (_with_backoffs(p, m, backoffs, n1) * scale) * then
-        total += out[i]
     return total
 
 

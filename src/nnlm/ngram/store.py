@@ -22,8 +22,10 @@ FORMAT = "nnlm-ngram/1"
 
 
 def save_arrays(directory: Path | str, kind: str, order: int, vocab: Vocabulary,
-                arrays: dict[str, np.ndarray], params: dict[str, Any] | None = None) -> None:
-    """Write a model directory in one atomic step (a crash leaves the old one, or none)."""
+                arrays: dict[str, np.ndarray], params: dict[str, Any] | None = None,
+                beside: Callable[[Path], Any] | None = None) -> None:
+    """Write a model directory in one atomic step (a crash leaves the old one, or none); `beside(tmp)` writes
+    more files into it once arrays.npz is there (a back-off model's engine tables, nnlm.ngram.engine_file)."""
     directory = save_target(Path(directory))
     config = {"format": FORMAT, "kind": kind, "order": order, "vocab_size": len(vocab),
               "vocab_fingerprint": vocab.fingerprint, "params": params or {}}
@@ -31,6 +33,8 @@ def save_arrays(directory: Path | str, kind: str, order: int, vocab: Vocabulary,
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         vocab.save(tmp / "vocab.json")
         np.savez(tmp / "arrays.npz", **arrays)
+        if beside is not None:
+            beside(tmp)
 
 
 def record_corpus(directory: Path | str, corpus: dict[str, Any]) -> None:
