@@ -96,7 +96,8 @@ class BackoffTables:
         """The compiled engine of these tables (built once, at the first call, or mapped from the directory they
         were loaded from: nnlm.ngram.engine_file), or None if they keep the numpy path. A mapped table is copied
         into 2 MiB pages at the first call that is not `streaming` (a stream's probes are prefetched; the
-        per-call APIs' are not: engine_file.promote). The tables must not be changed in place after it is built."""
+        per-call APIs' are not: engine_file.promote), and by streams once they would have paid for the copy
+        (engine_file.promote_when_it_pays). The tables must not be changed in place after it is built."""
         if self._engine is None:
             from nnlm.ngram import query_engine
 
@@ -142,6 +143,10 @@ class BackoffTables:
         engine = self._engine if self._engine else self.query_engine(streaming=True)
         if engine is None:
             return None
+        if engine.mapped:
+            from nnlm.ngram.engine_file import promote_when_it_pays
+
+            promote_when_it_pays(engine, count)
         lo = first - len(self.keys) + 1
         if not (lo <= 0 and len(stream) == first + count and stream.dtype == np.int64 and stream.flags.c_contiguous):
             lo = max(lo, 0)  # (else: a stream made for this call, taken as it is)

@@ -58,6 +58,7 @@ class BackoffEngine:
     unigram_backoff: np.ndarray  # float64 [V] log10 b(w)
     build_seconds: float = 0.0
     mapped: bool = False       # the table is a mapping of a saved file (nnlm.ngram.engine_file): 4 KiB pages
+    mapped_tokens: int = 0     # tokens streamed on the mapping so far (engine_file.promote_when_it_pays)
 
     def __post_init__(self) -> None:
         # scratch rows for the kernels (they allocate nothing): float [2, order-1], int [3, order+1]. Shared by

@@ -1,6 +1,7 @@
 """Saving count-based models: a directory of config.json + vocab.json + arrays.npz.
 
-Arrays are stored with np.savez and read with allow_pickle=False, so loading a model never
+Arrays are stored as np.savez stores them (each 64-byte aligned: mapped_npz.save_aligned_npz) and read
+with allow_pickle=False, so loading a model never
 executes code from the file. `config.json` names the model kind; `load_ngram` dispatches on it.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_dir, atomic_write_text, read_input, require_regular
-from nnlm.ngram.mapped_npz import mapped_arrays
+from nnlm.ngram.mapped_npz import mapped_arrays, save_aligned_npz
 
 FORMAT = "nnlm-ngram/1"
 
@@ -32,7 +33,7 @@ def save_arrays(directory: Path | str, kind: str, order: int, vocab: Vocabulary,
     with atomic_dir(directory, replace=True) as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         vocab.save(tmp / "vocab.json")
-        np.savez(tmp / "arrays.npz", **arrays)
+        save_aligned_npz(tmp / "arrays.npz", arrays)
         if beside is not None:
             beside(tmp)
 
@@ -87,7 +88,7 @@ def load_arrays(directory: Path | str) -> tuple[dict[str, Any], Vocabulary, dict
         raise NnlmError(f"{directory}: vocab.json does not match config.json")
     require_regular(directory / "arrays.npz", "model arrays")
     try:
-        arrays = mapped_arrays(directory / "arrays.npz")  # np.savez's file, mapped: no copies (mapped_npz.py)
+        arrays = mapped_arrays(directory / "arrays.npz")  # mapped: no copies (mapped_npz.py)
         if arrays is None:
             with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
                 arrays = {name: npz[name] for name in npz.files}
