@@ -192,3 +192,22 @@ def test_streams_score_on_the_mapping_and_per_call_apis_on_a_copy(kn, tmp_path):
     assert [(s.log10_prob, s.word_log10.tolist()) for s in streamed + one] \
         == [(s.log10_prob, s.word_log10.tolist()) for s in again + one] \
         == [(s.log10_prob, s.word_log10.tolist()) for s in score_lines(kn, LINES)[0] + score_lines(kn, [LINES[0]])[0]]
+
+
+def test_streams_promote_the_mapping_once_it_would_have_paid_for_the_copy(kn, tmp_path):
+    """Streams on a mapped table count their tokens; once one token per STREAM_BYTES_PER_TOKEN bytes of table has
+    been streamed (this call included), the table is copied before the call, and the numbers do not change."""
+    from nnlm.ngram.engine_file import STREAM_BYTES_PER_TOKEN
+
+    loaded = saved(kn, tmp_path / "m")
+    first = score_lines(loaded, LINES)[0]
+    engine = loaded.tables._engine
+    assert engine.mapped and 0 < engine.mapped_tokens < engine.table.nbytes / STREAM_BYTES_PER_TOKEN
+    words = [f"w{i % (V - 2) + 2}" for i in range(engine.table.nbytes // STREAM_BYTES_PER_TOKEN)]
+    long_text = [" ".join(words[:100]), " ".join(words[100:])]  # two lines: a stream (one line is a per-call use)
+    assert score_lines(loaded, long_text[:1] * 2)[0] and engine.mapped  # 200 tokens more: still mapped
+    mapped_table = engine.table
+    long_scores = score_lines(loaded, long_text)[0]
+    assert not engine.mapped and np.array_equal(engine.table, mapped_table)
+    assert [(s.log10_prob, s.word_log10.tolist()) for s in first + long_scores] \
+        == [(s.log10_prob, s.word_log10.tolist()) for s in score_lines(kn, LINES)[0] + score_lines(kn, long_text)[0]]
