@@ -176,10 +176,17 @@ def paired_latencies(ours, reference, lines: list[str]) -> tuple[float, float]:
     return float(np.median(times[:, 0]) / 1e3), float(np.median(times[:, 1]) / 1e3)
 
 
+# The fresh processes run as Python runs by default: writing and reading modules' bytecode (.pyc). A shell that
+# sets PYTHONDONTWRITEBYTECODE (this project's sandbox does) makes every process compile nnlm's ~90 modules from
+# source: 0.2-0.45 s more a start, which KenLM's script (one C extension) does not pay.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def process_seconds(argv: list[str]) -> tuple[float, str]:
     """Wall seconds of a fresh process (its standard output to a pipe), and that output."""
     t0 = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, text=True)
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, text=True,
+                          env=CHILD_ENV)
     return time.perf_counter() - t0, done.stdout
 
 
@@ -191,6 +198,9 @@ def fresh_processes(workdir: Path, kn5: Path, lines: list[str], runs: int) -> No
     python = sys.executable
     nnlm_cli = [str(Path(python).parent / "nnlm")]  # the console script a user runs (the venv's)
     unsaved = without_engine_tables(kn5, workdir / "kn5-without-engine")
+    process_seconds(nnlm_cli + ["score", str(kn5), str(text)])  # untimed: bytecode written, as after any first run
+    if "PYTHONDONTWRITEBYTECODE" in os.environ:
+        print("\n(PYTHONDONTWRITEBYTECODE is set here; the fresh processes run without it, as Python runs by default)")
     firsts = {"nnlm": [], "KenLM": []}
     ends = {"nnlm": [], "KenLM": [], "unsaved": []}
     for _ in range(runs):
