@@ -1,0 +1,177 @@
+"""The LSTM a user copies today, trained on this project's files as a reference for nnlm's nets.
+
+Why: nnlm's nets are measured against the n-grams of the paper, but a user choosing a model asks how they
+compare with the recurrent nets people reach for first: PyTorch's `word_language_model` example. This module
+is written here after that example's recipe (nothing copied), so the comparison is re-run on any host:
+  - the net: word embeddings of `size`, `layers` LSTM layers of `size`, dropout `dropout` on the embeddings,
+    between the layers and on the output, a linear output layer whose weights are the embeddings (tied);
+    weights drawn from U(-0.1, 0.1), output bias 0;
+  - training: the train split as one stream cut into `batch` parallel rows, truncated back-propagation
+    through `bptt` steps (the state carried across windows, detached), plain SGD at rate `lr` with the
+    gradient's norm clipped to `clip`, the rate divided by 4 after an epoch that does not improve
+    validation; the weights that did best on validation are the ones tested;
+  - within a wall-clock budget for training and validation, like every nnlm row: training stops where the
+    time left is what a validation takes (timed on one window at the start, then on the last validation).
+
+Scored as nnlm scores every model (nnlm.lm.perplexity_from_log_probs over every token of a split, markers
+and `<unk>` included): each split is cut into `EVAL_ROWS` contiguous rows, each row starts from a zero state
+after the start-of-text token (nnlm's pad before a text's first token), and every token of the split is
+predicted exactly once.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from nnlm.data.corpus import Corpus
+from nnlm.lm import perplexity_from_log_probs
+
+EVAL_ROWS = 10   # rows a split is cut into for scoring (the example's evaluation batch)
+EVAL_WINDOW = 256  # steps scored per call (no gradient: only the memory of the logits bounds it)
+
+
+@dataclass(frozen=True)
+class LstmRecipe:
+    """The example's defaults with `--tied`, but for the epochs: training runs until the budget ends."""
+    size: int = 200
+    layers: int = 2
+    dropout: float = 0.2
+    batch: int = 20
+    bptt: int = 35
+    lr: float = 20.0
+    clip: float = 0.25
+    seed: int = 1111
+
+
+class TiedLstm(nn.Module):
+    """Embedding -> dropout -> LSTM -> dropout -> the embedding's transpose (tied output weights) + bias."""
+
+    def __init__(self, vocab_size: int, recipe: LstmRecipe) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(recipe.dropout)
+        self.embed = nn.Embedding(vocab_size, recipe.size)
+        self.lstm = nn.LSTM(recipe.size, recipe.size, recipe.layers, dropout=recipe.dropout)
+        self.out = nn.Linear(recipe.size, vocab_size)
+        self.out.weight = self.embed.weight  # tied
+        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+        nn.init.zeros_(self.out.bias)
+
+    def forward(self, inputs: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None):
+        """inputs [T, B] ids -> (log-softmax [T, B, V], the state after the last step)."""
+        hidden, state = self.lstm(self.drop(self.embed(inputs)), state)
+        return torch.log_softmax(self.out(self.drop(hidden)), dim=-1), state
+
+
+@dataclass
+class LstmResult:
+    valid: float          # perplexity of the weights tested
+    test: float
+    train_tokens: int     # tokens trained on (epochs x train, the last one possibly cut)
+    epochs: float         # epochs of training (fractional when the budget cut one)
+    seconds: float        # training and validation, wall clock
+    parameters: int
+    recipe: dict
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _rows(ids: np.ndarray, rows: int) -> torch.Tensor:
+    """The stream cut into `rows` contiguous rows, as [T, rows] (the tail that does not fill a row dropped)."""
+    length = len(ids) // rows
+    return torch.from_numpy(np.ascontiguousarray(ids[:length * rows], dtype=np.int64)).view(rows, length).t()
+
+
+def split_log_probs(model: TiedLstm, ids: np.ndarray, start: int) -> np.ndarray:
+    """ln P of every token of `ids`, in order: EVAL_ROWS rows of ceil(N / EVAL_ROWS) tokens (the last one shorter)
+    scored side by side, each from a zero state after `start`, in windows of EVAL_WINDOW steps."""
+    model.eval()
+    n = len(ids)
+    if n == 0:
+        return np.zeros(0)
+    length = -(-n // EVAL_ROWS)
+    body = np.full(EVAL_ROWS * length, start, dtype=np.int64)  # the last row's tail past the split: padding
+    body[:n] = ids
+    grid = np.concatenate([np.full((EVAL_ROWS, 1), start, dtype=np.int64), body.reshape(EVAL_ROWS, length)], axis=1)
+    grid = torch.from_numpy(grid).t().contiguous()  # [length + 1, rows]
+    out = torch.empty(length, EVAL_ROWS, dtype=torch.float64)
+    state = None
+    with torch.no_grad():
+        for at in range(0, length, EVAL_WINDOW):
+            window = grid[at:at + EVAL_WINDOW + 1]
+            log_probs, state = model(window[:-1], state)
+            out[at:at + len(window) - 1] = log_probs.gather(2, window[1:].unsqueeze(2)).squeeze(2)
+    return out.t().reshape(-1)[:n].numpy()
+
+
+def _epoch(model: TiedLstm, data: torch.Tensor, recipe: LstmRecipe, lr: float, deadline: float) -> int:
+    """One pass over the [T, batch] train rows in bptt windows, until the deadline; returns tokens trained."""
+    model.train()
+    state = None
+    trained = 0
+    for at in range(0, data.shape[0] - 1, recipe.bptt):
+        if time.monotonic() >= deadline:
+            break
+        inputs, targets = data[at:at + recipe.bptt], data[at + 1:at + 1 + recipe.bptt]
+        inputs = inputs[:len(targets)]
+        if state is not None:
+            state = tuple(s.detach() for s in state)
+        model.zero_grad(set_to_none=True)
+        log_probs, state = model(inputs, state)
+        loss = -log_probs.gather(2, targets.unsqueeze(2)).mean()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), recipe.clip)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(p.grad, alpha=-lr)
+        trained += targets.numel()
+    return trained
+
+
+def train_lstm_reference(corpus: Corpus, budget_seconds: float, recipe: LstmRecipe = LstmRecipe(),
+                         threads: int | None = None, progress=None) -> LstmResult:
+    """Train the reference on `corpus`'s train split within `budget_seconds` (training and validation; the
+    test scoring comes after) and score its best weights on valid and test. `progress(epoch, valid, lr)` is
+    called after each epoch."""
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(recipe.seed)
+    start = corpus.pad_id
+    model = TiedLstm(len(corpus.vocab), recipe)
+    data = _rows(corpus.split("train"), recipe.batch)
+    valid_ids = corpus.split("valid")
+    began = time.monotonic()
+    deadline = began + budget_seconds
+    sample = valid_ids[:EVAL_ROWS * EVAL_WINDOW]
+    t0 = time.monotonic()
+    split_log_probs(model, sample, start)  # a validation's time, from one window: kept free at the budget's end
+    validation = (time.monotonic() - t0) * len(valid_ids) / max(len(sample), 1)
+    lr, best, best_state, trained, epochs = recipe.lr, math.inf, None, 0, 0.0
+    while time.monotonic() < deadline - validation:
+        tokens = _epoch(model, data, recipe, lr, deadline - validation)
+        if tokens == 0:
+            break
+        trained += tokens
+        epochs += tokens / data.numel()
+        t0 = time.monotonic()
+        valid = perplexity_from_log_probs(split_log_probs(model, valid_ids, start))
+        validation = time.monotonic() - t0
+        if progress is not None:
+            progress(epochs, valid, lr)
+        if valid < best:
+            best, best_state = valid, {k: v.clone() for k, v in model.state_dict().items()}
+        else:
+            lr /= 4.0
+    seconds = time.monotonic() - began
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    else:  # no epoch began within the budget: the untrained net, scored as it is
+        best = perplexity_from_log_probs(split_log_probs(model, valid_ids, start))
+    test = perplexity_from_log_probs(split_log_probs(model, corpus.split("test"), start))
+    parameters = sum(p.numel() for p in model.parameters())
+    return LstmResult(best, test, trained, epochs, seconds, parameters, asdict(recipe))
