@@ -48,14 +48,14 @@ def _kn(corpus: Corpus, order: int, options: dict) -> LanguageModel:
 
 def _class(corpus: Corpus, order: int, options: dict) -> LanguageModel:
     """`clustering` "trigram": the exchange classes refined by the class trigram's likelihood
-    (nnlm.ngram.trigram_clusters) -- for text whose classes act through pairs of classes."""
+    (nnlm.wordclasses.trigram) -- for text whose classes act through pairs of classes."""
     n_classes, clusters = options.get("classes") or DEFAULT_CLASSES, options.get("clusters")
     clustering = options.get("clustering", "exchange")
     if clustering not in ("exchange", "trigram"):
         raise NnlmError(f"unknown --clustering {clustering!r}; choose exchange or trigram")
     if clustering == "trigram" and clusters is None:
-        from nnlm.ngram.clusters import WordClasses, exchange_clusters
-        from nnlm.ngram.trigram_clusters import refine_by_trigrams
+        from nnlm.wordclasses.exchange import WordClasses, exchange_clusters
+        from nnlm.wordclasses.trigram import refine_by_trigrams
 
         train = np.asarray(corpus.train, dtype=np.int64)
         found = exchange_clusters(train, len(corpus.vocab), n_classes, progress=options.get("progress", True))

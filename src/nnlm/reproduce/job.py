@@ -12,7 +12,7 @@ import numpy as np
 
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
-from nnlm.ngram.clusters import WordClasses
+from nnlm.wordclasses.exchange import WordClasses
 from nnlm.reproduce.background_clusters import BackgroundClusters
 from nnlm.reproduce.planner import Rates
 from nnlm.reproduce.results import Results, requested_options
