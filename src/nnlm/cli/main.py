@@ -13,11 +13,9 @@ import importlib
 import os
 import sys
 from collections.abc import Collection, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from nnlm.cli.common import Parser
-from nnlm.cli.crash import report_unexpected
-from nnlm.cli.version import add_version_option
 from nnlm.errors import NnlmError
 from nnlm.neural.stop_signals import StoppedBySignal
 
@@ -57,6 +55,21 @@ REGISTER = (
 COMMANDS = {command.name: command for command in REGISTER}
 
 
+class VersionAction(argparse.Action):
+    """argparse's version action, but the line is made (and nnlm.cli.version imported) only when the option is
+    given."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from nnlm.cli.version import version_line
+
+        print(version_line(), file=sys.stdout)
+        parser.exit(0)
+
+
 def register_module(sub: argparse._SubParsersAction, module: str) -> None:
     """Import nnlm.cli.`module` and add its command(s) to `sub` in full."""
     imported = importlib.import_module(f"nnlm.cli.{module}")
@@ -67,7 +80,8 @@ def build_parser(load: Collection[str] | None = None) -> argparse.ArgumentParser
     """The `nnlm` parser. The commands named in `load` (None: every command) get their module's full parser;
     the others a stand-in that carries only their name and help line, enough for `nnlm --help`."""
     parser = Parser(prog="nnlm", description="Neural and n-gram language models (Bengio et al. 2003).")
-    add_version_option(parser)
+    parser.add_argument("--version", action=VersionAction,
+                        help="print nnlm's version (and the git commit of a source checkout) and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     registered: set[str] = set()
     for command in REGISTER:
@@ -110,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # never a traceback: one line, the trace in a log file (NNLM_DEBUG=1: on stderr)
         if os.environ.get("NNLM_DEBUG") == "1":
             raise
+        from nnlm.cli.crash import report_unexpected
+
         code = report_unexpected(exc)
     finish = getattr(args, "finish", None)  # a command's last word on its process (train: a torchrun rank's exit)
     if finish is not None:

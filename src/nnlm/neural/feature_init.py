@@ -70,7 +70,6 @@ def class_evidence(corpus, n_classes: int, limit: int, progress: bool = False) -
     from nnlm.lm import perplexity
     from nnlm.loading import build_count_model
     from nnlm.wordclasses.exchange import WordClasses
-    from nnlm.wordclasses.trigram import MAX_CLASSES
 
     with show_progress(None, "--init-features auto: trigrams fitted", unit="model", enabled=progress,
                        scaled=False) as line:
@@ -97,6 +96,8 @@ def class_evidence(corpus, n_classes: int, limit: int, progress: bool = False) -
         best = min(tried, key=tried.get)
         evidence = {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
                     "classes_tried": len(tried)}
+        from nnlm.wordclasses.trigram import MAX_CLASSES  # (here: where the classes pay)
+
         if best <= MAX_CLASSES:  # (the refinement's dense K^3 table)
             refined = feature_classes(corpus.train, len(corpus.vocab), best, "trigram")  # (from best's remembered ones)
             evidence["refined_class_trigram_valid"] = class_trigram(best, refined, f"refined class trigram, K = {best}")

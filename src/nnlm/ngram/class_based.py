@@ -27,9 +27,9 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LMState
 from nnlm.ngram.backoff import LN10, BackoffTables, KeptStateOwner, quick_step_words, start_context
-from nnlm.wordclasses.exchange import WordClasses, exchange_clusters
 from nnlm.ngram.kneser_ney import fit_kneser_ney
 from nnlm.ngram.store import load_arrays, save_arrays
+from nnlm.wordclasses.exchange import WordClasses, exchange_clusters
 
 DEFAULT_CLASSES = 500
 FALLBACK_DISCOUNT = 0.5  # when train has no words seen once or none seen twice

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from nnlm.errors import NnlmError
-from nnlm.wordclasses import exchange_kernels as kernels
 from nnlm.progress import show_progress
+from nnlm.wordclasses import exchange_kernels as kernels
 
 MAX_PASSES = 15
 STOP_MOVED_FRACTION = 0.005  # stop once a pass moves fewer than this share of the words
