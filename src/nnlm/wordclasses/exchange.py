@@ -1,5 +1,6 @@
-"""Word classes for class-based n-grams: the exchange algorithm (Kneser & Ney 1993; Martin,
-Liermann & Ney 1998), which maximizes the training likelihood of the class bigram model
+"""Word classes by the exchange algorithm (Kneser & Ney 1993; Martin, Liermann & Ney 1998), for the class
+n-gram, the class-factored output layer and the class-tied feature rows alike: it maximizes the training
+likelihood of the class bigram model
 
     P(w_t | w_{t-1}) = P(c(w_t) | c(w_{t-1})) * P(w_t | c(w_t)),   both by relative frequency.
 
