@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from nnlm.data.corpus import load_corpus
-from nnlm.ngram.clusters import _initial_classes, exchange_clusters, exchange_clusters_reference
+from nnlm.wordclasses.exchange import _initial_classes, exchange_clusters, exchange_clusters_reference
 
 
 def xlogx(x: float) -> float:

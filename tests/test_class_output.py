@@ -122,7 +122,7 @@ def test_frequency_bins_make_exactly_k_classes_frequent_words_first(v, data):
 
 
 def test_exchange_classes_are_the_class_based_ngram_clustering(random_corpus):
-    from nnlm.ngram.clusters import exchange_clusters
+    from nnlm.wordclasses.exchange import exchange_clusters
 
     v = len(random_corpus.vocab)
     found = output_classes("exchange", random_corpus.train, v, 7)

@@ -74,3 +74,27 @@ def test_the_recipe_help_lists_every_registered_recipe_and_its_values():
         stated = actions[key].help.split("(default: the recipe's: ")[1]
         named = [name for group in re.findall(r"\(([^()]*)\)", stated) for name in group.split(", ")]
         assert sorted(named) == sorted(RECIPES), (key, stated)
+
+
+def test_the_register_lists_every_command_with_its_modules_own_help():
+    """`nnlm --help` is built from the register without importing the commands' modules: the register's lines
+    must be the ones the modules give, and the help the same as with every module loaded."""
+    from nnlm.cli.main import COMMANDS
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {a.dest: a.help for a in sub._choices_actions} == {name: c.help for name, c in COMMANDS.items()}
+    assert build_parser(()).format_help() == build_parser().format_help()
+
+
+def test_a_command_imports_its_own_module_only():
+    """`nnlm --help` imports no command module; `nnlm CMD` the module of CMD (and of its family) alone."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom nnlm.cli.main import COMMANDS, build_parser\nbuild_parser({load})\n"
+             "print(sorted(m.split('.')[-1] for m in sys.modules if m.startswith('nnlm.cli.') and m.split('.')[-1] "
+             "in {{c.module for c in COMMANDS.values()}}))")
+    for load, expect in (("()", "[]"), ("['train']", "['train']"), ("['generate', 'next']", "['text']")):
+        out = subprocess.run([sys.executable, "-c", probe.format(load=load)], capture_output=True, text=True,
+                             check=True).stdout
+        assert out.strip() == expect, (load, out)

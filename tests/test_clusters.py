@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from nnlm.errors import NnlmError
-from nnlm.ngram.clusters import exchange_clusters
+from nnlm.wordclasses.exchange import exchange_clusters
 
 
 def class_bigram_log_likelihood(train: np.ndarray, classes: np.ndarray) -> float:
@@ -71,7 +71,7 @@ def test_unseen_words_are_dealt_out_and_classes_stay_non_empty():
 
 def test_unseen_words_follow_class_sizes():
     # class sizes 3 : 1 after clustering a corpus of 4 words into 2 classes; 8 unseen words
-    from nnlm.ngram.clusters import deal_out
+    from nnlm.wordclasses.exchange import deal_out
 
     got = deal_out(np.arange(8), np.array([3.0, 1.0]))
     assert np.bincount(got).tolist() == [6, 2]
@@ -94,7 +94,7 @@ def test_class_count_out_of_range(c):
 def test_a_deadline_cuts_the_passes_and_resuming_finishes_them(random_corpus, tmp_path, monkeypatch):
     """Cut before any word: nothing done, incomplete; continued, it is exactly the uncut run. Cut mid-pass:
     continued, the likelihood still never decreases and the result is complete."""
-    from nnlm.ngram import clusters
+    from nnlm.wordclasses import exchange as clusters
 
     train, v = random_corpus.train.astype(np.int64), len(random_corpus.vocab)
     whole = exchange_clusters(train, v, 8, progress=False)
@@ -133,7 +133,7 @@ def zipf_bigram_corpus(rng: np.random.Generator, tokens: int, words: int) -> np.
 
 
 def same_as_reference(train: np.ndarray, v: int, c: int, **kwargs) -> None:
-    from nnlm.ngram.clusters import exchange_clusters_reference
+    from nnlm.wordclasses.exchange import exchange_clusters_reference
 
     ref = exchange_clusters_reference(train, v, c)
     new = exchange_clusters(train, v, c, progress=False, **kwargs)
@@ -156,7 +156,7 @@ def test_compiled_moves_give_the_numpy_paths_classes_on_zipf_bigrams(seed, c):
 def test_words_rounding_could_decide_are_decided_by_the_reference_formula(random_corpus, monkeypatch):
     """With the rounding bound made huge, every word's decision is handed back to the NumPy formula
     (the path taken for near ties): still the reference's classes, and every visited word was handed back."""
-    from nnlm.ngram import clusters
+    from nnlm.wordclasses import exchange as clusters
 
     made = []
 

@@ -105,3 +105,19 @@ def test_every_module_imports(name):
     if name == "nnlm.__main__":
         pytest.skip("runs the command line when imported")
     importlib.import_module(name)
+
+
+def test_the_model_families_meet_only_through_shared_modules():
+    """nnlm.neural and nnlm.ngram import nothing of each other (function-level imports count too), and the word
+    classes both use (nnlm.wordclasses) import neither: what they share sits below both."""
+    modules = module_names()
+    graph = {name: nnlm_imports(name, path, modules) for name, path in modules.items()}
+
+    def crossing(family: str, others: tuple[str, ...]) -> dict[str, set[str]]:
+        found = {name: {m for m in graph[name] if m.startswith(others)} for name in graph
+                 if name == family or name.startswith(family + ".")}
+        return {name: hits for name, hits in found.items() if hits}
+
+    assert not crossing("nnlm.neural", ("nnlm.ngram",))
+    assert not crossing("nnlm.ngram", ("nnlm.neural",))
+    assert not crossing("nnlm.wordclasses", ("nnlm.neural", "nnlm.ngram"))

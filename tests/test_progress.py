@@ -84,7 +84,7 @@ def test_training_logs_plain_progress_lines_when_stderr_is_not_a_terminal(random
 
 
 def test_clustering_progress_goes_through_the_same_helper(monkeypatch, capsys):
-    from nnlm.ngram.clusters import exchange_clusters
+    from nnlm.wordclasses.exchange import exchange_clusters
 
     monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
     rng = np.random.default_rng(0)

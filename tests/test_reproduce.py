@@ -299,7 +299,7 @@ def test_the_late_class_rows_are_clustered_in_a_second_process_with_the_classes_
     parent would have found itself."""
     import nnlm.reproduce.table as table
     from nnlm.data.corpus import load_corpus
-    from nnlm.ngram.clusters import exchange_clusters, load_word_classes
+    from nnlm.wordclasses.exchange import exchange_clusters, load_word_classes
 
     rp = small_class_rows(monkeypatch)
     monkeypatch.setattr(table, "NGRAM_BUILD_ORDER", tuple(i for i in table.NGRAM_BUILD_ORDER

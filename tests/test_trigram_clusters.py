@@ -12,8 +12,8 @@ from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural.feature_init import feature_classes
 from nnlm.ngram.class_based import ClassNgram
-from nnlm.ngram.clusters import WordClasses
-from nnlm.ngram.trigram_clusters import _TrigramCounts, refine_by_trigrams
+from nnlm.wordclasses.exchange import WordClasses
+from nnlm.wordclasses.trigram import _TrigramCounts, refine_by_trigrams
 
 
 def log_likelihood(train: np.ndarray, classes: np.ndarray, k: int) -> float:
@@ -82,7 +82,7 @@ def test_on_class_trigram_text_the_refined_classes_predict_validation_better(tmp
 
 
 def test_too_many_classes_for_the_dense_table_is_one_clear_error():
-    from nnlm.ngram.trigram_clusters import MAX_CLASSES
+    from nnlm.wordclasses.trigram import MAX_CLASSES
 
     train = np.arange(2000) % 1000
     with pytest.raises(NnlmError, match=f"at most {MAX_CLASSES} classes"):
@@ -90,7 +90,7 @@ def test_too_many_classes_for_the_dense_table_is_one_clear_error():
 
 
 def test_candidate_blocks_give_the_same_gains(monkeypatch):
-    import nnlm.ngram.trigram_clusters as tc
+    import nnlm.wordclasses.trigram as tc
 
     rng = np.random.default_rng(2)
     train = rng.integers(0, 20, size=1500)

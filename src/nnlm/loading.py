@@ -1,4 +1,5 @@
-"""`nnlm.load(path)`: any saved model -> a LanguageModel, chosen by what is at `path`."""
+"""`nnlm.load(path)`: any saved model -> a LanguageModel, chosen by what is at `path`; and a count model built
+by kind, for code outside nnlm.ngram that compares against one (`build_count_model`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -86,16 +87,28 @@ def load_or_build(spec: str, corpus) -> LanguageModel:
     """A model from a path (saved model) or a spec `kind[:order]` built on `corpus` (e.g. kn:5)."""
     if Path(spec).exists():
         return load(spec)
-    from nnlm.ngram.build import KINDS, build_ngram
+    from nnlm.ngram.build import KINDS
 
     kind, _, order = spec.partition(":")
     if kind not in KINDS:
         raise NnlmError(f"{spec!r} is neither a saved model nor a model spec like "
                         f"{', '.join(k + ':N' for k in KINDS)}")
     try:
-        return build_ngram(kind, corpus, int(order) if order else None)
+        return build_count_model(kind, corpus, int(order) if order else None)
     except ValueError:
         raise NnlmError(f"bad order in model spec {spec!r}: expected kind:N") from None
+
+
+def build_count_model(kind: str, corpus, order: int | None = None, **options) -> LanguageModel:
+    """A count-based model of `kind` (nnlm.ngram.build.KINDS: kn, class, ...) of `order` (None: the kind's default)
+    counted from `corpus`'s train, with the kind's `options` (class: classes, clusters, progress).
+
+    Why here: the neural side compares its choices against count models (nnlm.neural.feature_init) through the
+    LanguageModel interface alone; asking this neutral module for one keeps nnlm.neural from importing nnlm.ngram,
+    and nnlm.ngram is imported only when a count model is built."""
+    from nnlm.ngram.build import build_ngram
+
+    return build_ngram(kind, corpus, order, **options)
 
 
 def match_corpus(model: LanguageModel, path: str | Path, corpus) -> LanguageModel:

@@ -5,11 +5,8 @@ file points to its own HEAD), only when --version is asked for: no `git` subproc
 An installed wheel has no checkout above it, and shows the version alone."""
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from pathlib import Path
-from typing import Any
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 CHECKOUT = Path(__file__).resolve().parents[3]  # src/nnlm/cli/version.py -> the repository's root
@@ -73,20 +70,3 @@ def version_line() -> str:
     """What `nnlm --version` prints: "nnlm 0.1.0", with "(git abc123def456)" from a checkout."""
     commit = checkout_commit()
     return f"nnlm {package_version()}" + (f" (git {commit})" if commit else "")
-
-
-class VersionAction(argparse.Action):
-    """argparse's version action, but the line is made only when the option is given."""
-
-    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        print(version_line(), file=sys.stdout)
-        parser.exit(0)
-
-
-def add_version_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--version", action=VersionAction,
-                        help="print nnlm's version (and the git commit of a source checkout) and exit")

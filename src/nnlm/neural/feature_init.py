@@ -3,7 +3,7 @@
 On a small corpus the net must find which words behave alike from few occurrences of each, and
 meanwhile memorizes word-specific contexts in the rows of the rarer words (docs/recipes.md: on
 gen-500 the default fits train to 1.13x the source and valid to 1.6x). The exchange clustering of
-the training text (the class-based n-gram's, nnlm.ngram.clusters) finds such groups from bigram
+the training text (nnlm.wordclasses.exchange, the class-based n-gram's too) finds such groups from bigram
 counts in seconds. With it:
 
 - every word's feature row C_w starts from its class's vector (one U(-INIT_SCALE, INIT_SCALE)
@@ -26,7 +26,7 @@ n >= 3, in one process), the exchange class trigram and the word Kneser-Ney trig
 (seconds) and compared on validation; if the classes explain the text better by the margin AUTO_MARGIN, the
 run takes tied rows with the class-pair features, K the best of a few counts near sqrt(|V|) by the class
 trigram's validation perplexity, and the classes refined by trigrams (`--feature-clustering trigram`,
-nnlm.ngram.trigram_clusters) where their class trigram is the better on validation; otherwise random rows.
+nnlm.wordclasses.trigram) where their class trigram is the better on validation; otherwise random rows.
 Real text (Brown, its news and learned categories) stays random; text drawn from a class source takes the
 classes (docs/recipes.md).
 
@@ -61,16 +61,15 @@ AUTO_CLASS_SCALES = (0.8, 0.85, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3)
 
 def class_evidence(corpus, n_classes: int, limit: int, progress: bool = False) -> dict[str, float]:
     """How well exchange classes explain the text: the validation perplexities of the class trigram (KN over
-    the classes, P(w | c) counted) and of the word KN trigram, both counted from train. Where the classes
+    the classes, P(w | c) counted) and of the word KN trigram, both counted from train (built by
+    nnlm.loading.build_count_model and compared as LanguageModels: no n-gram internals here). Where the classes
     pay at K = `n_classes`: the class count among the AUTO_CLASS_SCALES multiples (at most `limit`) whose
     class trigram is best on validation, and that class trigram on the same classes refined by trigrams
     (`refined_class_trigram_valid`; `feature_clustering` says which the run takes). `progress`: a line
     on stderr for each model fitted (on a large text each clustering takes minutes)."""
     from nnlm.lm import perplexity
-    from nnlm.ngram.class_based import ClassNgram
-    from nnlm.ngram.clusters import WordClasses
-    from nnlm.ngram.kneser_ney import KneserNeyModel
-    from nnlm.ngram.trigram_clusters import MAX_CLASSES
+    from nnlm.loading import build_count_model
+    from nnlm.wordclasses.exchange import WordClasses
 
     with show_progress(None, "--init-features auto: trigrams fitted", unit="model", enabled=progress,
                        scaled=False) as line:
@@ -80,13 +79,13 @@ def class_evidence(corpus, n_classes: int, limit: int, progress: bool = False) -
             return valid
 
         def class_trigram(k: int, classes: np.ndarray, what: str) -> float:
-            model = ClassNgram.fit(corpus.vocab, corpus.train, 3, k, progress=False, clusters=WordClasses(classes, k))
+            model = build_count_model("class", corpus, 3, classes=k, clusters=WordClasses(classes, k), progress=False)
             return fitted(what, perplexity(model, corpus, "valid"))
 
         def exchange_trigram(k: int) -> float:
             return class_trigram(k, feature_classes(corpus.train, len(corpus.vocab), k), f"class trigram, K = {k}")
 
-        word_trigram = KneserNeyModel.fit(corpus.vocab, corpus.train, 3)
+        word_trigram = build_count_model("kn", corpus, 3)
         words = fitted("word KN trigram", perplexity(word_trigram, corpus, "valid"))
         tried = {n_classes: exchange_trigram(n_classes)}
         if tried[n_classes] >= AUTO_MARGIN * words:
@@ -97,6 +96,8 @@ def class_evidence(corpus, n_classes: int, limit: int, progress: bool = False) -
         best = min(tried, key=tried.get)
         evidence = {"classes": best, "class_trigram_valid": tried[best], "kn_trigram_valid": words,
                     "classes_tried": len(tried)}
+        from nnlm.wordclasses.trigram import MAX_CLASSES  # (here: where the classes pay)
+
         if best <= MAX_CLASSES:  # (the refinement's dense K^3 table)
             refined = feature_classes(corpus.train, len(corpus.vocab), best, "trigram")  # (from best's remembered ones)
             evidence["refined_class_trigram_valid"] = class_trigram(best, refined, f"refined class trigram, K = {best}")
@@ -121,14 +122,14 @@ _CLUSTERED_MAX = 16
 
 def feature_classes(train: np.ndarray, vocab_size: int, n_classes: int, clustering: str = "exchange") -> np.ndarray:
     """classes[w] in 0 .. K-1: the exchange clustering of the training text; `clustering` "trigram": those
-    classes refined by the class trigram's likelihood (nnlm.ngram.trigram_clusters).
+    classes refined by the class trigram's likelihood (nnlm.wordclasses.trigram).
 
     Both are deterministic, and a new run asks for the same classes twice in one process (auto's evidence,
     then the run's setup: ~8 s of clustering on gen-2k), so the results are remembered by the text's digest."""
     key = (hashlib.blake2b(np.ascontiguousarray(train).view(np.uint8)).hexdigest(), vocab_size, n_classes, clustering)
     if key not in _CLUSTERED:
         if clustering == "trigram":
-            from nnlm.ngram.trigram_clusters import refine_by_trigrams
+            from nnlm.wordclasses.trigram import refine_by_trigrams
 
             classes = refine_by_trigrams(train, feature_classes(train, vocab_size, n_classes), n_classes)[0]
         else:

@@ -35,13 +35,17 @@ fp32 such a change is a change to the copy, whose columns the parameters are.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numba
 import numpy as np
 import torch
 
-from nnlm.neural.feature_init import ClassPull
 from nnlm.neural.model import NPLM
 from nnlm.neural.softmax_loss import logit_gradient_, mean_nll
+
+if TYPE_CHECKING:  # (a type only)
+    from nnlm.neural.feature_init import ClassPull
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

@@ -5,12 +5,16 @@ never to the biases b and d. `state_tensors` / `load_state_tensors` are what a c
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from nnlm.errors import NnlmError
-from nnlm.neural.feature_init import ClassPull
-from nnlm.neural.kept_output import KeptOutput
 from nnlm.neural.model import NPLM
+
+if TYPE_CHECKING:  # (types only: a run without classes or the kept layer imports neither)
+    from nnlm.neural.feature_init import ClassPull
+    from nnlm.neural.kept_output import KeptOutput
 
 
 class PaperSGD:

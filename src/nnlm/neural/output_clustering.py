@@ -1,7 +1,7 @@
 """The word classes of the class-factored output layer (nnlm.neural.class_output), chosen once from
 the training text when a run is created.
 
-- `exchange` (the default): the exchange algorithm of the class-based n-gram (nnlm.ngram.clusters),
+- `exchange` (the default): the exchange algorithm of the class-based n-gram (nnlm.wordclasses.exchange),
   which groups words that follow the same words: P(class | h) then carries most of the prediction and
   each within-class softmax separates near-synonyms.
 - `frequency`: words sorted by training count cut into K bins of about equal token mass (frequent
@@ -61,7 +61,7 @@ def output_classes(clustering: str, train: np.ndarray, vocab_size: int, n_classe
                         f"{class_count_limit(clustering, train, vocab_size)} classes of this corpus")
     if clustering == "frequency":
         return frequency_classes(train, vocab_size, n_classes)
-    from nnlm.ngram.clusters import exchange_clusters
+    from nnlm.wordclasses.exchange import exchange_clusters
 
     found = exchange_clusters(np.asarray(train, dtype=np.int64), vocab_size, n_classes, progress=progress)
     if found.n_classes != n_classes or np.bincount(found.classes, minlength=n_classes).min() == 0:

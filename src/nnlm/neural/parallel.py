@@ -53,7 +53,6 @@ from nnlm.neural.run_config import Run, open_corpus, pick_device
 from nnlm.neural.scoring import BF16, EXACT
 from nnlm.neural.train import run_setup, train_with
 from nnlm.neural.trainer import Trainer, TrainingSetup
-from nnlm.neural.vocab_parallel import VocabParallelLM, VocabParallelNPLM, assemble_nplm, full_tensors, vocab_slices
 
 MODES = ("none", *(name for name in TRAINERS if name != "single"))  # --parallel: none is the single process
 _torchrun_rank = False  # this process joined torchrun's group in train_parallel: it ends by exit_torchrun_rank
@@ -208,6 +207,8 @@ def rank_model(whole: dict[str, torch.Tensor], run: Run, mode: str, rank: int, w
         net.load_state_dict(model_part)
         net.to(device)
     else:
+        from nnlm.neural.vocab_parallel import VocabParallelNPLM, vocab_slices
+
         lo, hi = vocab_slices(config.vocab_size, world)[rank]
         net = VocabParallelNPLM.from_full(model_part, config, rank, world, recipe.dropout_x,
                                           recipe.dropout_h).to(device)
@@ -322,10 +323,14 @@ class VocabTrainer(_RankTrainer):
 
     def validation_model(self, whole_net: nn.Module, corpus: Corpus) -> LanguageModel:
         """Every rank scores its slice of the output layer (a collective), as in training."""
+        from nnlm.neural.vocab_parallel import VocabParallelLM
+
         return VocabParallelLM(self.net, corpus.vocab, bf16=bool(self.run.bf16))
 
     def whole(self) -> tuple[NPLM, Any]:
         """The slices gathered (a collective: every rank calls it); meaningful on rank 0."""
+        from nnlm.neural.vocab_parallel import assemble_nplm, full_tensors
+
         gathered = full_tensors(self.net, self.optimizer.state_tensors())
         params = {k: v.cpu() for k, v in gathered.items() if not k.startswith("optim.")}
         optim_state = {k: v for k, v in gathered.items() if k.startswith("optim.")}

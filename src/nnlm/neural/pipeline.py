@@ -22,15 +22,11 @@ from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import SessionOptions, run_part, session_options
-from nnlm.neural.feature_init import ClassPull, add_class_pull, feature_classes, tie_rows_to_classes, tied_parameters
-from nnlm.neural.kept_output import KeptLoss, keeps_output
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net
 from nnlm.neural.optim import Adam, PaperSGD
-from nnlm.neural.output_clustering import output_classes
 from nnlm.neural.recipes import Recipe
 from nnlm.neural.run_config import Run, open_run
-from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
 from nnlm.neural.trainer import Trainer, TrainingSetup, TrainingState
 from nnlm.wording import counted
 
@@ -114,10 +110,13 @@ def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = Fals
     `exact_decay`: RowAdam's exact rule (--row-decay exact), else its lazy one."""
     if net.config.output_classes and recipe.optimizer == "adam":
         from nnlm.neural.class_output import ClassRowLoss
+        from nnlm.neural.sampled import RowAdam
 
         loss = ClassRowLoss()
         return loss, RowAdam(net, loss, lr, recipe.weight_decay, exact_decay=exact_decay)
-    if keeps_output(net, recipe.optimizer, one_process):
+    if recipe.optimizer == "paper-sgd":  # (the kept layer's module, with its compiled update, only for the paper's SGD)
+        from nnlm.neural.kept_output import KeptLoss, keeps_output
+    if recipe.optimizer == "paper-sgd" and keeps_output(net, recipe.optimizer, one_process):
         kept_loss = KeptLoss(net, torch.bfloat16 if bf16 else torch.float32)
         return kept_loss, PaperSGD(net, lr, recipe.lr_decay, recipe.weight_decay, kept=kept_loss.kept)
     return batch_loss, build_optimizer(net, recipe, lr)
@@ -133,6 +132,8 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
     exact_decay = run.row_decay == "exact"
     if run.loss == "full":
         return full_loss(net, run.training_recipe, lr, run.bf16, one_process, exact_decay)
+    from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
+
     energy, words = net.config.energy, net.config.vocab_size  # energy net (nnlm.neural.energy): b enters as -b
     if energy:
         from nnlm.neural.energy import EnergySampledLoss
@@ -166,17 +167,22 @@ def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.de
     state = ck.load_training_state(out, net, optimizer) if resume else None
     words = net.config.vocab_size  # |V|: the run's vocabulary is the net's output (run.json checked it)
     if state is None and net.config.output_classes:  # a fresh class-factored net: the run's classes
+        from nnlm.neural.output_clustering import output_classes
+
         net.set_classes(output_classes(run.output_clustering, corpus.train, words, net.config.output_classes))
     if run.init_features == "exchange":  # the classes start a fresh net's rows, and hold every run's near them
-        classes = feature_classes(corpus.train, words, run.feature_classes, run.feature_clustering)
+        from nnlm.neural import feature_init as fi
+        from nnlm.neural.kept_output import KeptLoss
+
+        classes = fi.feature_classes(corpus.train, words, run.feature_classes, run.feature_clustering)
         if state is None:
-            tie_rows_to_classes(net, classes, run.seed)
+            fi.tie_rows_to_classes(net, classes, run.seed)
             if run.model_config.class_context:  # (a checkpoint holds the map with the weights)
                 net.set_context_classes(classes, corpus.vocab.unk_id)
         if not isinstance(loss_fn, KeptLoss):
-            add_class_pull(net, classes, run.class_pull)
+            fi.add_class_pull(net, classes, run.class_pull)
         elif run.class_pull:  # (the kept layer's gradients reach no hook: the pull is in the update)
-            optimizer.pull_towards(ClassPull(classes, run.class_pull, device), tied_parameters(net))
+            optimizer.pull_towards(fi.ClassPull(classes, run.class_pull, device), fi.tied_parameters(net))
     state = state or fresh_state()
     return TrainingSetup(out, run, session, corpus, device, net, optimizer, loss_fn, state, resume, workers)
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from nnlm.errors import NnlmError
 from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.output_clustering import default_class_count
 
 _TABLE1 = {  # name: (n, h, m, direct)
     "mlp1": (5, 50, 60, True),
@@ -68,6 +67,8 @@ def preset(name: str, vocab_size: int) -> ModelConfig:
     if key in BEYOND or key in EXTENSIONS:
         return ModelConfig(vocab_size=vocab_size, **(BEYOND.get(key) or EXTENSIONS[key]))
     if key in CLASS_OUTPUT:
+        from nnlm.neural.output_clustering import default_class_count
+
         return dataclasses.replace(preset(CLASS_OUTPUT[key], vocab_size),
                                    output_classes=default_class_count(vocab_size))
     if key not in PRESETS:

@@ -20,9 +20,8 @@ from nnlm.data.corpus import Corpus
 from nnlm.data.provenance import OPTION_NAMES, STDIN_RECORD, corpus_options, load_recorded_corpus, settled
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
-from nnlm.neural.config import DEFAULT_CLASS_PULL, RUN_DEFAULTS, RunOptions, check_loss
+from nnlm.neural.config import DEFAULT_CLASS_PULL, DEFAULT_SAMPLES, RUN_DEFAULTS, RunOptions, check_loss
 from nnlm.neural.model_config import VARIANTS, ModelConfig
-from nnlm.neural.output_clustering import CLUSTERINGS, class_count_limit, default_class_count
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import (
     RECIPES,
@@ -34,7 +33,6 @@ from nnlm.neural.recipes import (
     regularisation_scale,
     run_recipe,
 )
-from nnlm.neural.sampled import DEFAULT_SAMPLES
 from nnlm.output_guard import guard_outputs
 from nnlm.wording import counted
 
@@ -113,6 +111,8 @@ def model_config(run: dict[str, Any] | RunOptions, vocab_size: int) -> ModelConf
     if values.get("output_layer") == "full":
         picks["output_classes"] = 0
     elif values.get("output_layer") == "classes" or base.output_classes:
+        from nnlm.neural.output_clustering import default_class_count
+
         picks["output_classes"] = (values.get("output_classes") or base.output_classes
                                    or default_class_count(vocab_size))
     return ModelConfig(**(base.to_dict() | picks))
@@ -208,6 +208,8 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
     an explicit one is refused). A class-factored layer trains in fp32."""
     if not model.output_classes:
         return dataclasses.replace(options, output_layer="full"), model
+    from nnlm.neural.output_clustering import CLUSTERINGS, class_count_limit
+
     clustering = options.output_clustering or CLUSTERINGS[0]
     limit = class_count_limit(clustering, corpus.train, model.vocab_size)
     if model.output_classes > limit:
@@ -236,6 +238,8 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
         what = "the energy network (--energy)" if model.energy else "--output-layer classes"
         raise NnlmError(f"--init-features exchange ties the full softmax's output rows U and W of each class; "
                         f"{what} has other output rows: choose one of them")
+    from nnlm.neural.output_clustering import class_count_limit, default_class_count
+
     limit = class_count_limit("exchange", corpus.train, model.vocab_size)
     default_k = min(limit, default_class_count(model.vocab_size))
     evidence = None

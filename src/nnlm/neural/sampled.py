@@ -40,7 +40,6 @@ from nnlm.neural.config import check_loss
 from nnlm.neural.model import NPLM
 from nnlm.neural.optim import adam_state_tensors, load_adam_state
 
-DEFAULT_SAMPLES = 128  # Brown, MLP1: 2.4x faster steps than K = 512 and a lower valid perplexity (README)
 PROPOSAL_POWER = 0.75  # unigram^0.75 (Mikolov et al. 2013's smoothing): frequent words less dominant
 SELF_NORMALIZATION = 0.1  # alpha of the sampled loss's (log Z^)^2 term (Devlin et al. 2014 used 0.1)
 ROWS = ("C", "W", "U", "b")  # the |V|-row parameters, updated only where a batch touched them

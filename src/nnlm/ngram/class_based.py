@@ -2,11 +2,11 @@
 
     P(w | h) = P(c(w) | c(h))  *  P(w | c(w))
 
-The words of train are put in c classes by the exchange algorithm (nnlm.ngram.clusters); the
+The words of train are put in c classes by the exchange algorithm (nnlm.wordclasses.exchange); the
 class of each history word gives a stream of class ids, modelled by modified Kneser-Ney of the
 same order. P(w | c) is the word's share of its class's training count.
 
-Words of V never seen in train are dealt out to the classes (see clusters.py). A class that
+Words of V never seen in train are dealt out to the classes (nnlm.wordclasses.exchange.deal_out). A class that
 holds some keeps back a discount D from each of its train words' counts (absolute discounting,
 D = n1 / (n1 + 2 n2) from the counts-of-counts of the train words) and shares it equally among
 its unseen words. So every word of V has a probability > 0 and each P(. | c) sums to 1. (Giving
@@ -27,9 +27,9 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LMState
 from nnlm.ngram.backoff import LN10, BackoffTables, KeptStateOwner, quick_step_words, start_context
-from nnlm.ngram.clusters import WordClasses, exchange_clusters
 from nnlm.ngram.kneser_ney import fit_kneser_ney
 from nnlm.ngram.store import load_arrays, save_arrays
+from nnlm.wordclasses.exchange import WordClasses, exchange_clusters
 
 DEFAULT_CLASSES = 500
 FALLBACK_DISCOUNT = 0.5  # when train has no words seen once or none seen twice

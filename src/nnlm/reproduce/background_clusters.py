@@ -1,6 +1,6 @@
 """The class rows' clusterings in a second process, while the first builds the n-gram rows and trains the nets.
 
-Why: the exchange clustering is one compiled thread (nnlm.ngram.cluster_kernels); the class counts built
+Why: the exchange clustering is one compiled thread (nnlm.wordclasses.exchange_kernels); the class counts built
 after the nets (Table 1: c = 150, 200, 1000, 2000) took a minute or two of the main job one after the
 other, at its end, while the other core sat idle. Started at the beginning of the call, a forked child
 clusters them in the table's order and saves each as `ngram_rows.word_classes` would (OUT/clusters/c{c}.npz,
@@ -27,7 +27,7 @@ POLL_SECONDS = 0.2
 
 def _cluster_all(train: np.ndarray, vocab_size: int, counts: list[int], folder: str, done) -> None:
     """The child: cluster into each of `counts` classes in turn, save it, and report it done."""
-    from nnlm.ngram.clusters import exchange_clusters, save_word_classes
+    from nnlm.wordclasses.exchange import exchange_clusters, save_word_classes
 
     for c in counts:
         t0 = time.perf_counter()

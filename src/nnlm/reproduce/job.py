@@ -12,12 +12,12 @@ import numpy as np
 
 from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
-from nnlm.ngram.clusters import WordClasses
 from nnlm.reproduce.background_clusters import BackgroundClusters
 from nnlm.reproduce.planner import Rates
 from nnlm.reproduce.results import Results, requested_options
 from nnlm.reproduce.table import Row
 from nnlm.reproduce.tables import DEFAULT_TABLE, get_table
+from nnlm.wordclasses.exchange import WordClasses
 
 SPLITS = ("train", "valid", "test")
 

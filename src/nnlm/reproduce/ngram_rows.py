@@ -6,10 +6,10 @@ import time
 from typing import TYPE_CHECKING
 
 from nnlm.lm import LanguageModel
-from nnlm.ngram.clusters import WordClasses, exchange_clusters, load_word_classes, save_word_classes
 from nnlm.reproduce import planner
 from nnlm.reproduce.results import RowResult
 from nnlm.reproduce.table import NgramRow
+from nnlm.wordclasses.exchange import WordClasses, exchange_clusters, load_word_classes, save_word_classes
 from nnlm.wording import counted
 
 if TYPE_CHECKING:

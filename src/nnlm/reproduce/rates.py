@@ -91,11 +91,10 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
                   shape: dict | None = None) -> float:
     """Training examples per second: a few batches of the trainer's own step (its loss, optimizer, batch size)."""
     from nnlm.neural.batches import epoch_batches, padded_stream, update
-    from nnlm.neural.config import RUN_DEFAULTS
+    from nnlm.neural.config import DEFAULT_SAMPLES, RUN_DEFAULTS
     from nnlm.neural.pipeline import build_loss
     from nnlm.neural.recipes import RECIPES, default_recipe
     from nnlm.neural.run_config import bf16_is_fast, model_config
-    from nnlm.neural.sampled import DEFAULT_SAMPLES
 
     dev = torch.device(device)
     loss = (shape or {}).get("loss", loss)  # a shape may train another loss (the class output: the full softmax)

@@ -77,9 +77,9 @@ def requested_options(loss: str, samples: int | None, hogwild: int | None, vocab
                       device: str, recipe: str | None = None) -> dict[str, Any]:
     """The key a net trained by this call will have (bf16 as the trainer resolves it on `device`;
     recipe None: the loss's default recipe)."""
+    from nnlm.neural.config import DEFAULT_SAMPLES
     from nnlm.neural.recipes import RECIPES, default_recipe
     from nnlm.neural.run_config import bf16_is_fast, pick_device
-    from nnlm.neural.sampled import DEFAULT_SAMPLES
 
     k = None if loss == "full" else (samples or min(DEFAULT_SAMPLES, vocab_size))
     recipe = recipe or default_recipe(loss)

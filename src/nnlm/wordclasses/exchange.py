@@ -1,5 +1,6 @@
-"""Word classes for class-based n-grams: the exchange algorithm (Kneser & Ney 1993; Martin,
-Liermann & Ney 1998), which maximizes the training likelihood of the class bigram model
+"""Word classes by the exchange algorithm (Kneser & Ney 1993; Martin, Liermann & Ney 1998), for the class
+n-gram, the class-factored output layer and the class-tied feature rows alike: it maximizes the training
+likelihood of the class bigram model
 
     P(w_t | w_{t-1}) = P(c(w_t) | c(w_{t-1})) * P(w_t | c(w_t)),   both by relative frequency.
 
@@ -16,7 +17,7 @@ result is a function of the corpus and c.
 
 Two paths compute the moves. `exchange_clusters_reference` is one Python step per word, a few
 NumPy operations over (classes x classes the word touches); `exchange_clusters` does the same
-in compiled loops (cluster_kernels.py; Brown into 150 .. 2000 classes in 40 s, not 7 min: docs/performance.md)
+in compiled loops (exchange_kernels.py; Brown into 150 .. 2000 classes in 40 s, not 7 min: docs/performance.md)
 and gives the same classes: the counts are integers in both, and a word whose decision float
 rounding could change (a near tie, bounded rigorously) is decided by the reference's formula.
 
@@ -38,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from nnlm.errors import NnlmError
-from nnlm.ngram import cluster_kernels as kernels
 from nnlm.progress import show_progress
+from nnlm.wordclasses import exchange_kernels as kernels
 
 MAX_PASSES = 15
 STOP_MOVED_FRACTION = 0.005  # stop once a pass moves fewer than this share of the words
@@ -169,7 +170,7 @@ def _mean_log_likelihood(m: np.ndarray, left: np.ndarray, right: np.ndarray, cou
 def _reference_gain(m: np.ndarray, left: np.ndarray, right: np.ndarray, r: np.ndarray, lc: np.ndarray,
                     s: float, lw: float, rw: float) -> np.ndarray:
     """The gain of putting a word (out of its class in m, left, right) into each class, all at once
-    with NumPy: the reference formula, whose decisions the compiled path takes (cluster_kernels.py).
+    with NumPy: the reference formula, whose decisions the compiled path takes (exchange_kernels.py).
     r, lc: the word's counts followed by / following each class (floats); s, lw, rw: its count after
     itself and its totals. m, left, right may hold the counts as integers: they are read as floats."""
     dr, dl = np.flatnonzero(r), np.flatnonzero(lc)
@@ -186,7 +187,7 @@ def _reference_gain(m: np.ndarray, left: np.ndarray, right: np.ndarray, r: np.nd
 
 def choose_class(gain: np.ndarray, a: int) -> int:
     """The best class, the first of equals; the word's own class a unless another gains more than 1e-9 over it
-    (the exchange algorithm's rule; nnlm.ngram.trigram_clusters moves by it too)."""
+    (the exchange algorithm's rule; nnlm.wordclasses.trigram moves by it too)."""
     b = int(np.argmax(gain))
     return a if gain[b] <= gain[a] + THRESHOLD else b
 
@@ -237,7 +238,7 @@ def exchange_clusters_reference(train: np.ndarray, vocab_size: int, n_classes: i
 
 
 class _CompiledExchange:
-    """The state the kernels of cluster_kernels.py work on: integer counts (the class-bigram matrix and
+    """The state the kernels of exchange_kernels.py work on: integer counts (the class-bigram matrix and
     its transpose, class totals and sizes), the word bigrams as CSR arrays, the f table and scratch."""
 
     def __init__(self, counts: _ClassBigramCounts, classes: np.ndarray, k: int, seen: np.ndarray) -> None:
@@ -292,7 +293,7 @@ def exchange_clusters(train: np.ndarray, vocab_size: int, n_classes: int, max_pa
                       resume_from: WordClasses | None = None) -> WordClasses:
     """Cluster the words of train into `n_classes` classes (fewer if train has fewer distinct words);
     `resume_from`: an incomplete result for the same train and c, whose passes are continued.
-    The moves run compiled (cluster_kernels.py) and give the classes of `exchange_clusters_reference`."""
+    The moves run compiled (exchange_kernels.py) and give the classes of `exchange_clusters_reference`."""
     st = _start(train, vocab_size, n_classes, resume_from)
     classes, k, order, history, moved_per_pass = st.classes, st.k, st.order, st.history, st.moved
     ex = _CompiledExchange(st.counts, classes, k, st.seen)

@@ -1,4 +1,4 @@
-"""Compiled moves of the exchange algorithm (nnlm.ngram.clusters): one word's gain for every class and
+"""Compiled moves of the exchange algorithm (nnlm.wordclasses.exchange): one word's gain for every class and
 its move, in numba loops over the word's sparse counts with each class.
 
 Why: the NumPy path spends one Python step and about thirty array operations (each a temporary of

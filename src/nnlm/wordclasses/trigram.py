@@ -1,5 +1,5 @@
 """Word classes refined by the class *trigram*'s likelihood (the trigram exchange of Martin, Liermann & Ney
-1998), starting from the exchange algorithm's classes (nnlm.ngram.clusters, which sees class bigrams only).
+1998), starting from the exchange algorithm's classes (nnlm.wordclasses.exchange, which sees class bigrams only).
 
 Where the text's classes act through pairs of classes -- the next class depends on the classes of the two
 words before, as in nnlm.data.synthetic's sources -- the bigram objective places many words by weak evidence:
@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnlm.errors import NnlmError
-from nnlm.ngram.clusters import STOP_MOVED_FRACTION, choose_class, xlogx
+from nnlm.wordclasses.exchange import STOP_MOVED_FRACTION, choose_class, xlogx
 
 MAX_PASSES = 10
 MAX_CLASSES = 400  # the K^3 trigram counts are one dense float64 table: 400 classes are 512 MB
