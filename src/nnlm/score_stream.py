@@ -149,10 +149,28 @@ class ScoreStream:
     # ---- one piece ------------------------------------------------------------------------------
 
     def _piece(self, piece: Piece) -> Iterator[LineScore | WordScores | BadLine]:
-        texts, last = piece.texts, len(piece.texts) - 1
-        if piece.continues and texts[0] is None and self.carry and self._line is not None \
+        """Score one piece: its words cut and encoded, scored in one pass (or held, with --oov-vector), then its
+        lines given out as they end."""
+        if piece.continues and piece.texts[0] is None and self.carry and self._line is not None \
                 and self._line.history is not None:  # a long line found undecodable: take its scored pieces back
             self.history = self._line.history  # before the lines after it are scored from it
+        token_lists, ids, counts, oov = self._encode(piece)
+        if self.oov_vector is not None:
+            yield from self._hold(piece, token_lists, ids, oov)
+            return
+        lp10 = self._log_probs(ids, counts, piece) * LOG10_E
+        sums = np.bincount(np.repeat(np.arange(len(counts)), counts), weights=lp10, minlength=len(counts))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        for i, text in enumerate(piece.texts):
+            yield from self._line_part(piece, i, text, token_lists[i], ids, starts, lp10, float(sums[i]), int(oov[i]))
+        if not piece.open:
+            self._line = None
+
+    def _encode(self, piece: Piece) -> tuple[list[list[str]], np.ndarray, np.ndarray, np.ndarray]:
+        """(each text's tokens, all their ids, tokens per text, OOV words per text) of a piece; an undecodable
+        text (None) has none. A text that goes on in the next piece is cut by the paragraph cutter, which keeps
+        what is open across pieces."""
+        texts, last = piece.texts, len(piece.texts) - 1
         token_lists: list[list[str]] = []
         for i, text in enumerate(texts):  # a loop over lines (the words are cut by str.split in C)
             if text is None:
@@ -167,38 +185,35 @@ class ScoreStream:
         unknown = ids == self.model.vocab.unk_id
         literal = [i for i in np.flatnonzero(unknown) if flat[i] == UNK]  # "<unk>" itself is in V: not OOV
         unknown[literal] = False
-        row = np.repeat(np.arange(len(texts)), counts)
-        oov = np.bincount(row[unknown], minlength=len(texts))
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        if self.oov_vector is not None:
-            yield from self._hold(piece, token_lists, ids, oov)
+        oov = np.bincount(np.repeat(np.arange(len(texts)), counts)[unknown], minlength=len(texts))
+        return token_lists, ids, counts, oov
+
+    def _line_part(self, piece: Piece, i: int, text: str | None, tokens: list[str], ids: np.ndarray, starts: np.ndarray,
+                   lp10: np.ndarray, total: float, oov: int) -> Iterator[LineScore | WordScores | BadLine]:
+        """Add text i of a piece (its scores lp10[starts[i]:starts[i+1]], their sum `total`) to its line, and give
+        the line out if it ends here."""
+        number = piece.first_line + i
+        continued = i == 0 and piece.continues
+        if text is None:
+            yield from self._bad(number, continued)
             return
-        lp10 = self._log_probs(ids, counts, piece) * LOG10_E
-        sums = np.bincount(row, weights=lp10, minlength=len(texts))
-        for i, text in enumerate(texts):
-            number = piece.first_line + i
-            continued = i == 0 and piece.continues
-            if text is None:
-                yield from self._bad(number, continued)
-                continue
-            if not continued:
-                self._line = _Line(number)
-            line = self._line
-            if i == last and piece.open and not continued:  # remember the context the line started from
-                line.history = self._context_before(ids, starts[i])
-            if counts[i]:
-                words = lp10[starts[i]:starts[i + 1]]
-                line.log10_prob += float(sums[i])
-                line.tokens += int(counts[i])
-                line.oov += int(oov[i])
-                if self.keep_words:
-                    line.words.append(words)
-                if self.word_events:
-                    yield WordScores(number, token_lists[i], words)
-            if not (i == last and piece.open):
-                yield from self._end_line()
-        if not piece.open:
-            self._line = None
+        if not continued:
+            self._line = _Line(number)
+        line = self._line
+        open_end = i == len(piece.texts) - 1 and piece.open
+        if open_end and not continued:  # remember the context the line started from
+            line.history = self._context_before(ids, starts[i])
+        if tokens:
+            words = lp10[starts[i]:starts[i + 1]]
+            line.log10_prob += total
+            line.tokens += len(tokens)
+            line.oov += oov
+            if self.keep_words:
+                line.words.append(words)
+            if self.word_events:
+                yield WordScores(number, tokens, words)
+        if not open_end:
+            yield from self._end_line()
 
     def _context_before(self, ids: np.ndarray, start: int) -> np.ndarray:
         """The last n-1 ids before position `start` of this piece (the carried history first)."""
