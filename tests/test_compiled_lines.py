@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nnlm.lm import chunked_log_probs
-from nnlm.ngram import query_engine
+from nnlm.ngram import engine_tables
 from nnlm.ngram.build import build_ngram
 from nnlm.score_stream import ScoreStream
 from nnlm.textfile import line_pieces
@@ -96,7 +96,7 @@ def test_stream_scorer_equals_log_prob_rows(models, kind, order):
 
 @pytest.mark.parametrize("kind,order", KINDS)
 def test_no_engine_keeps_the_generic_path(corpus, kind, order, monkeypatch):
-    monkeypatch.setattr(query_engine, "ENABLED", False)  # NNLM_QUERY_ENGINE=0: the numpy paths
+    monkeypatch.setattr(engine_tables, "ENABLED", False)  # NNLM_QUERY_ENGINE=0: the numpy paths
     model = build_ngram(kind, corpus, order, **({"classes": 8} if kind == "class" else {}))
     assert model.stream_log_prob(np.array([0, 1]), 1, 1, 0) is None
     lines = score_lines(model, LINES, carry_context=False)[0]

@@ -11,7 +11,7 @@ import pytest
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.ngram import engine_file, query_engine
+from nnlm.ngram import engine_file, engine_tables
 from nnlm.ngram.build import load_ngram, save_ngram
 from nnlm.ngram.class_based import ClassNgram
 from nnlm.ngram.kneser_ney import KneserNeyModel
@@ -135,7 +135,7 @@ def test_a_bad_saved_engine_is_refused_in_one_line_and_built_instead(kn, vocab, 
 
 
 def test_no_engine_files_where_the_engine_is_switched_off(kn, tmp_path, monkeypatch):
-    monkeypatch.setattr(query_engine, "ENABLED", False)
+    monkeypatch.setattr(engine_tables, "ENABLED", False)
     fresh = KneserNeyModel(kn.vocab, type(kn.tables)(kn.tables.vocab_size, kn.tables.keys, kn.tables.log10_prob,
                                                      kn.tables.log10_backoff), kn.params)
     save_ngram(fresh, tmp_path / "m")

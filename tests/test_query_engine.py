@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E
-from nnlm.ngram import hash_table, query_engine
+from nnlm.ngram import engine_tables
 from nnlm.ngram.arpa import read_arpa, write_arpa
 from nnlm.ngram.backoff import LN10, BackoffModel, BackoffTables
 from nnlm.ngram.build import build_ngram
@@ -116,7 +116,7 @@ def test_tables_not_suffix_closed_keep_the_numpy_path():
 
 
 def test_switched_off_by_the_environment_flag(monkeypatch):
-    monkeypatch.setattr(query_engine, "ENABLED", False)
+    monkeypatch.setattr(engine_tables, "ENABLED", False)
     tables = fit_kneser_ney(zipf_ids(2_000, 30, 8), 3, 30)
     assert tables.query_engine() is None
     ctx, targets = stream_rows(zipf_ids(100, 30, 9), 2, 0)
@@ -132,7 +132,7 @@ def test_memory_mapped_tables_within_and_beyond_the_budget(tmp_path, monkeypatch
     mapped = load_disk_tables(tmp_path / "model", v, order)
     assert isinstance(mapped.keys[-1], np.memmap)
     check_tables(mapped, ctx, targets)  # small: within the mapped budget
-    monkeypatch.setattr(hash_table, "MAPPED_MEMORY_BUDGET_BYTES", 0)
+    monkeypatch.setattr(engine_tables, "MAPPED_MEMORY_BUDGET_BYTES", 0)
     over = load_disk_tables(tmp_path / "model", v, order)
     assert over.query_engine() is None  # beyond it: the numpy path on the mapped arrays, the same numbers
     np.testing.assert_allclose(over.log_prob(ctx, targets), mapped.log_prob(ctx, targets), rtol=0, atol=ATOL)

@@ -13,6 +13,7 @@ Probabilities are kept as log10, like ARPA.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,11 @@ from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState
 from nnlm.ngram.keys import lookup, ranges, search
 from nnlm.ngram.store import load_arrays, save_arrays
+
+# Streams scored by numpy probes (nnlm.ngram.numpy_probe) while no compiled kernel is loaded in the process: up to
+# this many tokens, the probes' ~0.25 us a token more than the kernels' cost less than importing numba and its
+# target context (~0.6 s, once a process); past it, the kernels.
+NUMPY_STREAM_TOKENS = 2_000_000
 
 LN10 = float(np.log(10.0))
 
@@ -99,21 +105,27 @@ class BackoffTables:
         per-call APIs' are not: engine_file.promote), and by streams once they would have paid for the copy
         (engine_file.promote_when_it_pays). The tables must not be changed in place after it is built."""
         if self._engine is None:
-            from nnlm.ngram import query_engine
+            from nnlm.ngram import engine_tables
 
             engine = None
-            if query_engine.ENABLED and self.saved_in is not None:
+            if engine_tables.ENABLED and self.saved_in is not None:
                 from nnlm.ngram.engine_file import load_engine
 
                 engine = load_engine(self.saved_in, self)
-            if query_engine.ENABLED and engine is None:
-                engine = query_engine.build_backoff_engine(self.vocab_size, self.keys, self.log10_prob,
-                                                           self.log10_backoff)
-            self._engine = engine if engine is not None else False
-        if self._engine and self._engine.mapped and not streaming:
-            from nnlm.ngram.engine_file import promote
+            if engine_tables.ENABLED and engine is None:
+                from nnlm.ngram.query_engine import build_backoff_engine
 
-            promote(self._engine)
+                engine = build_backoff_engine(self.vocab_size, self.keys, self.log10_prob, self.log10_backoff)
+            self._engine = engine if engine is not None else False
+        if self._engine and not streaming:
+            if self._engine.mapped:
+                from nnlm.ngram.engine_file import promote
+
+                promote(self._engine)
+            if not hasattr(self._engine, "log10_prob"):  # loaded without numba: its compiled queries, now needed
+                from nnlm.ngram.query_engine import with_kernels
+
+                self._engine = with_kernels(self._engine)
         return self._engine or None
 
     def log10_prob_of(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -147,6 +159,13 @@ class BackoffTables:
             from nnlm.ngram.engine_file import promote_when_it_pays
 
             promote_when_it_pays(engine, count)
+        if engine.numpy_tokens + count <= NUMPY_STREAM_TOKENS and "nnlm.ngram.query_engine" not in sys.modules:
+            engine.numpy_tokens += count  # no kernel loaded yet: numpy probes, the same numbers (numpy_probe.py)
+            from nnlm.ngram.numpy_probe import stream_token_log10
+
+            probed = stream_token_log10(engine, stream, first, count, pad_id, since_start, scale, then)
+            if probed is not None:
+                return probed
         lo = first - len(self.keys) + 1
         if not (lo <= 0 and len(stream) == first + count and stream.dtype == np.int64 and stream.flags.c_contiguous):
             lo = max(lo, 0)  # (else: a stream made for this call, taken as it is)

@@ -10,7 +10,7 @@ against ~0.5 s to build it. A mapping has 4 KiB pages, which a stream's prefetch
 the per-call APIs (one line, one sentence, one step) have the table copied into 2 MiB pages first
 (`promote`), as a built table is.
 
-engine.npy is the table (int64 [slots, 3], nnlm.ngram.query_engine.BackoffEngine), one .npy file (so
+engine.npy is the table (int64 [slots, 3], nnlm.ngram.engine_tables.EngineTables), one .npy file (so
 that the mapping is 64-byte aligned as a built table is: numba types an unaligned array differently), read
 with allow_pickle=False: nothing in it is executed.
 engine.json holds the rest: LAYOUT, the order, |V|, the entries per order, the table's offsets, caps,
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnlm.ngram.hash_table import capacity, huge_page_array, within_budget
+from nnlm.ngram.engine_tables import EngineTables, capacity, huge_page_array, within_budget
 
 TABLE_FILE, INFO_FILE = "engine.npy", "engine.json"
 LAYOUT = 1  # the version of the tables' layout: hash_table's hashing and capacity, engine_build's slots
@@ -88,11 +88,10 @@ def save_engine(directory: Path, tables) -> bool:
 
 
 def load_engine(directory: Path, tables):
-    """The BackoffEngine of `tables` (loaded from `directory`) mapped from its engine.npy, or None: there is
+    """The EngineTables of `tables` (loaded from `directory`) mapped from its engine.npy, or None: there is
     none (silently), it does not check out (one line on stderr: the caller builds the engine instead), or the
     engine would not fit its memory budget (as a build would refuse)."""
     from nnlm.io import read_input, require_regular
-    from nnlm.ngram.query_engine import BackoffEngine
 
     if not (directory / INFO_FILE).is_file():
         return None
@@ -108,7 +107,7 @@ def load_engine(directory: Path, tables):
     except Exception as exc:  # noqa: BLE001 (a damaged file, whatever fails reading it: one line, then the build)
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
     if reason is None:
-        engine = BackoffEngine(tables.order, tables.vocab_size, table, table.view(np.float64),
+        engine = EngineTables(tables.order, tables.vocab_size, table, table.view(np.float64),
                                np.asarray(info["offsets"], dtype=np.int64), np.asarray(info["caps"], dtype=np.int64),
                                np.ascontiguousarray(tables.log10_prob[0], dtype=np.float64),
                                np.ascontiguousarray(tables.log10_backoff[0], dtype=np.float64), mapped=True)
@@ -194,7 +193,9 @@ def _spot_check(engine, tables) -> str | None:
         return None
     rows = np.concatenate(rows)
     contexts, targets = np.ascontiguousarray(rows[:, :-1]), np.ascontiguousarray(rows[:, -1])
-    if not np.allclose(engine.log10_prob(contexts, targets), tables.reference_log10_prob_of(contexts, targets),
+    from nnlm.ngram.numpy_probe import rows_log10  # (no compiled kernel: a fresh process may never need one)
+
+    if not np.allclose(rows_log10(engine, contexts, targets), tables.reference_log10_prob_of(contexts, targets),
                        rtol=0, atol=1e-9):
         return "its slots do not give the model's probabilities"
     return None

@@ -10,24 +10,25 @@ row ahead of its probe. Memory: `estimated_bytes` and the budgets below decide w
 """
 from __future__ import annotations
 
-import contextlib
-import os
-
 import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-EMPTY = -1  # key of an empty slot (raw keys are >= 0; a hash equal to it makes the build refuse)
-LOAD_FACTOR = 0.5
-HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: spreads consecutive keys
-# Engine memory allowed beside tables already in memory, and beside memory-mapped (out-of-core) ones,
-# whose owner asked for little memory: above these the numpy path (searchsorted on the mapped arrays) stays.
-MEMORY_BUDGET_BYTES = int(float(os.environ.get("NNLM_QUERY_ENGINE_GB", "8")) * 2**30)
-MAPPED_MEMORY_BUDGET_BYTES = int(float(os.environ.get("NNLM_QUERY_ENGINE_MAPPED_GB", "1")) * 2**30)
-SLOT_BYTES = 24
-PREFETCH_AHEAD = 4  # rows whose first probes are prefetched while this one is scored (4 measured best, 2-32 tried)
+from nnlm.ngram.engine_tables import (  # noqa: F401 (the names the kernels' callers import from here)
+    EMPTY,
+    HASH_MULTIPLIER,
+    LOAD_FACTOR,
+    MAPPED_MEMORY_BUDGET_BYTES,
+    MEMORY_BUDGET_BYTES,
+    PREFETCH_AHEAD,
+    SLOT_BYTES,
+    capacity,
+    estimated_bytes,
+    huge_page_array,
+    within_budget,
+)
 
 # The kernels below run without numba's reference counting (_nrt=False): with it, every array handed to
 # an inlined helper costs an atomic increment and decrement per token, which was a third of the time
@@ -35,41 +36,6 @@ PREFETCH_AHEAD = 4  # rows whose first probes are prefetched while this one is s
 # space (ScratchSpace) come from the caller.
 KERNEL = {"cache": True, "_nrt": False}
 
-
-
-def capacity(n: int) -> int:
-    """Slots for n keys at LOAD_FACTOR (at least n + 1, so a probe always ends at an empty slot)."""
-    return max(int(np.ceil(n / LOAD_FACTOR)), n + 1, 2)
-
-
-def estimated_bytes(sizes: list[int]) -> int:
-    """Memory of the engine for tables of `sizes` entries per order (hash slots and unigram arrays),
-    plus the build's temporaries (about 5 int64 per entry of the largest order)."""
-    return sum(capacity(n) * SLOT_BYTES for n in sizes[1:]) + 16 * sizes[0] + 40 * max(sizes)
-
-
-def within_budget(arrays: list[np.ndarray], sizes: list[int]) -> bool:
-    """Whether building the engine fits its budget (the smaller one if any table is memory-mapped)."""
-    mapped = any(isinstance(a, np.memmap) or (a.base is not None and isinstance(a.base, np.memmap)) for a in arrays)
-    return estimated_bytes(sizes) <= (MAPPED_MEMORY_BUDGET_BYTES if mapped else MEMORY_BUDGET_BYTES)
-
-
-def huge_page_array(shape: tuple[int, ...], dtype: type, fill: int | None) -> np.ndarray:
-    """A new array filled with `fill` (None: left as it comes, for the caller to fill), in memory the kernel may
-    back with 2 MiB pages (madvise): random probes into a table of 100 MB then miss the TLB far less often. A
-    plain array where that is not offered."""
-    import mmap
-
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if nbytes < (4 << 20) or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return np.empty(shape, dtype=dtype) if fill is None else np.full(shape, fill, dtype=dtype)
-    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    with contextlib.suppress(OSError):  # no transparent huge pages here: ordinary pages, the same numbers
-        buffer.madvise(mmap.MADV_HUGEPAGE)
-    out = np.frombuffer(buffer, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
-    if fill is not None:
-        out.fill(fill)
-    return out
 
 
 # ---- hashing ------------------------------------------------------------------------------------

@@ -183,11 +183,11 @@ class InterpolatedTrigram(KeptStateOwner):
         """The compiled engine (nnlm.ngram.interpolated_engine), built at the first query; None if the tables
         keep the numpy path (memory-mapped beyond the engine's budget, or NNLM_QUERY_ENGINE=0)."""
         if self._engine is None:
-            from nnlm.ngram import query_engine
+            from nnlm.ngram import engine_tables
             from nnlm.ngram.interpolated_engine import build_interpolated_engine
 
             engine = None
-            if query_engine.ENABLED:
+            if engine_tables.ENABLED:
                 engine = build_interpolated_engine(len(self.vocab), self.train_tokens, self.seen_buckets, self.tables)
             self._engine = engine if engine is not None else False
         return self._engine or None

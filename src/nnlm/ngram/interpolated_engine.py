@@ -8,7 +8,7 @@ their memory loads overlap) and one compiled loop computes the bucket and the mi
 with the numpy path's formulas in its order of operations.
 
 Built lazily at the first query; tables memory-mapped out of core (`--memory`) get an engine only
-within hash_table.MAPPED_MEMORY_BUDGET_BYTES, else they keep the numpy path.
+within engine_tables.MAPPED_MEMORY_BUDGET_BYTES, else they keep the numpy path.
 """
 from __future__ import annotations
 

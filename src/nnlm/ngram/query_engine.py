@@ -29,50 +29,18 @@ order, so both paths give the same log10 per row (Brown KN5 test: bit for bit).
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from dataclasses import fields
 
 import numba
 import numpy as np
 
+from nnlm.ngram.engine_tables import EngineTables
 from nnlm.ngram.hash_table import EMPTY, KERNEL, PREFETCH_AHEAD, _extend, _home_hashed, _prefetch_slot, _word_hash
-
-# Every query builds the engine at a model's first call (nnlm.ngram.engine_build: Brown KN5 in ~0.2-0.3 s), so
-# every face gets it without a warm-up; the kernels are cached on disk by numba (a fresh process loads them).
-ENABLED = os.environ.get("NNLM_QUERY_ENGINE", "1") != "0"  # 0: every model keeps its numpy path (benchmarks)
-
 
 # ---- the back-off engine -------------------------------------------------------------------------
 
-@dataclass
-class BackoffEngine:
-    """Hash tables of one BackoffTables (see the module docstring), and the compiled queries on them."""
-
-    order: int
-    vocab_size: int
-    table: np.ndarray          # int64 [slots, 3]: key, log10 p bits, log10 back-off bits (orders >= 2)
-    ftable: np.ndarray         # the same memory as float64
-    offsets: np.ndarray        # int64 [order + 1]: order k's slots are offsets[k] .. offsets[k] + caps[k]
-    caps: np.ndarray           # int64 [order + 1]
-    unigram_prob: np.ndarray   # float64 [V] log10 p(w)
-    unigram_backoff: np.ndarray  # float64 [V] log10 b(w)
-    build_seconds: float = 0.0
-    mapped: bool = False       # the table is a mapping of a saved file (nnlm.ngram.engine_file): 4 KiB pages
-    mapped_tokens: int = 0     # tokens streamed on the mapping so far (engine_file.promote_when_it_pays)
-
-    def __post_init__(self) -> None:
-        # scratch rows for the kernels (they allocate nothing): float [2, order-1], int [3, order+1]. Shared by
-        # the calls of this engine: the kernels hold the GIL, so one runs at a time.
-        self.fscratch = np.zeros((2, max(self.order - 1, 1)))
-        self.iscratch = np.zeros((3, self.order + 1), dtype=np.int64)
-        self._starts: dict[bytes, tuple[np.ndarray, np.ndarray, int]] = {}
-
-    @property
-    def nbytes(self) -> int:
-        return self.table.nbytes + self.unigram_prob.nbytes + self.unigram_backoff.nbytes
-
-    def _kernel_tables(self) -> tuple:
-        return (self.table, self.ftable, self.offsets, self.caps, self.unigram_prob, self.unigram_backoff, self.order)
+class BackoffEngine(EngineTables):
+    """The tables (nnlm.ngram.engine_tables.EngineTables) with the compiled queries on them."""
 
     def log10_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """log10 P(target | context) for each row; contexts [N, >= order-1], oldest word first."""
@@ -101,7 +69,8 @@ class BackoffEngine:
         out = np.empty(len(words))
         next_contexts, next_backoffs, next_lengths = np.empty_like(contexts), np.empty_like(backoffs), \
             np.empty_like(lengths)
-        if not _advance(*self._kernel_tables(), contexts, backoffs, lengths, words, out, next_contexts, next_backoffs,
+        if not _advance(*self._kernel_tables(), contexts, backoffs, lengths, words, out, next_contexts,
+                                   next_backoffs,
                         next_lengths, self.fscratch, self.iscratch):
             raise IndexError(f"word ids must be in 0 .. {self.vocab_size - 1}")
         return out, next_contexts, next_backoffs, next_lengths
@@ -119,14 +88,23 @@ class BackoffEngine:
     def texts_log10(self, start: np.ndarray, ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
         """log10 P of each text ids[bounds[i] : bounds[i+1]], each from the context `start` [order-1]."""
         out = np.empty(len(bounds) - 1, dtype=np.float64)
-        _texts_sums(*self._kernel_tables(), *self._start(start), np.ascontiguousarray(ids, dtype=np.int64)[None, :],
-                    np.ascontiguousarray(bounds, dtype=np.int64), out, self.fscratch, self.iscratch)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)[None, :]
+        _texts_sums(*self._kernel_tables(), *self._start(start), ids,
+                               np.ascontiguousarray(bounds, dtype=np.int64), out, self.fscratch, self.iscratch)
         return out
 
     def stream_log10(self, start: np.ndarray, ids: np.ndarray) -> float:
         """Sum of log10 P over the stream `ids` (int64) after the context `start` [order-1]: one text."""
         return _stream_sum(*self._kernel_tables(), *self._start(start), ids.reshape(1, -1), self.fscratch,
                            self.iscratch)
+
+
+def with_kernels(tables: EngineTables) -> BackoffEngine:
+    """The engine of tables loaded without numba (nnlm.ngram.engine_file), with the compiled queries: the same
+    arrays and counters, in the class that has them."""
+    if isinstance(tables, BackoffEngine):
+        return tables
+    return BackoffEngine(**{f.name: getattr(tables, f.name) for f in fields(tables)})
 
 
 @numba.njit(inline="always")
