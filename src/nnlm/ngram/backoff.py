@@ -27,10 +27,10 @@ from nnlm.lm import LOG10_E, LanguageModel, LMState
 from nnlm.ngram.keys import lookup, ranges, search
 from nnlm.ngram.store import load_arrays, save_arrays
 
-# Streams scored by numpy probes (nnlm.ngram.numpy_probe) while no compiled kernel is loaded in the process: up to
-# this many tokens, the probes' ~0.25 us a token more than the kernels' cost less than importing numba and its
-# target context (~0.6 s, once a process); past it, the kernels.
-NUMPY_STREAM_TOKENS = 2_000_000
+# Streams are scored by numpy probes (nnlm.ngram.numpy_probe) while numba is not loaded in the process, up to this
+# many tokens: the probes' ~0.6 us a token more than the kernels' (Brown KN5 test, one process, load ~7: 1.05
+# against 2.3 M tokens/s) cost less than numba's import and target context (~0.6 s, once a process) up to ~1M.
+NUMPY_STREAM_TOKENS = 1_000_000
 
 LN10 = float(np.log(10.0))
 
@@ -159,8 +159,8 @@ class BackoffTables:
             from nnlm.ngram.engine_file import promote_when_it_pays
 
             promote_when_it_pays(engine, count)
-        if engine.numpy_tokens + count <= NUMPY_STREAM_TOKENS and "nnlm.ngram.query_engine" not in sys.modules:
-            engine.numpy_tokens += count  # no kernel loaded yet: numpy probes, the same numbers (numpy_probe.py)
+        if engine.numpy_tokens + count <= NUMPY_STREAM_TOKENS and "numba" not in sys.modules:
+            engine.numpy_tokens += count  # numba not loaded yet: numpy probes, the same numbers (numpy_probe.py)
             from nnlm.ngram.numpy_probe import stream_token_log10
 
             probed = stream_token_log10(engine, stream, first, count, pad_id, since_start, scale, then)
