@@ -97,6 +97,15 @@ def test_unknown_corpus_name():
         load_corpus("penn-treebank-please")
 
 
+def test_a_symlink_loop_or_dangling_link_is_one_line(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for name in ("a", "dangling"):
+        with pytest.raises(NnlmError, match="symbolic link that leads nowhere"):
+            load_corpus(str(tmp_path / name))
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "file"])
 def test_damaged_cache_is_rebuilt_with_a_note(toy_dir, tmp_path, monkeypatch, capsys, damage):
     monkeypatch.setenv("NNLM_CACHE_DIR", str(tmp_path / "cache"))

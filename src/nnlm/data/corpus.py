@@ -109,6 +109,8 @@ def load_corpus(
             raise NnlmError(f"unknown corpus {source!r}: no such file or directory; give 'brown', a directory holding "
                             "train.txt, valid.txt and test.txt, a text file (.gz, .xz, .bz2 too) or - for "
                             "standard input")
+        if source != "-" and not source.startswith(STDIN_RECORD) and not os.path.exists(source):
+            raise NnlmError(f"corpus {source!r} is a symbolic link that leads nowhere (a dangling link or a loop)")
         return _load_stream_corpus(source, min_count, max_vocab, vocab_from, heldout, use_cache)
     if heldout is not None:
         raise NnlmError("--heldout and --no-heldout are for a corpus file or standard input; brown and text "
