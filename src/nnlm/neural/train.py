@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from nnlm.lm import perplexity
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import presets
 from nnlm.neural.batches import epoch_order
-from nnlm.neural.config import SessionOptions, session_options
+from nnlm.neural.config import SessionOptions, TrainRequest, as_request
 from nnlm.neural.pipeline import TrainerSpec, nothing_left_to_do, prepare, trainer_spec
 from nnlm.neural.run_config import Run, open_run, pick_device
 from nnlm.neural.schedules import epoch_lr, keep_best_optimizer, next_rate
@@ -53,32 +53,33 @@ __all__ = ["prepare_run", "run_epochs", "train", "train_with"]
 CPU = torch.device("cpu")  # the default device of prepare_run
 
 
-def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
+def prepare_run(out: Path, request: TrainRequest | Mapping[str, Any], resume: bool,
                 device: torch.device = CPU) -> tuple[dict[str, Any], Corpus]:
     """The run's defining options as run.json holds them (new, or the saved ones checked against
-    what was asked), and its corpus: `open_run` with a dict, for callers of the untyped API."""
-    run, corpus = open_run(out, requested, resume, device)
+    what was asked), and its corpus: `open_run`, returning run.json's dict."""
+    run, corpus = open_run(out, as_request(request), resume, device)
     return run.to_json(), corpus
 
 
 # --- the loop --------------------------------------------------------------------------------
 
-def train(out: Path | str, requested: dict[str, Any], resume: bool = False, progress: bool = True,
+def train(out: Path | str, request: TrainRequest | Mapping[str, Any], resume: bool = False, progress: bool = True,
           log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train (or continue) the run in `out` in this process; returns its final state."""
-    return train_with("single", out, requested, resume=resume, progress=progress, log=log)
+    """Train (or continue) the run in `out` in this process; returns its final state. `request`: the
+    typed request, or its keyword form ({"lr": 0.01, "epochs": 3}: `TrainRequest.of`)."""
+    return train_with("single", out, as_request(request), resume=resume, progress=progress, log=log)
 
 
-def train_with(name: str, out: Path | str, requested: dict[str, Any], resume: bool = False, progress: bool = True,
+def train_with(name: str, out: Path | str, request: TrainRequest, resume: bool = False, progress: bool = True,
                log: Callable[[str], None] = print, workers: int | None = None) -> dict[str, Any]:
     """Train (or continue) the run in `out` with the trainer registered as `name` that runs from this
     process (single, or hogwild with `workers` processes); returns the final state."""
     spec = trainer_spec(name)
-    session = session_options(requested)
+    session = request.session
     device = CPU if spec.cpu_only else pick_device(session.device)
     # --threads, or the cores free now (re-checked while training); the caller's settings back afterwards
     with threads.governing(session.threads, device) if not spec.cpu_only else nullcontext():
-        setup = prepare(Path(out), requested, resume, device, spec, session, workers, progress)
+        setup = prepare(Path(out), request, resume, device, spec, workers, progress)
         return run_setup(setup, spec, log, progress)
 
 
