@@ -1,11 +1,14 @@
-"""Typed training options: what defines a run and what only one invocation chooses.
+"""Typed training options: what defines a run, what only one invocation chooses, and one call's request.
 
 `RunOptions` are the options a run is defined by (a resumed run must be given the same, or none);
-`SessionOptions` may change from one invocation to the next. Each field is declared once, with its
-default and its command-line help (field metadata), so the defaults, the help text and the
-validation cannot drift apart; `add_train_options` builds the argparse options from them. A value
-of None means "resolved when the run is created" (from the preset, the recipe or the corpus); the
-resolved values are what run.json holds (`nnlm.neural.run_config.Run`).
+`SessionOptions` may change from one invocation to the next; `TrainRequest` is one call of training,
+both of them and the names of the run options the caller gave, which the command line builds
+(`request_from_args`) and every training function takes. Each field is declared once, with its
+default, its limits and allowed values and its command-line help (field metadata, nnlm.neural.declared),
+so the defaults, the help text, the command line's checks, the library's and run.json's schema
+(`RunRecord`, the stored run's fields) cannot drift apart. A value of None means "resolved when the
+run is created" (from the preset, the recipe or the corpus); the resolved values are what run.json
+holds (`nnlm.neural.run_config.Run`).
 
 It imports no torch itself, so that the command-line parser can build its options from it cheaply.
 """
