@@ -32,7 +32,8 @@ def declare(default: Any = MISSING, *, bounds: Bounds | None = None, choices: tu
     `flag`: true or false; `off`: a value allowed besides the bounds (0: the variant is off). What run.json
     holds for it (`schema`): null as well when the default is None; `required`: every run.json has it;
     `stored_choices`: the values a resolved run stores (never null); `stored_check`: (check, words) for a
-    value of another kind. `more`: the command line's own metadata (nnlm.neural.config.option)."""
+    value of another kind; `factory`: a mutable default's maker. `more`: the command line's own metadata
+    (nnlm.neural.config.option)."""
     meta = {"bounds": bounds, "choices": choices, "flag": flag, "off": off, "required": required,
             "stored_choices": stored_choices, "stored_check": stored_check} | more
     return dataclasses.field(default=default, default_factory=factory, metadata=meta)
