@@ -38,6 +38,7 @@ import torch.distributed as dist
 from training_path import TrainingPath
 
 from nnlm.neural import distributed as dd
+from nnlm.neural.config import TrainRequest
 from nnlm.neural.parallel import rank_model
 from nnlm.neural.pipeline import TRAINERS, prepare
 from nnlm.neural.vocab_parallel import CommTimer
@@ -84,7 +85,7 @@ def rank_benchmark(mode: str, options: dict, seconds: float, work: str, result_f
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
     spec = TRAINERS[mode]
-    setup = prepare(Path(work) / f"rank{rank}", options, False, torch.device("cpu"), spec)
+    setup = prepare(Path(work) / f"rank{rank}", TrainRequest.of(options), False, torch.device("cpu"), spec)
     whole = {f"model.{k}": v for k, v in setup.net.state_dict().items()} | setup.optimizer.state_tensors()
     net, optimizer = rank_model(whole, setup.run, mode, rank, world, setup.device)
     setup = dataclasses.replace(setup, net=net, optimizer=optimizer, workers=world)

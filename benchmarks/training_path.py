@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from nnlm.neural.batches import epoch_order
+from nnlm.neural.config import TrainRequest
 from nnlm.neural.pipeline import prepare, trainer_spec
 from nnlm.neural.schedules import epoch_lr
 from nnlm.neural.trainer import Clock, Trainer, TrainingSetup
@@ -32,11 +33,11 @@ class TrainingPath:
         self.order: torch.Tensor | None = None
 
     @classmethod
-    def new(cls, out: Path | str, requested: dict[str, Any], name: str = "single", device: torch.device = CPU,
+    def new(cls, out: Path | str, options: dict[str, Any], name: str = "single", device: torch.device = CPU,
             workers: int | None = None) -> TrainingPath:
-        """A new run in `out` with the `requested` options, trained by the trainer registered as `name`."""
+        """A new run in `out` with the `options` (names and values), trained by the trainer registered as `name`."""
         spec = trainer_spec(name)
-        setup = prepare(Path(out), requested, False, device, spec, workers=workers)
+        setup = prepare(Path(out), TrainRequest.of(options), False, device, spec, workers=workers)
         return cls(setup, spec.trainer_class()(setup))
 
     def _turn_epoch(self) -> None:

@@ -169,14 +169,15 @@ def test_the_kept_path_is_chosen_for_paper_sgd_in_one_cpu_process_only():
 def test_a_run_whose_rows_are_pulled_to_classes_takes_the_kept_path_with_its_pull(tmp_path):
     """--init-features exchange pulls C's rows by a gradient hook and W's and U's inside the kept update."""
     from nnlm.data.synthetic import write_corpus
+    from nnlm.neural.config import TrainRequest
     from nnlm.neural.pipeline import prepare, trainer_spec
 
     write_corpus(tmp_path / "gen", 3000, words=40, classes=5, seed=3)
     base = {"corpus": str(tmp_path / "gen"), "preset": "mlp7", "order": 3, "hidden": 8, "features": 4,
             "threads": 1, "recipe": "paper", "init_features": "exchange", "feature_classes": 5}
     for pull, pulled in [(None, True), (0.0, False)]:
-        setup = prepare(tmp_path / f"run-{pull}", base | {"class_pull": pull}, False, torch.device("cpu"),
-                        trainer_spec("single"))
+        setup = prepare(tmp_path / f"run-{pull}", TrainRequest.of(base | {"class_pull": pull}), False,
+                        torch.device("cpu"), trainer_spec("single"))
         assert isinstance(setup.loss_fn, KeptLoss), pull
         assert len(setup.loss_fn.kept.pulled) == (2 if pulled else 0), pull  # (W and U)
 

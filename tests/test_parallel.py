@@ -20,6 +20,7 @@ from nnlm.neural import distributed as dd
 from nnlm.neural import pipeline
 from nnlm.neural import train as tr
 from nnlm.neural.batches import batch_loss
+from nnlm.neural.config import TrainRequest
 from nnlm.neural.model import NPLM
 from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.parallel import ShardLoss, train_parallel
@@ -311,7 +312,7 @@ def _rank_1_vanishes(out: Path, corpus_dir: Path) -> None:
 
     if dist.get_rank() == 1:
         os._exit(0)
-    run_rank(out, {"corpus": str(corpus_dir)} | TINY, "ddp", False, False, None, 20.0)
+    run_rank(out, TrainRequest.of({"corpus": str(corpus_dir)} | TINY), "ddp", False, False, None, 20.0)
 
 
 def test_a_vanished_peer_is_reported_by_the_survivor_not_waited_for(random_corpus, tmp_path):
@@ -326,7 +327,7 @@ def _rank_1_stalls(out: Path, corpus_dir: Path) -> None:
 
     if dist.get_rank() == 1:
         time.sleep(60)
-    run_rank(out, {"corpus": str(corpus_dir)} | TINY, "ddp", False, False, None, 3.0)
+    run_rank(out, TrainRequest.of({"corpus": str(corpus_dir)} | TINY), "ddp", False, False, None, 3.0)
 
 
 def test_a_stalled_peer_is_given_up_after_the_timeout(random_corpus, tmp_path):

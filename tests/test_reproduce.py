@@ -5,7 +5,7 @@ import pytest
 
 from nnlm.cli import main
 from nnlm.errors import NnlmError
-from nnlm.reproduce import NGRAM_ROWS, parse_models, reproduce
+from nnlm.reproduce import NGRAM_ROWS, ReproduceRequest, parse_models, reproduce
 
 
 def test_parse_models():
@@ -21,8 +21,8 @@ def test_reproduce_small_corpus_then_resume(random_corpus, tmp_path):
     corpus_dir = str(tmp_path / "rand")
     out = tmp_path / "report"
     logs: list[str] = []
-    readme = reproduce(corpus_dir, out, 0.3, "mlp7", False, "nnlm reproduce (test)", log=logs.append,
-                       progress=False, threads=1)
+    readme = reproduce(ReproduceRequest(corpus_dir, out, 0.3, "mlp7", False, "nnlm reproduce (test)", progress=False,
+                                        threads=1), log=logs.append)
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert {r.id for r in NGRAM_ROWS} <= set(rows)
     assert {"mlp7", "mlp8", "mlp7-em"} <= set(rows)
@@ -44,8 +44,8 @@ def test_reproduce_small_corpus_then_resume(random_corpus, tmp_path):
 
     # a second call skips the n-gram rows it has (the interpolated trigram is rebuilt: it is the mixing partner)
     logs.clear()
-    reproduce(corpus_dir, out, 0.2, "mlp7", False, "nnlm reproduce (test)", log=logs.append, progress=False,
-              threads=1)
+    reproduce(ReproduceRequest(corpus_dir, out, 0.2, "mlp7", False, "nnlm reproduce (test)", progress=False,
+                               threads=1), log=logs.append)
     assert not any(line.strip().startswith("valid") and "kn" in line for line in logs)
     again = json.loads((out / "results.json").read_text())["rows"]
     assert again["kn5"] == rows["kn5"]
@@ -56,12 +56,13 @@ def test_out_holding_other_files_is_refused(random_corpus, tmp_path):
     out.mkdir()
     (out / "thesis.tex").write_text("precious")
     with pytest.raises(NnlmError, match="not an nnlm reproduction"):
-        reproduce(str(tmp_path / "rand"), out, 0.1, "mlp7", False, "x", log=lambda s: None, progress=False)
+        reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.1, "mlp7", False, "x",
+                                   progress=False), log=lambda s: None)
 
 
 def test_bad_budget(random_corpus, tmp_path):
     with pytest.raises(NnlmError, match="budget"):
-        reproduce(str(tmp_path / "rand"), tmp_path / "r", -1, None, False, "x", log=lambda s: None)
+        reproduce(ReproduceRequest(str(tmp_path / "rand"), tmp_path / "r", -1, None, False, "x"), log=lambda s: None)
 
 
 def small_class_rows(monkeypatch):
@@ -99,7 +100,8 @@ def test_ngram_rows_under_the_budget_one_clustering_per_c_and_resume(random_corp
     monkeypatch.setattr(rp, "exchange_clusters", counting)
 
     def call() -> dict:  # 6 s; the n-gram rows (well under a second) could take 90% of it
-        reproduce(corpus_dir, out, 0.1, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+        reproduce(ReproduceRequest(corpus_dir, out, 0.1, "mlp7", False, "x", progress=False,
+                                   threads=1), log=lambda s: None)
         return json.loads((out / "results.json").read_text())["rows"]
 
     # 1. no share of the budget for n-grams: all but the mixing partner are skipped, and the report says so
@@ -149,12 +151,13 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
             raise SessionEnded
 
     with pytest.raises(SessionEnded):
-        reproduce(corpus_dir, out, None, "mlp7", True, "x", log=dies_in_epoch_2, progress=False, threads=1)
+        reproduce(ReproduceRequest(corpus_dir, out, None, "mlp7", True, "x", progress=False,
+                                   threads=1), log=dies_in_epoch_2)
     assert "mlp7" not in json.loads((out / "results.json").read_text())["rows"]
 
     logs: list[str] = []
     monkeypatch.setattr("nnlm.reproduce.results.commit", lambda: "bbbbbbb")  # the code changed between the sessions
-    reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1)
+    reproduce(ReproduceRequest(corpus_dir, out, None, "mlp7", True, "x", progress=False, threads=1), log=logs.append)
     epochs = [line.split("epoch ")[1].split(":")[0] for line in logs if line.strip().startswith("epoch ")]
     assert epochs[0] == "2"  # continued after the checkpoint of epoch 1
     assert any("early stopping" in line for line in logs)
@@ -172,7 +175,7 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
     assert "`bbbbbbb` (mlp7, mlp8, mlp7-em); `aaaaaaa` (interpolated, kn3, " in commits
 
     logs.clear()
-    reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1)
+    reproduce(ReproduceRequest(corpus_dir, out, None, "mlp7", True, "x", progress=False, threads=1), log=logs.append)
     assert not any(line.strip().startswith("epoch ") for line in logs)
     assert any("done already" in line for line in logs)
     assert json.loads((out / "results.json").read_text())["rows"] == rows
@@ -185,7 +188,8 @@ def test_a_net_the_budget_leaves_nothing_is_skipped_and_trained_by_the_next_call
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
     monkeypatch.setattr(ngram_rows, "NGRAM_SHARE", 0.0)
     monkeypatch.setattr(planner, "SAFETY", 1e9)  # its scoring would take more than the budget
-    reproduce(corpus_dir, out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+    reproduce(ReproduceRequest(corpus_dir, out, 0.05, "mlp7", False, "x", progress=False,
+                               threads=1), log=lambda s: None)
     rows = json.loads((out / "results.json").read_text())["rows"]
     for row_id in ("mlp7", "mlp8", "mlp7-em"):
         assert rows[row_id]["cut"] and rows[row_id]["note"].startswith("skipped for lack of budget: it needs at least")
@@ -203,7 +207,7 @@ def test_a_net_the_budget_leaves_nothing_is_skipped_and_trained_by_the_next_call
     assert (out / "README.md").read_text() == readme and (out / "curves.png").stat().st_size > 0
 
     monkeypatch.setattr(planner, "SAFETY", 1.15)
-    reproduce(corpus_dir, out, 0.1, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+    reproduce(ReproduceRequest(corpus_dir, out, 0.1, "mlp7", False, "x", progress=False, threads=1), log=lambda s: None)
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert rows["mlp7"]["perplexity"]["test"] > 1 and rows["mlp8"]["perplexity"]["test"] > 1
 
@@ -211,8 +215,8 @@ def test_a_net_the_budget_leaves_nothing_is_skipped_and_trained_by_the_next_call
 def test_hogwild_nets_are_trained_by_asynchronous_workers_and_the_report_says_so(random_corpus, tmp_path):
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
     logs: list[str] = []
-    readme = reproduce(corpus_dir, out, None, "mlp7", True, "x", log=logs.append, progress=False, threads=1,
-                       hogwild=2)
+    readme = reproduce(ReproduceRequest(corpus_dir, out, None, "mlp7", True, "x", progress=False, threads=1,
+                                        hogwild=2), log=logs.append)
     assert any("--parallel hogwild with 2 worker processes" in line for line in logs)
     rows = json.loads((out / "results.json").read_text())["rows"]
     state = json.loads((out / rows["mlp7"]["run"] / "state.json").read_text())
@@ -220,7 +224,7 @@ def test_hogwild_nets_are_trained_by_asynchronous_workers_and_the_report_says_so
     assert all(p > 1 for p in rows["mlp7"]["perplexity"].values())
     assert "2 asynchronous Hogwild workers" in readme.read_text()
     with pytest.raises(NnlmError, match="--hogwild must be at least 1"):
-        reproduce(corpus_dir, tmp_path / "r2", 0.1, "mlp7", False, "x", log=lambda s: None, hogwild=0)
+        reproduce(ReproduceRequest(corpus_dir, tmp_path / "r2", 0.1, "mlp7", False, "x", hogwild=0), log=lambda s: None)
 
 
 def test_a_row_built_under_other_options_is_rebuilt_not_relabelled(random_corpus, tmp_path):
@@ -228,12 +232,13 @@ def test_a_row_built_under_other_options_is_rebuilt_not_relabelled(random_corpus
     instead of reporting the finished sampled net as trained with the exact softmax (the second call
     has a small budget, to keep the test short: what it trains is a shortened exact-softmax net)."""
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
-    reproduce(corpus_dir, out, None, "mlp7", True, "x", log=lambda s: None, progress=False, threads=1, loss="sampled")
+    reproduce(ReproduceRequest(corpus_dir, out, None, "mlp7", True, "x", progress=False, threads=1,
+                               loss="sampled"), log=lambda s: None)
     sampled = json.loads((out / "results.json").read_text())["rows"]
     assert sampled["mlp7"]["options"]["loss"] == "sampled" and sampled["mlp7"]["finished"]
     logs: list[str] = []
-    readme = reproduce(corpus_dir, out, 0.15, "mlp7", False, "x", log=logs.append, progress=False, threads=1,
-                       loss="full").read_text()
+    readme = reproduce(ReproduceRequest(corpus_dir, out, 0.15, "mlp7", False, "x", progress=False, threads=1,
+                                        loss="full"), log=logs.append).read_text()
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert not any("done already" in line for line in logs)
     assert rows["mlp7"]["run"] != sampled["mlp7"]["run"]
@@ -311,7 +316,8 @@ def test_the_late_class_rows_are_clustered_in_a_second_process_with_the_classes_
         train, v, c, **o))
     lines: list[str] = []
     out = tmp_path / "report"
-    reproduce(str(tmp_path / "rand"), out, None, "mlp7", True, "x", log=lines.append, progress=False, threads=1)
+    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, None, "mlp7", True, "x", progress=False,
+                               threads=1), log=lines.append)
     assert "clustering c = 4, 8 in a second process meanwhile" in lines
     assert clustered == []  # the parent clustered nothing
     rows = json.loads((out / "results.json").read_text())["rows"]
@@ -349,7 +355,8 @@ def test_a_class_row_left_no_clustering_time_is_skipped_not_built_from_uncluster
 
     monkeypatch.setattr(planner, "plan", no_time_for_class4)
     out = tmp_path / "report"
-    reproduce(str(tmp_path / "rand"), out, 0.1, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.1, "mlp7", False, "x", progress=False,
+                               threads=1), log=lambda s: None)
     row = json.loads((out / "results.json").read_text())["rows"]["class4-3"]
     assert row["status"] == "skipped" and not row["perplexity"] and 4 not in clustered
     assert row["note"].startswith("skipped for lack of budget: no time left to cluster it (0.0 min of the ~1.0 min")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from nnlm.errors import NnlmError
-from nnlm.reproduce import reproduce
+from nnlm.reproduce import ReproduceRequest, reproduce
 from nnlm.reproduce.beyond_rows import BEYOND_ROWS, MixRow, NetRow, check_rows
 
 ROWS = (
@@ -34,8 +34,8 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
 
     def call() -> dict:
         logs.clear()
-        reproduce(corpus_dir, out, 0.05, "mlp7", False, "x", log=logs.append, progress=False, threads=1,
-                  beyond=True, beyond_minutes=0.1)
+        reproduce(ReproduceRequest(corpus_dir, out, 0.05, "mlp7", False, "x", progress=False, threads=1, beyond=True,
+                                   beyond_minutes=0.1), log=logs.append)
         return json.loads((out / "results.json").read_text())["rows"]
 
     rows = call()
@@ -59,8 +59,8 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
     assert np.array(rows["beyond:ngrams"]["weights"]).shape[1] == 3
 
     # the ensemble and the bucketed mix, rebuilt from results.json, are distributions over the vocabulary
-    section = Section(Job(corpus_dir, out, None, ["mlp7"], "x", log=lambda s: None, progress=False,
-                          threads=1), None, ROWS)
+    section = Section(Job(ReproduceRequest(corpus_dir, out, models="mlp7", full=True, command="x", progress=False,
+                                           threads=1), log=lambda s: None), None, ROWS)
     for mix in (ROWS[2], ROWS[4]):
         model = load_mixture(section, mix)
         ctx = contexts(random_corpus.stream(), np.arange(8, 16), model.context_size, random_corpus.pad_id)
@@ -85,7 +85,8 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
 
 def test_without_beyond_no_section(random_corpus, tmp_path):
     out = tmp_path / "report"
-    reproduce(str(tmp_path / "rand"), out, 0.02, "mlp7", False, "x", log=lambda s: None, progress=False, threads=1)
+    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.02, "mlp7", False, "x", progress=False,
+                               threads=1), log=lambda s: None)
     assert "Beyond the paper" not in (out / "README.md").read_text()
     assert not any(k.startswith("beyond:") for k in json.loads((out / "results.json").read_text())["rows"])
 
@@ -99,7 +100,7 @@ def test_rows_are_checked():
     with pytest.raises(NnlmError, match="twice"):
         check_rows((NetRow("a", "a", "mlp1"), NetRow("a", "a", "mlp1", seed=1)))
     with pytest.raises(NnlmError, match="beyond-minutes"):
-        reproduce("brown", "/nonexistent/r", None, None, False, "x", beyond=True, beyond_minutes=-1)
+        reproduce(ReproduceRequest("brown", "/nonexistent/r", None, None, False, "x", beyond=True, beyond_minutes=-1))
 
 
 def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypatch):
@@ -112,8 +113,8 @@ def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypa
             MixRow("deep-mlp7", "deep-context + MLP7, EM", ("deep", "mlp7-seed0"), "em"))
     monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
     out = tmp_path / "report"
-    reproduce(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False,
-              threads=1, beyond=True, beyond_minutes=0.2)
+    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
+                               beyond=True, beyond_minutes=0.2), log=lambda s: None)
     done = json.loads((out / "results.json").read_text())["rows"]
     deep = done["beyond:deep"]
     assert deep["status"] != "skipped", deep.get("note")
@@ -137,8 +138,9 @@ def test_beyond_section_trains_the_papers_extensions(random_corpus, tmp_path, mo
             MixRow("ext", "energy + classes + MLP7, EM", ("energy-direct", "mlp1-classes", "mlp7-seed0"), "em"))
     monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
     out = tmp_path / "report"
-    reproduce(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", log=lambda s: None, progress=False,
-              threads=1, beyond=True, beyond_minutes=0.6)  # 0.3 min skipped the last row at load ~4
+    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
+                               beyond=True,
+                               beyond_minutes=0.6), log=lambda s: None)  # 0.3 min skipped the last row at load ~4
     done = json.loads((out / "results.json").read_text())["rows"]
     energy, classes = done["beyond:energy-direct"], done["beyond:mlp1-classes"]
     for row in (energy, classes):

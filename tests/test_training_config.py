@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 
 from nnlm.cli import build_parser
+from nnlm.cli.main import main
 from nnlm.errors import NnlmError
 from nnlm.neural.config import (
     RUN_DEFAULTS,
     SESSION_DEFAULTS,
     RunOptions,
     SessionOptions,
+    TrainRequest,
     add_train_options,
-    requested_options,
+    request_from_args,
 )
 from nnlm.neural.pipeline import TRAINERS, trainer_spec
 from nnlm.neural.recipes import RECIPES, recipe_values
@@ -34,10 +36,10 @@ ARGVS = [
 ]
 
 
-def from_fields(argv: list[str]) -> dict:
+def from_fields(argv: list[str]) -> TrainRequest:
     parser = argparse.ArgumentParser()
     add_train_options(parser)
-    return requested_options(parser.parse_args(argv))
+    return request_from_args(parser.parse_args(argv))
 
 
 @pytest.mark.parametrize("argv", ARGVS)
@@ -45,7 +47,8 @@ def test_the_options_built_from_the_fields_parse_as_the_cli_does(argv):
     args = build_parser().parse_args(["train", "--out", "x", *argv])
     today = {k: getattr(args, k) for k in list(RUN_DEFAULTS) + list(SESSION_DEFAULTS)
              if getattr(args, k, None) is not None and k not in CORPUS_OPTIONS}
-    assert from_fields(argv) == today
+    assert from_fields(argv) == TrainRequest.of(today)
+    assert from_fields(argv).given == {k for k in today if k in RUN_DEFAULTS}  # a resume compares exactly these
 
 
 def test_every_train_option_of_the_cli_comes_from_a_field_and_its_help_states_the_default():
@@ -128,6 +131,66 @@ def test_every_face_applies_the_same_bounds(name, inside, outside):
         check_values(RunOptions, {name: outside})
     _, holds, what = RUN_SCHEMA[name]  # run.json: the same
     assert holds(inside) and not holds(outside), what
+
+
+# the architecture's fields: the CLI's option, the library's ModelConfig and run.json's entry share one limit
+MODEL_EDGES = [("order", 64, 65), ("order", 2, 1), ("hidden", 100_000, 100_001), ("features", 1, 0),
+               ("layers", 16, 17), ("output_classes", 2, 1)]
+
+
+@pytest.mark.parametrize("name, inside, outside", MODEL_EDGES)
+def test_the_model_config_refuses_what_the_command_line_refuses(name, inside, outside):
+    from nnlm.neural.checkpoint import RUN_SCHEMA
+    from nnlm.neural.model_config import ModelConfig
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_train_options(parser)
+    flag = "--" + name.replace("_", "-")
+    assert getattr(parser.parse_args([flag, str(inside)]), name) == inside
+    with pytest.raises(argparse.ArgumentError):
+        parser.parse_args([flag, str(outside)])
+    base = {"vocab_size": 50, "order": 3, "hidden": 4, "features": 3}
+    assert getattr(ModelConfig(**base | {name: inside}), name) == inside
+    with pytest.raises(NnlmError, match=f"model {name} must be .*, got {outside}"):
+        ModelConfig(**base | {name: outside})
+    _, holds, _ = RUN_SCHEMA[name]
+    assert holds(inside) and not holds(outside)
+
+
+def test_model_order_100_is_refused_by_the_library_as_by_the_command_line(capsys):
+    from nnlm.neural.model_config import ModelConfig
+
+    with pytest.raises(NnlmError, match=r"model order must be an integer in \[2, 64\], got 100"):
+        ModelConfig(vocab_size=50, order=100, hidden=4, features=3)
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--out", "x", "--order", "100"])
+    assert stop.value.code == 2 and "--order: must be an integer in [2, 64], got 100" in capsys.readouterr().err
+
+
+def test_run_json_schema_covers_every_stored_field_from_its_declaration():
+    from nnlm.neural.checkpoint import RUN_SCHEMA
+    from nnlm.neural.config import INIT_FEATURES, LR_SCHEDULES, RUN_FORMAT
+
+    assert set(RUN_SCHEMA) == {f.name for f in dataclasses.fields(Run)}
+    required = {k for k, (needed, _, _) in RUN_SCHEMA.items() if needed}
+    assert required == {"format", "corpus", "min_count", "max_vocab", "vocab_from", "preset", "recipe", "batch_size",
+                        "seed", "patience", "model", "vocab_fingerprint", "pad_token"}
+    holds = {k: check for k, (_, check, _) in RUN_SCHEMA.items()}
+    assert all(holds["lr_schedule"](v) for v in (None, *LR_SCHEDULES)) and not holds["lr_schedule"]("cosine")
+    assert holds["init_features"]("exchange") and not holds["init_features"](INIT_FEATURES[0])  # resolved: no auto
+    assert not holds["output_layer"](None) and holds["output_clustering"](None)  # resolved / optional
+    assert holds["format"](RUN_FORMAT) and not holds["format"]("nnlm-neural-run/2")
+    assert holds["min_count"](None) and not holds["min_count"](0) and holds["recipe"]({"name": "old"})
+
+
+def test_a_typed_request_keeps_what_was_given():
+    request = TrainRequest.of({"corpus": "brown", "lr": None, "epochs": 2})
+    assert request.given == {"corpus", "lr"} and request.asked() == {"corpus": "brown", "lr": None}
+    assert request.session.epochs == 2 and request.run.batch_size == RUN_DEFAULTS["batch_size"]
+    with pytest.raises(NnlmError, match="unknown training option 'epoch'"):
+        TrainRequest.of({"epoch": 2})
+    with pytest.raises(NnlmError, match=r"--threads must be an integer in \[1, 1,024\]"):
+        TrainRequest.of({"threads": 0})
 
 
 def test_losses_are_declared_once():

@@ -9,6 +9,7 @@ import pytest
 
 from nnlm.cli import main
 from nnlm.data.synthetic import write_corpus
+from nnlm.neural.config import TrainRequest
 from nnlm.neural.tune import cumulative_budgets, round_sizes, trial_options, tune
 
 NET = ["--preset", "mlp7", "--hidden", "8", "--features", "4", "--threads", "1"]
@@ -57,7 +58,8 @@ def test_budget_limited_trials_continue_from_checkpoints_and_are_warned_about(ge
     lines: list[str] = []
     requested = {"corpus": str(gen_dir), "preset": "mlp7", "hidden": 8, "features": 4, "threads": 1, "epochs": 1000,
                  "patience": 1000}
-    record = tune(tmp_path / "tune", requested, minutes=0.05, trials=3, log=lines.append)  # 3 s: only the budget stops
+    record = tune(tmp_path / "tune", TrainRequest.of(requested), minutes=0.05, trials=3,
+                  log=lines.append)  # 3 s: only the budget stops
     trials = {t["index"]: t for t in record["trials"]}
     first, second, last = record["rounds"]
     assert first == [0, 1, 2] and len(second) == 2 and len(last) == 1 and set(last) <= set(second)

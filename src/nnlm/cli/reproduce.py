@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nnlm.output_guard import guard_outputs
-    from nnlm.reproduce import report_only, reproduce
+    from nnlm.reproduce import ReproduceRequest, report_only, reproduce
 
     guard_outputs(directories=[("--out", args.out)], inputs=[None if args.corpus == "brown" else args.corpus])
 
@@ -70,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
 
     command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     try:
-        report = reproduce(args.corpus, args.out, args.budget_minutes, args.models, args.full, command,
-                           progress=not args.no_progress, threads=args.threads, device=args.device, loss=args.loss,
-                           samples=args.samples, hogwild=args.hogwild, table=args.table, beyond=args.beyond,
-                           beyond_minutes=args.beyond_minutes, min_count=args.min_count, max_vocab=args.max_vocab,
-                           heldout=args.heldout)
+        report = reproduce(ReproduceRequest(
+            args.corpus, args.out, args.budget_minutes, args.models, args.full, command, progress=not args.no_progress,
+            threads=args.threads, device=args.device, loss=args.loss, samples=args.samples, hogwild=args.hogwild,
+            table=args.table, beyond=args.beyond, beyond_minutes=args.beyond_minutes, min_count=args.min_count,
+            max_vocab=args.max_vocab, heldout=args.heldout))
     except StoppedBySignal as exc:  # the net's run saved a checkpoint; finished rows are in results.json
         raise StoppedBySignal(exc.signum, f"stopped by {exc.name}: finished rows and the training run's checkpoint "
                                           f"are saved in {args.out}; the same command continues: {command}") from None

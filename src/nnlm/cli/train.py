@@ -8,7 +8,7 @@ import argparse
 
 from nnlm.cli import arg_types as T
 from nnlm.cli.common import add_corpus_options, emit
-from nnlm.neural.config import add_train_options, requested_options
+from nnlm.neural.config import add_train_options, request_from_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     # (the run directory is checked against the corpus by the library, before anything is written)
     # --parallel none (the default) trains in this process; under torchrun it is refused with a hint
-    state = train_parallel(args.out, requested_options(args), args.parallel or "none", args.workers,
+    state = train_parallel(args.out, request_from_args(args), args.parallel or "none", args.workers,
                            resume=args.resume, progress=not args.no_progress, timeout=args.dist_timeout)
     if state is None:  # a torchrun rank other than 0: rank 0 reports
         return 0

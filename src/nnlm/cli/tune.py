@@ -29,12 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nnlm.neural.config import TrainRequest
     from nnlm.neural.tune import report, tune
     from nnlm.output_guard import guard_outputs
 
     guard_outputs(directories=[("--out", args.out)], inputs=[corpus_path(args.corpus)])
     names = ("corpus", "min_count", "max_vocab", "vocab_from", *TUNED_RUN_OPTIONS)
-    requested = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
-    record = tune(args.out, requested, args.minutes, args.trials)
+    request = TrainRequest.of({k: getattr(args, k) for k in names if getattr(args, k, None) is not None})
+    record = tune(args.out, request, args.minutes, args.trials)
     emit(args, record, report(record))
     return 0

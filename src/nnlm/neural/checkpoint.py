@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,14 +30,14 @@ from safetensors.torch import save_file
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
-from nnlm.neural.config import LOSSES, stored_value_check
+from nnlm.neural.config import RUN_FORMAT, RunRecord
+from nnlm.neural.declared import Check, Schema, schema
 from nnlm.neural.model import NPLM
 from nnlm.neural.model_config import ModelConfig
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.neural_lm import NeuralLM
 from nnlm.neural.scoring import EXACT, Scoring
 
-RUN_FORMAT = "nnlm-neural-run/1"
 RUN, STATE, VOCAB, WEIGHTS = "run.json", "state.json", "vocab.json", "model.safetensors"
 
 
@@ -98,7 +97,6 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
 # Unknown keys are tolerated (newer versions add fields); known keys are checked for type and range,
 # so a hand-edited or damaged file is one line naming the field, never a TypeError deep in training.
 
-Check = Callable[[Any], bool]
 MAX_PARAMETERS = 4_000_000_000  # a run.json asking for more is damaged (or no machine holds it)
 
 
@@ -112,63 +110,14 @@ def _number(lo: float, optional: bool = False, positive: bool = False) -> Check:
                                                   and math.isfinite(v) and v >= lo and (not positive or v > lo))
 
 
-def _text(v: Any) -> bool:
-    return isinstance(v, str) and v != ""
-
-
 def _bool(optional: bool = False) -> Check:
     return lambda v: (optional and v is None) or isinstance(v, bool)
 
 
-def _one_of(*values: Any) -> Check:
-    return lambda v: v in values
-
-
-RUN_SCHEMA: dict[str, tuple[bool, Check, str]] = {
-    "format": (True, _one_of(RUN_FORMAT), RUN_FORMAT),
-    "corpus": (True, _text, "a corpus name or directory"),
-    "min_count": (True, _int(1, optional=True), "null or an integer >= 1"),
-    "max_vocab": (True, _int(1, optional=True), "null or an integer >= 1"),
-    "vocab_from": (True, _one_of("train", "all"), "'train' or 'all'"),
-    "heldout": (False, _int(0, optional=True), "null or an integer >= 0"),
-    "preset": (True, _text, "a preset name"),
-    "recipe": (True, lambda v: _text(v) or isinstance(v, dict), "a recipe name"),
-    "batch_size": (True, *stored_value_check("batch_size", optional=False)),
-    "seed": (True, *stored_value_check("seed", optional=False)),
-    "patience": (True, *stored_value_check("patience", optional=False)),
-    "model": (True, lambda v: isinstance(v, dict), "an object (the model config)"),
-    "vocab_fingerprint": (True, _text, "a vocabulary fingerprint"),
-    "pad_token": (True, _text, "a token"),
-    "order": (False, *stored_value_check("order")),
-    "hidden": (False, *stored_value_check("hidden")),
-    "features": (False, *stored_value_check("features")),
-    "direct": (False, _bool(optional=True), "null, true or false"),
-    "lr": (False, *stored_value_check("lr")),
-    "bf16": (False, _bool(optional=True), "null, true or false"),
-    "loss": (False, _one_of(*LOSSES), " or ".join(map(repr, LOSSES))),
-    "samples": (False, *stored_value_check("samples")),
-    "output_layer": (False, _one_of("full", "classes"), "'full' or 'classes'"),
-    "output_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
-    "output_clustering": (False, _one_of(None, "exchange", "frequency"), "null, 'exchange' or 'frequency'"),
-    "init_features": (False, _one_of("random", "exchange"), "'random' or 'exchange'"),
-    "feature_classes": (False, _int(2, optional=True), "null or an integer >= 2"),
-    "class_pull": (False, *stored_value_check("class_pull")),
-    "class_context": (False, _bool(optional=True), "null, true or false"),
-    "feature_clustering": (False, _one_of(None, "exchange", "trigram"), "null, 'exchange' or 'trigram'"),
-    "row_decay": (False, _one_of(None, "touched", "exact"), "null, 'touched' or 'exact'"),
-    "init_evidence": (False, lambda v: v is None or (isinstance(v, dict) and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())), "null or an object of numbers"),
-    "corpus_name": (False, lambda v: isinstance(v, str), "a string"),
-    # recipe values (nnlm.neural.recipes.RECIPE_KEYS): absent in runs from before they were stored
-    "lr_schedule": (False, _one_of(None, "paper", "epoch", "plateau", "newbob", "constant"),
-                    "null, 'paper', 'epoch', 'plateau', 'newbob' or 'constant'"),
-    "lr_factor": (False, *stored_value_check("lr_factor")),
-    "weight_decay": (False, *stored_value_check("weight_decay")),
-    "dropout": (False, *stored_value_check("dropout")),
-    "min_improvement": (False, *stored_value_check("min_improvement")),
-    "plateau_patience": (False, *stored_value_check("plateau_patience")),
-}
-STATE_SCHEMA: dict[str, tuple[bool, Check, str]] = {
+# run.json: every field as RunOptions and RunRecord declare it (its limits, its allowed values, null or not),
+# the schema the command line and the library apply too (nnlm.neural.declared.schema)
+RUN_SCHEMA: Schema = schema(RunRecord)
+STATE_SCHEMA: Schema = {
     "step": (True, _int(0), "an integer >= 0"),
     "epoch": (True, _int(0), "an integer >= 0"),
     "batch": (True, _int(0), "an integer >= 0"),
@@ -187,9 +136,9 @@ STATE_SCHEMA: dict[str, tuple[bool, Check, str]] = {
 }
 
 
-def validate(data: dict[str, Any], schema: dict[str, tuple[bool, Check, str]], path: Path) -> None:
+def validate(data: dict[str, Any], fields: Schema, path: Path) -> None:
     """Refuse the first field of `data` that the schema's check rejects (unknown fields pass)."""
-    for key, (required, check, what) in schema.items():
+    for key, (required, check, what) in fields.items():
         if key not in data:
             if required:
                 raise NnlmError(f"{path} is damaged: it lacks {key!r}")

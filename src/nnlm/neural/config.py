@@ -1,11 +1,14 @@
-"""Typed training options: what defines a run and what only one invocation chooses.
+"""Typed training options: what defines a run, what only one invocation chooses, and one call's request.
 
 `RunOptions` are the options a run is defined by (a resumed run must be given the same, or none);
-`SessionOptions` may change from one invocation to the next. Each field is declared once, with its
-default and its command-line help (field metadata), so the defaults, the help text and the
-validation cannot drift apart; `add_train_options` builds the argparse options from them. A value
-of None means "resolved when the run is created" (from the preset, the recipe or the corpus); the
-resolved values are what run.json holds (`nnlm.neural.run_config.Run`).
+`SessionOptions` may change from one invocation to the next; `TrainRequest` is one call of training,
+both of them and the names of the run options the caller gave, which the command line builds
+(`request_from_args`) and every training function takes. Each field is declared once, with its
+default, its limits and allowed values and its command-line help (field metadata, nnlm.neural.declared),
+so the defaults, the help text, the command line's checks, the library's and run.json's schema
+(`RunRecord`, the stored run's fields) cannot drift apart. A value of None means "resolved when the
+run is created" (from the preset, the recipe or the corpus); the resolved values are what run.json
+holds (`nnlm.neural.run_config.Run`).
 
 It imports no torch itself, so that the command-line parser can build its options from it cheaply.
 """
@@ -13,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from nnlm.bounds import SEED_MAX, Bounds
 from nnlm.errors import NnlmError
+from nnlm.neural.declared import check_choice, check_values, declare
+from nnlm.neural.model_config import CLASSES, FEATURES, HIDDEN, LAYERS, LOCAL, ORDER
 from nnlm.neural.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defaults
 
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.sampled builds them); declared here once
@@ -31,23 +36,24 @@ DEFAULT_SAMPLES = 128  # --loss sampled / nce's K (nnlm.neural.sampled): Brown, 
 # and a lower valid perplexity (README); here, numpy-free, so that a full-softmax run does not import the sampled loss
 DEFAULT_CLASS_PULL = 1.0  # --init-features exchange: the measured best on gen-500 / gen-2k (docs/recipes.md)
 DEVICES = ("auto", "cpu", "cuda")
+VOCAB_FROM = ("train", "all")  # where a text directory's vocabulary is counted (nnlm.data.corpus)
 MINUTES = Bounds(0.0, 60.0 * 24 * 365, lo_open=True)  # at most a year
 BUDGET_MINUTES = Bounds(0.0, 60.0 * 24 * 365)  # 0: one batch, then stop and checkpoint (how tests cut a run short)
+RUN_FORMAT = "nnlm-neural-run/1"  # run.json's format (nnlm.neural.checkpoint)
 RECIPE_GROUP = "recipe fields (default: the recipe's; stored in run.json, kept by --resume)"
 
 
 def option(default: Any, help: str, *, bounds: Bounds | None = None, parse: Callable[[str], Any] | None = None,
            choices: tuple | None = None, flag: bool = False, shown: str | None = None, metavar: str | None = None,
-           group: str | None = None, cli: bool = True) -> Any:
-    """A dataclass field that is also a command-line option. `bounds`: a number's limits, which the
-    command line, the library (`check_values`) and the run.json reader all apply; `parse`: another
-    argparse type; `shown`: how the help states the default (when the bare value would not say it);
+           group: str | None = None, cli: bool = True, **stored: Any) -> Any:
+    """A declared field (nnlm.neural.declared.declare: `bounds`, `choices`, `flag`, and what run.json holds
+    for it in `stored`) that is also a command-line option: `parse`: another argparse type than the
+    bounds' parser; `shown`: how the help states the default (when the bare value would not say it);
     `flag`: a --x/--no-x switch; `cli` False: not on the command line (set by other options or by the library)."""
     if bounds is not None and parse is None:
         parse = bounds.parser()
-    meta = {"help": help, "bounds": bounds, "parse": parse, "choices": choices, "flag": flag, "shown": shown,
-            "metavar": metavar, "group": group, "cli": cli}
-    return field(default=default, metadata=meta)
+    return declare(default, bounds=bounds, choices=choices, flag=flag, help=help, parse=parse, shown=shown,
+                   metavar=metavar, group=group, cli=cli, **stored)
 
 
 @dataclass(frozen=True)
@@ -55,32 +61,34 @@ class RunOptions:
     """The options that define a run (None: resolved from the preset, the recipe or the corpus)."""
 
     corpus: str = option("brown", "'brown' (the bengio2003 protocol) or a directory with train.txt, valid.txt, "
-                                  "test.txt", cli=False)
-    min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False)
-    max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False)
-    vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False)
-    heldout: int | None = option(None, "a text file or stdin: valid and test size in tokens (0: none)", cli=False)
+                                  "test.txt", cli=False, required=True)
+    min_count: int | None = option(None, "text directories: tokens seen fewer times become <unk>", cli=False,
+                                   bounds=Bounds(1, integer=True), required=True)
+    max_vocab: int | None = option(None, "text directories: keep at most this many tokens", cli=False,
+                                   bounds=Bounds(1, integer=True), required=True)
+    vocab_from: str = option("train", "text directories: count the vocabulary on train or on all splits", cli=False,
+                             choices=VOCAB_FROM, required=True)
+    heldout: int | None = option(None, "a text file or stdin: valid and test size in tokens (0: none)", cli=False,
+                                 bounds=Bounds(0, integer=True))
     preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
                                    "energy network, docs/experiments/energy.md), wide-context, deep-context or "
                                    "long-context (past the paper, docs/experiments/beyond.md), or mlp1-classes (MLP1 "
-                                   "with the class-factored output layer)")
-    order: int | None = option(None, "n, overriding the preset", bounds=Bounds(2, 64, integer=True),
-                               shown="the preset's")
+                                   "with the class-factored output layer)", required=True)
+    order: int | None = option(None, "n, overriding the preset", bounds=ORDER, shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset",
-                                bounds=Bounds(0, 100_000, integer=True), shown="the preset's")
-    features: int | None = option(None, "m, overriding the preset", bounds=Bounds(1, 100_000, integer=True),
-                                  shown="the preset's")
+                                bounds=HIDDEN, shown="the preset's")
+    features: int | None = option(None, "m, overriding the preset", bounds=FEATURES, shown="the preset's")
     direct: bool | None = option(None, "direct connections W, overriding the preset", flag=True,
                                  shown="the preset's")
     layers: int | None = option(None, "hidden layers of h units, overriding the preset",
-                                bounds=Bounds(1, 16, integer=True), shown="the preset's (1 in the paper)")
+                                bounds=LAYERS, shown="the preset's (1 in the paper)")
     layer_norm: bool | None = option(None, "layer normalisation in each hidden layer, overriding the preset",
                                      flag=True, shown="the preset's (off in the paper)")
     residual: bool | None = option(None, "hidden layers after the first add their input back (needs --layers 2 or "
                                          "more), overriding the preset", flag=True, shown="the preset's (off)")
     local: int | None = option(None, "0: all n-1 context words concatenated; k: only the k nearest, the older ones "
                                      "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
-                                     "overriding the preset", bounds=Bounds(0, 64, integer=True),
+                                     "overriding the preset", bounds=LOCAL,
                                 shown="the preset's (0)")
     energy: bool | None = option(None, "the paper's energy-minimization network (section 5.1): the output word's "
                                        "features enter the hidden layer, P(w | context) = softmax(-E); "
@@ -89,9 +97,10 @@ class RunOptions:
                                           flag=True, shown="off")
     output_layer: str | None = option(None, "full: one softmax over V (the paper); classes: P(class | h) x "
                                             "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word",
-                                      choices=OUTPUT_LAYERS, shown="the preset's: full, classes for mlp1-classes")
+                                      choices=OUTPUT_LAYERS, shown="the preset's: full, classes for mlp1-classes",
+                                      stored_choices=OUTPUT_LAYERS)
     output_classes: int | None = option(None, "--output-layer classes: the number of word classes K",
-                                        bounds=Bounds(2, 1 << 24, integer=True), metavar="K", shown="about sqrt(|V|)")
+                                        bounds=CLASSES, metavar="K", shown="about sqrt(|V|)")
     output_clustering: str | None = option(None, "--output-layer classes: exchange (the class-based n-gram's "
                                                  "clustering of train) or frequency (bins of equal token mass)",
                                            choices=CLUSTERINGS, shown="exchange")
@@ -107,9 +116,9 @@ class RunOptions:
                                              "holds each word's rows near its class's mean (full softmax, one "
                                              "process); auto: exchange with --class-context where the class "
                                              "trigram beats the word trigram on validation by a tenth, else random",
-                                       choices=INIT_FEATURES, shown="auto")
+                                       choices=INIT_FEATURES, shown="auto", stored_choices=INIT_FEATURES[1:])
     feature_classes: int | None = option(None, "--init-features exchange: the number of classes K",
-                                         bounds=Bounds(2, 1 << 24, integer=True), metavar="K",
+                                         bounds=CLASSES, metavar="K",
                                          shown="about sqrt(|V|)")
     class_pull: float | None = option(None, "--init-features exchange: PULL/2 x the squared distance of every word's "
                                             "rows of C, U and W from their class's mean rows is added to each "
@@ -125,12 +134,14 @@ class RunOptions:
                                               "trigram's history as a feature; n >= 3)", flag=True, shown="off")
     recipe: str | None = option(None, "how the net is trained, one of " + ", ".join(RECIPES),
                                 shown="adaptive with --loss full; sampled with --loss sampled / nce, "
-                                      "sampled-large for the presets past the paper")
-    batch_size: int = option(256, "examples per update", bounds=Bounds(1, 1 << 24, integer=True))
-    seed: int = option(0, "random seed", bounds=Bounds(0, SEED_MAX, integer=True))
+                                      "sampled-large for the presets past the paper", required=True,
+                                stored_check=(lambda v: (isinstance(v, str) and v != "") or isinstance(v, dict),
+                                              "a recipe name"))
+    batch_size: int = option(256, "examples per update", bounds=Bounds(1, 1 << 24, integer=True), required=True)
+    seed: int = option(0, "random seed", bounds=Bounds(0, SEED_MAX, integer=True), required=True)
     lr: float | None = option(None, "learning rate", bounds=Bounds(0.0, 10.0, lo_open=True))
     patience: int = option(3, "early stopping: epochs without a better valid perplexity",
-                         bounds=Bounds(1, integer=True))
+                         bounds=Bounds(1, integer=True), required=True)
     bf16: bool | None = option(None, "bf16 output layer and softmax in training", flag=True,
                                shown="the recipe's, on bf16 hardware")
     loss: str = option("full", "output layer in training: full softmax, sampled (importance-sampled softmax) or "
@@ -169,7 +180,7 @@ class RunOptions:
         self.check_output_layer()
         self.check_init_features()
         if self.row_decay is not None and (RECIPES[recipe].optimizer != "adam" or (
-                self.loss == "full" and output_layer_of(dataclasses.asdict(self)) != "classes")):
+                self.loss == "full" and self.asked_output_layer() != "classes")):
             raise NnlmError("--row-decay applies to the runs that update only the rows a batch touched: --loss "
                             "sampled or nce, or --output-layer classes, with an Adam recipe")
         if self.loss != "full" and RECIPES[recipe].optimizer != "adam":
@@ -193,6 +204,20 @@ class RunOptions:
             raise NnlmError(f"--init-features exchange pulls every word's output rows towards its class's: it trains "
                             f"the full softmax, not --loss {self.loss}")
 
+    def asked_output_layer(self) -> str:
+        """The output layer these options ask for: --output-layer, else the preset's."""
+        from nnlm.neural.presets import has_class_output
+
+        if self.output_layer is not None:
+            return self.output_layer
+        return "classes" if has_class_output(self.preset) else "full"
+
+    def asks_energy(self) -> bool:
+        """Whether these options ask for the energy network (--energy, else a preset that has it)."""
+        from nnlm.neural.presets import has_energy
+
+        return bool(self.energy) if self.energy is not None else has_energy(self.preset)
+
     def check_output_layer(self) -> None:
         """--output-layer and its options agree with each other and with --loss and --bf16."""
         from nnlm.neural.presets import has_class_output
@@ -207,16 +232,6 @@ class RunOptions:
         if self.bf16:
             raise NnlmError("--bf16 applies to the full softmax's output layer; the class-factored one trains in "
                             "fp32 (its products are small)")
-
-
-def output_layer_of(requested: dict[str, Any]) -> str:
-    """The output layer a requested-options dict asks for: its --output-layer, else its preset's."""
-    from nnlm.neural.presets import has_class_output
-
-    layer = requested.get("output_layer")
-    if layer is not None:
-        return layer
-    return "classes" if has_class_output(requested.get("preset", RunOptions.preset)) else "full"
 
 
 @dataclass(frozen=True)
@@ -249,38 +264,12 @@ def check_loss(loss: str, samples: int | None, vocab_size: int | None = None) ->
         raise NnlmError(f"--samples {samples} exceeds the vocabulary size {vocab_size}")
 
 
-def check_choice(name: str, value: str | None, choices: tuple[str, ...], required: bool = False) -> None:
-    """One-line NnlmError unless `value` is one of the option's `choices` (or None, not given, unless `required`)."""
-    if value not in (choices if required else (None, *choices)):
-        raise NnlmError(f"unknown --{name.replace('_', '-')} {value!r}; choose from {', '.join(choices)}")
-
-
-def check_values(options: type, values: dict[str, Any]) -> None:
-    """Each value of a field of `options` (None: not given) within its declared bounds and among its
-    declared choices, else a one-line NnlmError naming the option: the same limits as the command line's."""
-    for f in fields(options):
-        bounds = f.metadata.get("bounds")
-        if bounds is not None and values.get(f.name) is not None:
-            bounds.check("--" + f.name.replace("_", "-"), values[f.name])
-        if f.metadata.get("choices"):
-            check_choice(f.name, values.get(f.name), f.metadata["choices"])
-
-
 def bounds_of(name: str) -> Bounds | None:
     """The declared limits of a RunOptions or SessionOptions field (None: not a number)."""
     for f in fields(RunOptions) + fields(SessionOptions):
         if f.name == name:
             return f.metadata["bounds"]
     raise KeyError(name)
-
-
-def stored_value_check(name: str, optional: bool = True) -> tuple[Callable[[Any], bool], str]:
-    """A stored value of option `name` (a run.json field) checked against the option's declared bounds,
-    and the words for what it must be: run.json is held to the limits the command line and the library
-    apply (`nnlm.neural.checkpoint.RUN_SCHEMA`)."""
-    bounds = bounds_of(name)
-    what = ("null or " if optional else "") + bounds.describe()
-    return (lambda v: (optional and v is None) or bounds.holds(v)), what
 
 
 def defaults(options: type) -> dict[str, Any]:
@@ -292,16 +281,60 @@ RUN_DEFAULTS: dict[str, Any] = defaults(RunOptions)
 SESSION_DEFAULTS: dict[str, Any] = defaults(SessionOptions)
 
 
-def run_part(requested: dict[str, Any]) -> dict[str, Any]:
-    """The run-defining entries of a requested-options dict."""
-    return {k: v for k, v in requested.items() if k in RUN_DEFAULTS}
+@dataclass(frozen=True)
+class RunRecord(RunOptions):
+    """What run.json holds besides the resolved options (`nnlm.neural.run_config.Run` adds the methods):
+    its format, the net's architecture (ModelConfig.to_dict()), the corpus's name and vocabulary, and what
+    --init-features auto compared. With RunOptions' fields it declares run.json's schema
+    (`nnlm.neural.checkpoint.RUN_SCHEMA`)."""
+
+    format: str = declare(RUN_FORMAT, stored_choices=(RUN_FORMAT,), required=True)
+    model: dict[str, Any] = declare(factory=dict, required=True,
+                                    stored_check=(lambda v: isinstance(v, dict), "an object (the model config)"))
+    corpus_name: str = declare("", stored_check=(lambda v: isinstance(v, str), "a string"))
+    vocab_fingerprint: str = declare("", required=True)
+    pad_token: str = declare("", required=True)
+    init_evidence: dict[str, float] | None = declare(None, stored_check=(lambda v: v is None or (
+        isinstance(v, dict) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values())),
+        "null or an object of numbers"))  # --init-features auto: what it compared (class_evidence)
 
 
-def session_options(requested: dict[str, Any]) -> SessionOptions:
-    """The session's options from a requested-options dict (other keys are ignored), checked."""
-    session = SessionOptions(**{k: v for k, v in requested.items() if k in SESSION_DEFAULTS})
-    session.check()
-    return session
+@dataclass(frozen=True)
+class TrainRequest:
+    """One call of training, typed: the run's options, the session's, and which run options the caller
+    gave (`given`): a new run resolves the others, a resumed run is checked against exactly these."""
+
+    run: RunOptions = dataclasses.field(default_factory=RunOptions)
+    session: SessionOptions = dataclasses.field(default_factory=SessionOptions)
+    given: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        self.session.check()
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> TrainRequest:
+        """The request of option names and values (the library's keyword form): every run option named is
+        given, even as None; an unknown name is refused."""
+        unknown = sorted(set(values) - set(RUN_DEFAULTS) - set(SESSION_DEFAULTS))
+        if unknown:
+            raise NnlmError(f"unknown training option {unknown[0]!r}; the options are the fields of "
+                            "nnlm.neural.config.RunOptions and SessionOptions")
+        run = {k: v for k, v in values.items() if k in RUN_DEFAULTS}
+        session = {k: v for k, v in values.items() if k in SESSION_DEFAULTS}
+        return cls(RunOptions(**run), SessionOptions(**session), frozenset(run))
+
+    def asked(self) -> dict[str, Any]:
+        """The run options given, by name (in declaration order)."""
+        return {k: getattr(self.run, k) for k in RUN_DEFAULTS if k in self.given}
+
+    def with_session(self, **changes: Any) -> TrainRequest:
+        return dataclasses.replace(self, session=dataclasses.replace(self.session, **changes))
+
+
+def as_request(request: TrainRequest | Mapping[str, Any]) -> TrainRequest:
+    """The library's entry points (`train`, `train_parallel`) take the typed request or, for convenience,
+    its keyword form (`TrainRequest.of`), read here once."""
+    return request if isinstance(request, TrainRequest) else TrainRequest.of(request)
 
 
 def help_text(f: dataclasses.Field) -> str:
@@ -314,8 +347,8 @@ def help_text(f: dataclasses.Field) -> str:
 def add_train_options(parser: argparse.ArgumentParser, skip: tuple[str, ...] = (),
                       only: tuple[str, ...] | None = None) -> None:
     """Every command-line field of RunOptions and SessionOptions (or `only` these) as an option of
-    `parser`. Each option's argparse default is None, so that only what was given reaches `requested` (a
-    resume compares exactly those with the run's); the help states the real default."""
+    `parser`. Each option's argparse default is None, so that only what was given is in the request's
+    `given` (a resume compares exactly those with the run's); the help states the real default."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in fields(RunOptions) + fields(SessionOptions):
         meta = f.metadata
@@ -333,7 +366,7 @@ def add_train_options(parser: argparse.ArgumentParser, skip: tuple[str, ...] = (
         target.add_argument(name, **extra)
 
 
-def requested_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The options given on the command line (None: not given), as `nnlm.neural.train.train` takes them."""
-    return {k: getattr(args, k) for k in list(RUN_DEFAULTS) + list(SESSION_DEFAULTS)
-            if getattr(args, k, None) is not None}
+def request_from_args(args: argparse.Namespace) -> TrainRequest:
+    """The training request of a parsed command line: the options given (None: not given), typed."""
+    return TrainRequest.of({k: getattr(args, k) for k in list(RUN_DEFAULTS) + list(SESSION_DEFAULTS)
+                            if getattr(args, k, None) is not None})

@@ -29,72 +29,55 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
+from nnlm.bounds import Bounds
 from nnlm.errors import NnlmError
+from nnlm.neural.declared import declare, value_error
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
 VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",
             "energy_shared_v", "class_context")  # optional in a stored config
+# The limits of the architecture, declared once: ModelConfig's fields and the training options that set them
+# (nnlm.neural.config.RunOptions: --order, --hidden, ...; run.json's schema) share these.
+VOCAB = Bounds(2, integer=True)
+ORDER = Bounds(2, 64, integer=True)
+HIDDEN = Bounds(0, 100_000, integer=True)  # 0: no hidden layer
+FEATURES = Bounds(1, 100_000, integer=True)
+LAYERS = Bounds(1, 16, integer=True)
+LOCAL = Bounds(0, 64, integer=True)  # 0: every context word concatenated
+CLASSES = Bounds(2, 1 << 24, integer=True)  # K of the class-factored output and of the class-pair features
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture of one net: |V|, order n, hidden units h, features per word m, direct connections,
-    and the variant fields (module docstring); the defaults are the paper's net."""
+    and the variant fields (module docstring); the defaults are the paper's net. Each field's type and
+    limits are its declaration (the command line's own); `RULES` are the limits between fields."""
 
-    vocab_size: int
-    order: int
-    hidden: int
-    features: int
-    direct: bool = True
-    layers: int = 1
-    layer_norm: bool = False
-    residual: bool = False
-    local: int = 0
-    output_classes: int = 0
-    energy: bool = False
-    energy_shared_v: bool = False
-    class_context: int = 0
+    vocab_size: int = declare(bounds=VOCAB)
+    order: int = declare(bounds=ORDER)
+    hidden: int = declare(bounds=HIDDEN)
+    features: int = declare(bounds=FEATURES)
+    direct: bool = declare(True, flag=True)
+    layers: int = declare(1, bounds=LAYERS)
+    layer_norm: bool = declare(False, flag=True)
+    residual: bool = declare(False, flag=True)
+    local: int = declare(0, bounds=LOCAL)
+    output_classes: int = declare(0, bounds=CLASSES, off=0)
+    energy: bool = declare(False, flag=True)
+    energy_shared_v: bool = declare(False, flag=True)
+    class_context: int = declare(0, bounds=CLASSES, off=0)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "order", "hidden", "features", "layers", "local", "output_classes",
-                     "class_context"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise NnlmError(f"model {name} must be an integer, got {value!r}")
-        for name in ("direct", "layer_norm", "residual", "energy", "energy_shared_v"):
-            if not isinstance(getattr(self, name), bool):
-                raise NnlmError(f"model {name} must be true or false, got {getattr(self, name)!r}")
-        if self.order < 2:
-            raise NnlmError(f"the order n must be at least 2 (one context word), got n = {self.order}")
-        if self.features < 1:
-            raise NnlmError(f"the word feature size m must be at least 1, got m = {self.features}")
-        if self.hidden < 0:
-            raise NnlmError(f"the number of hidden units h must be 0 (no hidden layer) or more, got h = {self.hidden}")
-        if self.vocab_size < 2:
-            raise NnlmError(f"the vocabulary must hold at least 2 words, got {self.vocab_size}")
-        if self.layers < 1:
-            raise NnlmError(f"the number of hidden layers must be at least 1, got {self.layers}")
-        if self.hidden == 0 and (self.layers > 1 or self.layer_norm or self.residual):
-            raise NnlmError("--layers, --layer-norm and --residual need a hidden layer (h > 0)")
-        if self.residual and self.layers < 2:
-            raise NnlmError("--residual needs at least 2 hidden layers (--layers 2): the first changes the width")
-        if self.local < 0 or self.local > self.order - 3 and self.local:
-            raise NnlmError(f"--local must be 0 (every context word concatenated) or from 1 to n-3 = "
-                            f"{self.order - 3} (at least two older words averaged), got {self.local}")
-        if self.energy_shared_v and not self.energy:
-            raise NnlmError("--energy-shared-v applies to the energy network (--energy)")
-        if self.energy and (self.hidden == 0 or self.layers > 1 or self.layer_norm or self.residual or self.local):
-            raise NnlmError("--energy needs one plain hidden layer (h > 0) over every context word: it does not "
-                            "combine with --layers, --layer-norm, --residual or --local")
-        if self.energy and self.output_classes:
-            raise NnlmError("--energy and --output-layer classes are two different output layers: choose one")
-        if self.class_context == 1 or self.class_context < 0:
-            raise NnlmError(f"the class-pair features need at least 2 classes, got {self.class_context}")
-        if self.class_context and (self.order < 3 or self.energy or self.output_classes or self.local):
-            raise NnlmError("--class-context needs n >= 3 (two context words) and the full softmax's NPLM with every "
-                            "context word concatenated: not --energy, --output-layer classes or --local")
+        for f in fields(self):
+            wrong = value_error(f, getattr(self, f.name))
+            if wrong is not None:
+                raise NnlmError(f"model {f.name} must be {wrong}, got {getattr(self, f.name)!r}")
+        for broken, message in RULES:
+            if broken(self):
+                raise NnlmError(message(self))
 
     @property
     def distant(self) -> int:
@@ -134,3 +117,25 @@ class ModelConfig:
             return cls(**{k: data[k] for k in REQUIRED}, **{k: data[k] for k in VARIANTS if k in data})
         except (KeyError, TypeError) as exc:
             raise NnlmError(f"incomplete model config ({exc})") from None
+
+
+Rule = tuple[Callable[[ModelConfig], bool], Callable[[ModelConfig], str]]
+RULES: tuple[Rule, ...] = (  # (broken, what to say), checked in this order once every field is within its limits
+    (lambda c: c.hidden == 0 and (c.layers > 1 or c.layer_norm or c.residual),
+     lambda c: "--layers, --layer-norm and --residual need a hidden layer (h > 0)"),
+    (lambda c: c.residual and c.layers < 2,
+     lambda c: "--residual needs at least 2 hidden layers (--layers 2): the first changes the width"),
+    (lambda c: c.local > c.order - 3 and c.local > 0,
+     lambda c: f"--local must be 0 (every context word concatenated) or from 1 to n-3 = {c.order - 3} (at least "
+               f"two older words averaged), got {c.local}"),
+    (lambda c: c.energy_shared_v and not c.energy,
+     lambda c: "--energy-shared-v applies to the energy network (--energy)"),
+    (lambda c: c.energy and (c.hidden == 0 or c.layers > 1 or c.layer_norm or c.residual or c.local > 0),
+     lambda c: "--energy needs one plain hidden layer (h > 0) over every context word: it does not combine with "
+               "--layers, --layer-norm, --residual or --local"),
+    (lambda c: c.energy and c.output_classes > 0,
+     lambda c: "--energy and --output-layer classes are two different output layers: choose one"),
+    (lambda c: c.class_context > 0 and (c.order < 3 or c.energy or c.output_classes > 0 or c.local > 0),
+     lambda c: "--class-context needs n >= 3 (two context words) and the full softmax's NPLM with every context "
+               "word concatenated: not --energy, --output-layer classes or --local"),
+)

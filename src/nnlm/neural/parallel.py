@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -44,11 +44,10 @@ from nnlm.lm import LanguageModel
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import distributed as dd
 from nnlm.neural.batches import batch_loss
-from nnlm.neural.config import output_layer_of, session_options
+from nnlm.neural.config import TrainRequest, as_request
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net, language_model
 from nnlm.neural.pipeline import TRAINERS, build_optimizer, nothing_left_to_do, prepare
-from nnlm.neural.presets import energy_requested
 from nnlm.neural.run_config import Run, open_corpus, pick_device
 from nnlm.neural.scoring import BF16, EXACT
 from nnlm.neural.train import run_setup, train_with
@@ -62,24 +61,26 @@ def _quiet(_: str) -> None:
     pass
 
 
-def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, workers: int | None = None,
+def train_parallel(out: Path | str, request: TrainRequest | Mapping[str, Any], mode: str, workers: int | None = None,
                    resume: bool = False, progress: bool = True, log: Callable[[str], None] = print,
                    timeout: float = dd.DEFAULT_TIMEOUT) -> dict[str, Any] | None:
     """Train with `mode`; under torchrun this process is one rank, otherwise `workers` local
-    processes are started. Returns the final state (on rank 0; None on the other ranks)."""
+    processes are started. Returns the final state (on rank 0; None on the other ranks). `request`: the
+    typed request, or its keyword form (`TrainRequest.of`)."""
     if mode not in MODES:
         raise NnlmError(f"--parallel must be one of {', '.join(MODES)}, got {mode!r}")
+    request = as_request(request)
     if mode != "none":  # before anything is written
-        TRAINERS[mode].check(requested.get("loss", "full"), lr_schedule=requested.get("lr_schedule"),
-                             output_layer=output_layer_of(requested),
-                             energy=energy_requested(requested))
+        asked = request.run
+        TRAINERS[mode].check(asked.loss, lr_schedule=asked.lr_schedule, output_layer=asked.asked_output_layer(),
+                             energy=asked.asks_energy())
     if mode == "none":
         if dd.under_torchrun():
             raise NnlmError("under torchrun, choose --parallel ddp or --parallel vocab (otherwise every process "
                             "would train the same run on its own)")
         if workers is not None:
             raise NnlmError("--workers needs --parallel hogwild, ddp or vocab")
-        return train_with("single", out, requested, resume=resume, progress=progress, log=log)
+        return train_with("single", out, request, resume=resume, progress=progress, log=log)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise NnlmError(f"--workers must be a positive integer, got {workers!r}")
     if timeout <= 0:
@@ -88,23 +89,23 @@ def train_parallel(out: Path | str, requested: dict[str, Any], mode: str, worker
     if mode == "hogwild":
         if dd.under_torchrun():
             raise NnlmError("--parallel hogwild shares memory between local processes: run it without torchrun")
-        return train_with("hogwild", out, requested, resume=resume, progress=progress, log=log, workers=workers or 2)
+        return train_with("hogwild", out, request, resume=resume, progress=progress, log=log, workers=workers or 2)
     if dd.under_torchrun():
         if workers is not None and workers != int(os.environ["WORLD_SIZE"]):
             raise NnlmError("under torchrun the number of processes is torchrun's (--nproc-per-node x --nnodes); "
                             "drop --workers")
-        device = dd.rank_device(pick_device(requested.get("device", "auto")))
+        device = dd.rank_device(pick_device(request.session.device))
         dd.init_group(device, timeout)
         global _torchrun_rank
         _torchrun_rank = True
         try:
-            return run_rank(out, requested, mode, resume, progress, log if dist.get_rank() == 0 else _quiet, timeout)
+            return run_rank(out, request, mode, resume, progress, log if dist.get_rank() == 0 else _quiet, timeout)
         finally:
             dd.leave_group()
-    if requested.get("device", "auto") == "cuda":
+    if request.session.device == "cuda":
         raise NnlmError("--parallel ddp/vocab on GPUs: launch with torchrun (one process per GPU)")
     dd.launch_local(run_rank, workers or 2,
-                    args=(out, requested | {"device": "cpu"}, mode, resume, progress,
+                    args=(out, request.with_session(device="cpu"), mode, resume, progress,
                           log if log is print else None, timeout),
                     timeout=timeout)
     return ck.read_json(out / ck.STATE, "training state")
@@ -122,12 +123,12 @@ def exit_torchrun_rank(code: int) -> None:
         os._exit(code)
 
 
-def run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, progress: bool,
+def run_rank(out: Path, request: TrainRequest, mode: str, resume: bool, progress: bool,
              log: Callable[[str], None] | None, timeout: float) -> dict[str, Any] | None:
     """One rank's whole training run; turns a failed collective into one clear line."""
     log = log if (log is not None and dist.get_rank() == 0) else _quiet
     try:
-        state = _run_rank(out, requested, mode, resume, progress and dist.get_rank() == 0, log)
+        state = _run_rank(out, request, mode, resume, progress and dist.get_rank() == 0, log)
         # Rank 0 writes the final checkpoint after the others are done: a rank that tore its group down
         # meanwhile could abort in gloo's teardown (seen under torchrun) and get rank 0 killed mid-write.
         dist.barrier()
@@ -151,11 +152,11 @@ def _sliced_view(tensors: dict[str, torch.Tensor], lo: int, hi: int) -> dict[str
     return {k: (t[lo:hi] if k.rsplit(".", 1)[-1] in ("b", "W", "U") else t) for k, t in tensors.items()}
 
 
-def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, progress: bool,
+def _run_rank(out: Path, request: TrainRequest, mode: str, resume: bool, progress: bool,
               log: Callable[[str], None]) -> dict[str, Any] | None:
     rank, world = dist.get_rank(), dist.get_world_size()
     spec = TRAINERS[mode]
-    session = session_options(requested)
+    session = request.session
     device = dd.rank_device(pick_device(session.device))
     # --threads, or this rank's share of the cores free now (the job's local ranks split them)
     threads.govern(session.threads, device, share=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
@@ -165,7 +166,7 @@ def _run_rank(out: Path, requested: dict[str, Any], mode: str, resume: bool, pro
     whole: dict[str, torch.Tensor] | None = None
     if rank == 0:
         try:
-            setup = prepare(out, requested, resume, device, spec, session)
+            setup = prepare(out, request, resume, device, spec)
             run, corpus, state = setup.run, setup.corpus, setup.state
             whole = {f"model.{k}": v for k, v in setup.net.state_dict().items()} | setup.optimizer.state_tensors()
             whole["rng.torch"] = torch.get_rng_state()

@@ -21,7 +21,7 @@ from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
 from nnlm.neural.batches import batch_loss
-from nnlm.neural.config import SessionOptions, run_part, session_options
+from nnlm.neural.config import TrainRequest
 from nnlm.neural.model import NPLM
 from nnlm.neural.nets import build_net
 from nnlm.neural.optim import Adam, PaperSGD
@@ -151,13 +151,13 @@ def fresh_state() -> TrainingState:
             "finished": False, "stop_reason": None, "tensors": None, "lr": None, "lr_stalls": 0}
 
 
-def prepare(out: Path, requested: dict[str, Any], resume: bool, device: torch.device, spec: TrainerSpec,
-            session: SessionOptions | None = None, workers: int | None = None, progress: bool = False) -> TrainingSetup:
+def prepare(out: Path, request: TrainRequest, resume: bool, device: torch.device, spec: TrainerSpec,
+            workers: int | None = None, progress: bool = False) -> TrainingSetup:
     """The run (created, or re-opened and checked), the seeded model with its optimizer and loss, and
     the progress so far (a resumed run's checkpoint put back: weights, optimizer state, RNG). `progress`:
     shown while the run is set up (--init-features auto's comparison)."""
-    session = session or session_options(requested)
-    run, corpus = open_run(out, run_part(requested), resume, device, check=lambda run: spec.check(
+    session = request.session
+    run, corpus = open_run(out, request, resume, device, check=lambda run: spec.check(
         run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy,
         init_features=run.init_features, row_decay=run.row_decay), ties_rows=spec.ties_rows, progress=progress)
     recipe = run.training_recipe

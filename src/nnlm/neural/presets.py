@@ -61,6 +61,11 @@ EXTENSIONS: dict[str, dict[str, Any]] = {
 }
 
 
+def has_energy(name: str) -> bool:
+    """Whether the named preset is an energy network (nnlm.neural.energy)."""
+    return bool(EXTENSIONS.get(name.lower(), {}).get("energy"))
+
+
 def preset(name: str, vocab_size: int) -> ModelConfig:
     """The ModelConfig of a named net (Table 1, BEYOND, EXTENSIONS or CLASS_OUTPUT) for `vocab_size` words."""
     key = name.lower()
@@ -91,10 +96,3 @@ def run_name(preset_name: str, config: ModelConfig) -> str:
         + ("-res" if config.residual else "") + (f"-local{config.local}" if config.local else "") \
         + (f"-classes{config.output_classes}" if config.output_classes else "") \
         + ("-energy" if config.energy else "") + ("-shared-v" if config.energy_shared_v else "")
-
-
-def energy_requested(requested: dict[str, Any]) -> bool:
-    """Whether the options of a new run ask for the energy network (--energy, or a preset that has it)."""
-    if requested.get("energy") is not None:
-        return bool(requested["energy"])
-    return bool(EXTENSIONS.get(str(requested.get("preset", "mlp1")).lower(), {}).get("energy"))

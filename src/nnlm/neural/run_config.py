@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from nnlm.data.corpus import Corpus
 from nnlm.data.provenance import OPTION_NAMES, STDIN_RECORD, corpus_options, load_recorded_corpus, settled
 from nnlm.errors import NnlmError
 from nnlm.neural import checkpoint as ck
-from nnlm.neural.config import DEFAULT_CLASS_PULL, DEFAULT_SAMPLES, RUN_DEFAULTS, RunOptions, check_loss
+from nnlm.neural.config import DEFAULT_CLASS_PULL, DEFAULT_SAMPLES, RunOptions, RunRecord, TrainRequest, check_loss
 from nnlm.neural.model_config import VARIANTS, ModelConfig
 from nnlm.neural.presets import preset
 from nnlm.neural.recipes import (
@@ -38,15 +38,8 @@ from nnlm.wording import counted
 
 
 @dataclass(frozen=True)
-class Run(RunOptions):
-    """The resolved, stored configuration of a run (run.json)."""
-
-    format: str = ck.RUN_FORMAT
-    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig.to_dict()
-    corpus_name: str = ""
-    vocab_fingerprint: str = ""
-    pad_token: str = ""
-    init_evidence: dict[str, float] | None = None  # --init-features auto: what it compared (class_evidence)
+class Run(RunRecord):
+    """The resolved, stored configuration of a run (run.json): RunOptions resolved, and RunRecord's fields."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Run:
@@ -129,17 +122,17 @@ def open_corpus(run: RunOptions) -> Corpus:
     return load_recorded_corpus({name: getattr(run, name) for name in OPTION_NAMES})
 
 
-def open_run(out: Path, requested: dict[str, Any], resume: bool, device: torch.device,
+def open_run(out: Path, request: TrainRequest, resume: bool, device: torch.device,
              check: Callable[[Run], None] | None = None, ties_rows: bool = True,
              progress: bool = False) -> tuple[Run, Corpus]:
-    """The run in `out`: created from the requested run options, or re-opened (--resume) and checked
-    against them. Nothing is written when an option is refused. `ties_rows`: the trainer can tie the rows
-    to classes (one process), which `--init-features auto` may then choose (`progress`: shown while it does)."""
-    if "corpus" in requested:
-        requested = requested | {"corpus": corpus_key(requested["corpus"])}
+    """The run in `out`: created from the request's run options, or re-opened (--resume) and checked
+    against the ones it gives. Nothing is written when an option is refused. `ties_rows`: the trainer can
+    tie the rows to classes (one process), which `--init-features auto` may then choose (`progress`: shown
+    while it does)."""
+    request = dataclasses.replace(request, run=dataclasses.replace(request.run, corpus=corpus_key(request.run.corpus)))
     if resume:
-        return reopen_run(out, requested, check)
-    return create_run(out, requested, device, check, ties_rows, progress)
+        return reopen_run(out, request, check)
+    return create_run(out, request.run, device, check, ties_rows, progress)
 
 
 def guard_run_directory(out: Path, corpus: str | None) -> None:
@@ -161,13 +154,12 @@ def refuse_existing(out: Path) -> None:
         raise NnlmError(f"{out} exists and is not empty; choose another --out")
 
 
-def create_run(out: Path, requested: dict[str, Any], device: torch.device,
+def create_run(out: Path, options: RunOptions, device: torch.device,
                check: Callable[[Run], None] | None = None, ties_rows: bool = True,
                progress: bool = False) -> tuple[Run, Corpus]:
     """Check the options, read the corpus, resolve every default, write run.json and vocab.json."""
-    guard_run_directory(out, requested.get("corpus"))
+    guard_run_directory(out, options.corpus)
     refuse_existing(out)
-    options = RunOptions(**requested)
     if options.recipe is None:
         options = dataclasses.replace(options, recipe=default_recipe(options.loss, options.preset))
     options.check()
@@ -265,9 +257,9 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
     return options, model, evidence
 
 
-def reopen_run(out: Path, requested: dict[str, Any],
+def reopen_run(out: Path, request: TrainRequest,
                check: Callable[[Run], None] | None = None) -> tuple[Run, Corpus]:
-    """The saved run, if every requested run option agrees with it, and its corpus (same vocabulary)."""
+    """The saved run, if every run option the request gives agrees with it, and its corpus (same vocabulary)."""
     if not (out / ck.RUN).exists():
         raise NnlmError(f"--resume: {out} holds no run to resume (no {ck.RUN})")
     saved, _, _ = ck.read_run(out)
@@ -276,8 +268,8 @@ def reopen_run(out: Path, requested: dict[str, Any],
     run = Run.from_json(saved)
     if check is not None:  # (a resumed run may have been trained otherwise than this call asks)
         check(run)
-    for key, value in requested.items():
-        if key in RUN_DEFAULTS and getattr(run, key) != value:
+    for key, value in request.asked().items():
+        if getattr(run, key) != value:
             raise NnlmError(f"--resume: {out} was started with {key} = {getattr(run, key)!r}, not {value!r}")
     guard_run_directory(out, run.corpus)  # (before the corpus is read)
     corpus = open_corpus(run)

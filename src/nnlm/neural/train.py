@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from nnlm.lm import perplexity
 from nnlm.neural import checkpoint as ck
 from nnlm.neural import presets
 from nnlm.neural.batches import epoch_order
-from nnlm.neural.config import SessionOptions, session_options
+from nnlm.neural.config import SessionOptions, TrainRequest, as_request
 from nnlm.neural.pipeline import TrainerSpec, nothing_left_to_do, prepare, trainer_spec
 from nnlm.neural.run_config import Run, open_run, pick_device
 from nnlm.neural.schedules import epoch_lr, keep_best_optimizer, next_rate
@@ -53,32 +53,33 @@ __all__ = ["prepare_run", "run_epochs", "train", "train_with"]
 CPU = torch.device("cpu")  # the default device of prepare_run
 
 
-def prepare_run(out: Path, requested: dict[str, Any], resume: bool,
+def prepare_run(out: Path, request: TrainRequest | Mapping[str, Any], resume: bool,
                 device: torch.device = CPU) -> tuple[dict[str, Any], Corpus]:
     """The run's defining options as run.json holds them (new, or the saved ones checked against
-    what was asked), and its corpus: `open_run` with a dict, for callers of the untyped API."""
-    run, corpus = open_run(out, requested, resume, device)
+    what was asked), and its corpus: `open_run`, returning run.json's dict."""
+    run, corpus = open_run(out, as_request(request), resume, device)
     return run.to_json(), corpus
 
 
 # --- the loop --------------------------------------------------------------------------------
 
-def train(out: Path | str, requested: dict[str, Any], resume: bool = False, progress: bool = True,
+def train(out: Path | str, request: TrainRequest | Mapping[str, Any], resume: bool = False, progress: bool = True,
           log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train (or continue) the run in `out` in this process; returns its final state."""
-    return train_with("single", out, requested, resume=resume, progress=progress, log=log)
+    """Train (or continue) the run in `out` in this process; returns its final state. `request`: the
+    typed request, or its keyword form ({"lr": 0.01, "epochs": 3}: `TrainRequest.of`)."""
+    return train_with("single", out, as_request(request), resume=resume, progress=progress, log=log)
 
 
-def train_with(name: str, out: Path | str, requested: dict[str, Any], resume: bool = False, progress: bool = True,
+def train_with(name: str, out: Path | str, request: TrainRequest, resume: bool = False, progress: bool = True,
                log: Callable[[str], None] = print, workers: int | None = None) -> dict[str, Any]:
     """Train (or continue) the run in `out` with the trainer registered as `name` that runs from this
     process (single, or hogwild with `workers` processes); returns the final state."""
     spec = trainer_spec(name)
-    session = session_options(requested)
+    session = request.session
     device = CPU if spec.cpu_only else pick_device(session.device)
     # --threads, or the cores free now (re-checked while training); the caller's settings back afterwards
     with threads.governing(session.threads, device) if not spec.cpu_only else nullcontext():
-        setup = prepare(Path(out), requested, resume, device, spec, session, workers, progress)
+        setup = prepare(Path(out), request, resume, device, spec, workers, progress)
         return run_setup(setup, spec, log, progress)
 
 
@@ -119,7 +120,6 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
     stop on SIGINT/SIGTERM (`stop_request`: a checkpoint, then StoppedBySignal).
     Returns the final state (on every process of a parallel run)."""
     recipe = run.training_recipe
-    config = trainer.config
     clock = Clock(state["elapsed"], session.time_budget, session.checkpoint_minutes, stop_request)
     out_of_time = f"time budget of {session.time_budget} minutes used"
 
@@ -130,39 +130,24 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
             ck.save_training_state(out, net, optimizer, state)
         clock.last_save = time.monotonic()
 
-    log(f"training {presets.run_name(run.preset, config)} (n={config.order}, h={config.hidden}, m={config.features}, "
-        f"direct={config.direct}; {config.parameter_count():,} parameters) on {corpus.name}, "
-        f"recipe {recipe.name}{' (bf16 output layer)' if run.bf16 and run.loss == 'full' else ''}, "
-        + (f"{run.loss} loss with {run.samples} samples, " if run.loss != "full" else "")
-        + (f"class-factored output ({config.output_classes} {run.output_clustering} classes), "
-           if config.output_classes else "")
-        + tied_rows_text(run)
-        + trainer.describe())
+    def stopped() -> StoppedBySignal:
+        return StoppedBySignal(*stopped_message(out, state, stop_request, log))
+
+    log(start_line(run, corpus, trainer))
     first_step, stop = state["step"], None
     while stop is None and state["epoch"] < session.epochs:
-        epoch = state["epoch"]
         if state["step"] > first_step and trainer.agree([float(trainer.writer and clock.out_of_time())])[0]:
             stop = out_of_time  # spent scoring the last epoch: an epoch of one batch would only score again
             break
         trainer.optimizer.lr = epoch_lr(recipe, state)
-        order = epoch_order(run.seed, epoch, trainer.n_examples)
+        order = epoch_order(run.seed, state["epoch"], trainer.n_examples)
         trainer.net.train()
         if trainer.run_epoch(state, order.to(trainer.device), clock, save, progress):
             stop = out_of_time
         if trainer.agree([float(clock.signalled())])[0]:  # every rank stops where it is, the writer saves
             save()
-            raise StoppedBySignal(*stopped_message(out, state, stop_request, log))
-        if hasattr(trainer.optimizer, "flush"):  # RowAdam's exact decay: every row up to date before it is scored
-            trainer.optimizer.flush()
-        whole = trainer.whole()
-        started = time.monotonic()
-        try:
-            with stop_request.interrupting() if stop_request and trainer.validates_alone else nullcontext():
-                lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
-                valid = None if lm is None else (perplexity(lm, corpus, "valid"), time.monotonic() - started)
-        except Interrupted:  # the epoch's batches are done and saved; --resume validates them first
-            save(whole)
-            raise StoppedBySignal(*stopped_message(out, state, stop_request, log)) from None
+            raise stopped()
+        whole, valid = validate(trainer, corpus, stop_request, save, stopped)
         decision = end_epoch(out, whole[0], valid, run, state, trainer.n_batches, trainer.optimizer.lr,
                              clock.elapsed, log, whole[1]) if trainer.writer else None
         state, decision = trainer.share((state, decision))
@@ -173,8 +158,49 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
         save(whole)
         if trainer.writer:
             ck.write_metrics(out, state["history"], run.loss == "full")
-    stop = stop or f"reached {counted(session.epochs, 'epoch')}"
-    state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
+    return finish(out, run, state, trainer, stop or f"reached {counted(session.epochs, 'epoch')}", save, log)
+
+
+def start_line(run: Run, corpus: Corpus, trainer: Trainer) -> str:
+    """The training log's first line: the net, its corpus, its recipe and output layer, how its rows started,
+    and the trainer."""
+    config = trainer.config
+    return (f"training {presets.run_name(run.preset, config)} (n={config.order}, h={config.hidden}, "
+            f"m={config.features}, direct={config.direct}; {config.parameter_count():,} parameters) on "
+            f"{corpus.name}, recipe {run.training_recipe.name}"
+            f"{' (bf16 output layer)' if run.bf16 and run.loss == 'full' else ''}, "
+            + (f"{run.loss} loss with {run.samples} samples, " if run.loss != "full" else "")
+            + (f"class-factored output ({config.output_classes} {run.output_clustering} classes), "
+               if config.output_classes else "")
+            + tied_rows_text(run)
+            + trainer.describe())
+
+
+def validate(trainer: Trainer, corpus: Corpus, stop_request: StopRequest | None,
+             save: Callable[..., None], stopped: Callable[[], StoppedBySignal]
+             ) -> tuple[tuple[nn.Module, Any], tuple[float, float] | None]:
+    """After an epoch's batches: the whole model (and its optimizer) and its validation perplexity with the
+    seconds it took (None on a process that does not validate). A signal during validation saves the
+    epoch's batches (--resume validates them first) and stops."""
+    if hasattr(trainer.optimizer, "flush"):  # RowAdam's exact decay: every row up to date before it is scored
+        trainer.optimizer.flush()
+    whole = trainer.whole()
+    started = time.monotonic()
+    try:
+        with stop_request.interrupting() if stop_request and trainer.validates_alone else nullcontext():
+            lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
+            valid = None if lm is None else (perplexity(lm, corpus, "valid"), time.monotonic() - started)
+    except Interrupted:
+        save(whole)
+        raise stopped() from None
+    return whole, valid
+
+
+def finish(out: Path, run: Run, state: TrainingState, trainer: Trainer, stop: str, save: Callable[..., None],
+           log: Callable[[str], None]) -> TrainingState:
+    """The run's end for `stop`: finished only by early stopping (a budget- or epoch-limited run may be
+    resumed), the last checkpoint and metrics, the line saying why and how well."""
+    state["finished"] = stop.startswith("early stopping")
     state["stop_reason"] = stop
     save()
     if trainer.writer and state["history"]:

@@ -14,6 +14,7 @@ trained model.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -27,7 +28,7 @@ from nnlm.data.provenance import OPTION_NAMES, read_once
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
 from nnlm.neural import checkpoint as ck
-from nnlm.neural.config import RUN_DEFAULTS, SESSION_DEFAULTS
+from nnlm.neural.config import SessionOptions, TrainRequest
 from nnlm.neural.recipes import RECIPE_KEYS
 from nnlm.neural.run_config import corpus_key
 from nnlm.neural.train import train
@@ -100,25 +101,26 @@ def open_record(out: Path, base: dict[str, Any], minutes: float, trials: int) ->
     return record
 
 
-def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int,
+def tune(out: Path | str, request: TrainRequest, minutes: float, trials: int,
          log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or continue) the search in `out`; returns tune.json's dict."""
+    """Run (or continue) the search in `out` for the run options `request` gives (the search chooses the
+    recipe's values) and its session (each trial's time budget is the search's); returns tune.json's dict."""
     out = Path(out)
     if not (minutes > 0 and minutes < 1e6):
         raise NnlmError(f"--minutes must be a positive number of minutes, got {minutes!r}")
     if trials < 1:
         raise NnlmError(f"--trials must be at least 1, got {trials}")
-    if requested.get("recipe") == "paper":
+    if request.run.recipe == "paper":
         raise NnlmError("nnlm tune searches the Adam recipes; --recipe paper has no dropout to tune")
-    base = {k: v for k, v in requested.items() if k in RUN_DEFAULTS}
-    base["corpus"] = corpus_key(base.get("corpus", "brown"))
+    base = request.asked()  # (tune.json records the options given: a search continues only with the same)
+    base["corpus"] = corpus_key(request.run.corpus)
     if base["corpus"] == "-":  # standard input is read once, here; the trials find it in the cache by its content
         base["corpus"] = read_once({name: base.get(name) for name in OPTION_NAMES})["corpus"]
     plan = trial_options(int(base.get("seed") or 0))
     trials = min(trials, len(plan))  # the grid has 37 points in all
     record = open_record(out, base, minutes, trials)
     out.mkdir(parents=True, exist_ok=True)
-    session = {k: v for k, v in requested.items() if k in SESSION_DEFAULTS and k != "time_budget"}
+    session = request.session
     sizes, budgets = round_sizes(trials), cumulative_budgets(minutes, trials)
     results = {t["index"]: t for t in record["trials"]}
 
@@ -146,14 +148,15 @@ def tune(out: Path | str, requested: dict[str, Any], minutes: float, trials: int
     return record
 
 
-def run_trial(out: Path, index: int, options: dict[str, Any], base: dict[str, Any], session: dict[str, Any],
+def run_trial(out: Path, index: int, options: dict[str, Any], base: dict[str, Any], session: SessionOptions,
               budget: float, round_index: int, log: Callable[[str], None]) -> dict[str, Any]:
     """Train trial `index` (anew, or continued from its checkpoint) up to `budget` minutes in all."""
     run_dir = out / f"trial-{index:02d}"
     log(f"trial {index:02d}: {describe(options)}")
     resume = (run_dir / "run.json").exists()
-    state = train(run_dir, (session if resume else base | options | session) | {"time_budget": budget},
-                     resume=resume, progress=False, log=lambda line: log("  " + line))
+    request = TrainRequest() if resume else TrainRequest.of(base | options)
+    request = dataclasses.replace(request, session=dataclasses.replace(session, time_budget=budget))
+    state = train(run_dir, request, resume=resume, progress=False, log=lambda line: log("  " + line))
     run = json.loads((run_dir / ck.RUN).read_text())
     best = state["best"]
     return {"index": index, "dir": run_dir.name,

@@ -21,50 +21,35 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nnlm.errors import NnlmError
+from nnlm.reproduce.request import DEFAULT_BUDGET_MINUTES, ReproduceRequest
 from nnlm.reproduce.table import ALL_MODELS, DEFAULT_MODELS, NGRAM_ROWS, NgramRow, Row, mlp_rows, parse_models
 
 if TYPE_CHECKING:
     from nnlm.reproduce.job import Job
 
-DEFAULT_BUDGET_MINUTES = 30.0
-
-__all__ = ["ALL_MODELS", "DEFAULT_BUDGET_MINUTES", "DEFAULT_MODELS", "NGRAM_ROWS", "NgramRow", "Row", "mlp_rows",
-           "parse_models", "reproduce", "report_only"]
+__all__ = ["ALL_MODELS", "DEFAULT_BUDGET_MINUTES", "DEFAULT_MODELS", "NGRAM_ROWS", "NgramRow", "ReproduceRequest",
+           "Row", "mlp_rows", "parse_models", "reproduce", "report_only"]
 
 
-def reproduce(corpus_source: str, out: Path | str, budget_minutes: float | None, models: str | None,
-              full: bool, command: str, log: Callable[[str], None] = print, progress: bool = True,
-              threads: int | None = None, device: str = "auto", loss: str = "sampled",
-              samples: int | None = None, hogwild: int | None = None, table: str | None = None,
-              beyond: bool = False, beyond_minutes: float | None = None, min_count: int | None = None,
-              max_vocab: int | None = None, heldout: int | None = None) -> Path:
-    """Build/train/mix every row, write OUT/README.md; returns its path. `beyond`: then the "Beyond the
-    paper" section (`beyond.run_beyond`, Brown's Table 1 only) within `beyond_minutes` (default 60; --full:
-    no budget). `min_count` / `max_vocab`: a text directory's vocabulary, as `nnlm train` and `nnlm ngram`
-    take them, for every row; `heldout`: a text file's valid and test size in tokens (`--heldout`)."""
+def reproduce(request: ReproduceRequest, log: Callable[[str], None] = print) -> Path:
+    """Build/train/mix every row the request asks for, write OUT/README.md; returns its path. With
+    `request.beyond`, then the "Beyond the paper" section (`beyond.run_beyond`, Brown's Table 1 only)
+    within `request.beyond_minutes` (default 60; --full: no budget)."""
     from nnlm.reproduce.job import Job
     from nnlm.reproduce.tables import get_table
 
-    if budget_minutes is not None and budget_minutes <= 0:
-        raise NnlmError(f"--budget-minutes must be positive, got {budget_minutes}")
-    if beyond_minutes is not None and beyond_minutes <= 0:
-        raise NnlmError(f"--beyond-minutes must be positive, got {beyond_minutes}")
-    chosen = get_table(table)
-    if beyond and chosen.name != "brown":
-        raise NnlmError(f"--beyond builds on Table 1 (--table brown), not --table {chosen.name}")
-    nets = chosen.parse_nets(models, full)
-    job = Job(corpus_source, Path(out), None if full else (budget_minutes or DEFAULT_BUDGET_MINUTES),
-              nets, command, log=log, progress=progress, threads=threads, device=device, loss=loss,
-              samples=samples, hogwild=hogwild, table=chosen.name, min_count=min_count, max_vocab=max_vocab,
-              heldout=heldout)
+    if request.beyond and get_table(request.table).name != "brown":
+        raise NnlmError(f"--beyond builds on Table 1 (--table brown), not --table {request.table}")
+    job = Job(request, log)
     run_table(job)
-    if beyond:
+    if request.beyond:
         from nnlm.reproduce.beyond import DEFAULT_BEYOND_MINUTES, run_beyond
         from nnlm.reproduce.report import write_report
 
-        run_beyond(job, None if full and beyond_minutes is None else (beyond_minutes or DEFAULT_BEYOND_MINUTES))
-        write_report(Path(out))
-    return Path(out) / "README.md"
+        minutes = request.beyond_minutes
+        run_beyond(job, None if request.full and minutes is None else (minutes or DEFAULT_BEYOND_MINUTES))
+        write_report(request.out)
+    return request.out / "README.md"
 
 
 def run_table(job: Job) -> None:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-from nnlm.errors import NnlmError
 from nnlm.lm import LanguageModel, perplexity_from_log_probs, split_log_probs
 from nnlm.reproduce.background_clusters import BackgroundClusters
 from nnlm.reproduce.planner import Rates
+from nnlm.reproduce.request import ReproduceRequest
 from nnlm.reproduce.results import Results, requested_options
 from nnlm.reproduce.table import Row
 from nnlm.reproduce.tables import DEFAULT_TABLE, get_table
@@ -25,38 +24,35 @@ SPLITS = ("train", "valid", "test")
 class Job:
     """The call's context, shared by the row runners."""
 
-    def __init__(self, corpus_source: str, out: Path, budget_minutes: float | None, nets: list[str],
-                 command: str, log: Callable[[str], None] = print, progress: bool = True,
-                 threads: int | None = None, device: str = "auto", loss: str = "sampled",
-                 samples: int | None = None, hogwild: int | None = None, table: str = DEFAULT_TABLE,
-                 min_count: int | None = None, max_vocab: int | None = None, heldout: int | None = None) -> None:
+    def __init__(self, request: ReproduceRequest, log: Callable[[str], None] = print) -> None:
         from nnlm.data.provenance import corpus_options, load_recorded_corpus, settled
-        from nnlm.neural.config import check_loss
 
-        if hogwild is not None and hogwild < 1:
-            raise NnlmError(f"--hogwild must be at least 1 worker, got {hogwild}")
-        check_loss(loss, samples)  # samples None: the trainer's default, min(DEFAULT_SAMPLES, |V|)
-        self.hogwild, self.loss, self.samples = hogwild, loss, samples
-        self.table = get_table(table)
+        self.request = request
+        self.hogwild, self.loss, self.samples = request.hogwild, request.loss, request.samples
+        self.table = get_table(request.table)
+        nets = self.table.parse_nets(request.models, request.full)  # (before the corpus is read)
         # the vocabulary options of `nnlm train` / `nnlm ngram` (a text directory's default min-count 2),
         # the same for every row: the n-grams load this corpus, the nets' runs record the options
-        self.corpus_options = corpus_options(corpus_source, min_count, max_vocab, heldout=heldout)
+        self.corpus_options = corpus_options(request.corpus, request.min_count, request.max_vocab,
+                                             heldout=request.heldout)
         self.corpus = load_recorded_corpus(self.corpus_options)
         self.corpus_options = settled(self.corpus_options, self.corpus)  # standard input: named by its content
-        self.corpus_source, self.command = self.corpus_options["corpus"], command  # what each row's run records
-        self.out, self.nets, self.log = out, nets, log
+        self.corpus_source, self.command = self.corpus_options["corpus"], request.command  # what each run records
+        self.out, self.nets, self.log = request.out, nets, log
+        budget_minutes = request.budget
         self.budget = None if budget_minutes is None else 60.0 * budget_minutes
-        self.progress, self.threads, self.device = progress, threads, device
-        self.options = requested_options(loss, samples, hogwild, len(self.corpus.vocab), device)
-        call = {"command": command, "budget_minutes": budget_minutes, "nets": nets}
+        self.progress, self.threads, self.device = request.progress, request.threads, request.device
+        self.options = requested_options(request.loss, request.samples, request.hogwild, len(self.corpus.vocab),
+                                         request.device)
+        call = {"command": request.command, "budget_minutes": budget_minutes, "nets": nets}
         if self.table.name != DEFAULT_TABLE:  # Table 1's results.json stays as it was
             call["table"] = self.table.name
-        if corpus_source != "brown":  # which vocabulary the table used (the report says so)
+        if request.corpus != "brown":  # which vocabulary the table used (the report says so)
             call["vocabulary"] = {"size": len(self.corpus.vocab), "min_count": self.corpus_options["min_count"],
-                                  "max_vocab": max_vocab}
-            if heldout is not None:
-                call["vocabulary"]["heldout"] = heldout
-        self.results = Results(out, self.corpus, call)
+                                  "max_vocab": request.max_vocab}
+            if request.heldout is not None:
+                call["vocabulary"]["heldout"] = request.heldout
+        self.results = Results(request.out, self.corpus, call)
         self.start = time.monotonic()
         self.total_rows = len(self.table.rows(nets))
         self.done_rows = 0

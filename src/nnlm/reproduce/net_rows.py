@@ -155,22 +155,53 @@ def trained(job: Job, net: str) -> LanguageModel:
 
 
 def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> LanguageModel | None:
-    """Train (or continue) `net` for what `grant` gives it and score it; None if skipped with no model.
-    A run the plan cut short that stops at its epoch limit with budget to spare (the rates measured on a
-    slice were low: one process where Hogwild workers train, or the plain scoring path where the
-    per-position tables score) is planned again with the rates of its own epochs and continued."""
+    """Train (or continue) `net` for what `grant` gives it and score it; None if skipped with no model."""
     run = table_net(job, net)
-    where = run.run_dir(job.out)
     plan = plan_record(job, net, grant)
     if grant is not None and grant.status == "skipped":
-        if (where / ck.WEIGHTS).exists() and net in job.results.rows:
-            job.log("    no budget left to continue it: keeping what it had")
-            return trained(job, net)
-        job.results.put(net, RowResult({}, net_run.parameters(job, run), 0.0, "skipped", grant.reason,
-                                       job.net_options(net), plan, {"shape": job.shapes.get(net, {})}))
-        job.log(f"    {grant.reason}")
-        return None
+        return skip_net(job, net, run, grant, plan)
     state = net_run.train(job, run, net_run.limits(job, run, grant), job.row_log(net))
+    state, plan, grant = continue_shortened(job, net, run, grant, state, plan, i)
+    model = trained(job, net)
+    govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
+    later = job.budget is not None  # the train split is scored at the end, if the budget allows
+    ppl, scoring = {"train": None}, {}
+    for split in ("valid", "test") if later else ("train", "valid", "test"):  # timed: the plan's estimate vs actual
+        t0 = time.perf_counter()
+        ppl |= job.evaluate(net, model, (split,))
+        scoring[split] = round(time.perf_counter() - t0, 1)
+    note = shortened_note(job, net, state, grant)
+    extra = {"finished": state["finished"], "train_pending": later, "best": state["best"],
+             "epochs": round(state["examples"] / len(job.corpus.train), 2),
+             "run": str(run.run_dir(job.out).relative_to(job.out)), "shape": job.shapes.get(net, {}),
+             "scoring_seconds": scoring} | ({"shape_choice": job.shape_choice[net]} if net in job.shape_choice else {})
+    # (the run directory is named by the row's options, so its run holds them)
+    job.results.put(net, RowResult(ppl, model.parameter_count(), state["elapsed"],
+                                   "done" if state["finished"] else "shortened", note, job.net_options(net), plan,
+                                   extra))
+    job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
+    return model
+
+
+def skip_net(job: Job, net: str, run: NetRun, grant: planner.Grant,
+             plan: dict[str, Any] | None) -> LanguageModel | None:
+    """A net the plan has no budget for: what it trained before if anything, else a skipped row."""
+    if (run.run_dir(job.out) / ck.WEIGHTS).exists() and net in job.results.rows:
+        job.log("    no budget left to continue it: keeping what it had")
+        return trained(job, net)
+    job.results.put(net, RowResult({}, net_run.parameters(job, run), 0.0, "skipped", grant.reason,
+                                   job.net_options(net), plan, {"shape": job.shapes.get(net, {})}))
+    job.log(f"    {grant.reason}")
+    return None
+
+
+def continue_shortened(job: Job, net: str, run: NetRun, grant: planner.Grant | None, state: dict[str, Any],
+                       plan: dict[str, Any] | None,
+                       i: int) -> tuple[dict[str, Any], dict[str, Any] | None, planner.Grant | None]:
+    """A run the plan cut short that stops at its epoch limit with budget to spare (the rates measured on a
+    slice were low: one process where Hogwild workers train, or the plain scoring path where the
+    per-position tables score) is planned again with the rates of its own epochs and continued. The final
+    state, the last plan (with the first beside it) and the last grant."""
     first = plan  # the plan made from the slice's rates, kept beside any later one to compare
     while grant is not None and grant.status == "shortened" and not state["finished"] \
             and str(state["stop_reason"]).startswith("reached"):
@@ -188,29 +219,18 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
         if plan is not None and first is not None:
             plan["first"] = first
         state = net_run.train(job, run, limits, job.row_log(net), resume=True)
-    model = trained(job, net)
-    govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
-    later = job.budget is not None  # the train split is scored at the end, if the budget allows
-    ppl, scoring = {"train": None}, {}
-    for split in ("valid", "test") if later else ("train", "valid", "test"):  # timed: the plan's estimate vs actual
-        t0 = time.perf_counter()
-        ppl |= job.evaluate(net, model, (split,))
-        scoring[split] = round(time.perf_counter() - t0, 1)
+    return state, plan, grant
+
+
+def shortened_note(job: Job, net: str, state: dict[str, Any], grant: planner.Grant | None) -> str:
+    """The row's note: why its training stopped short (nothing when it finished), after why it trains in
+    another shape than its preset's."""
     note = "" if state["finished"] else f"shortened: {state['stop_reason']}" + (
         "" if grant is None else f" ({planner.AS_PLANNED})" if grant.status == "full"
         else f" ({grant.reason.removeprefix('shortened for lack of budget: ')})")
-    options = job.net_options(net)  # the run directory is named by these options, so its run holds them
     if job.shape_notes.get(net):
         note = "; ".join(t for t in (job.shape_notes[net], note) if t)
-    job.results.put(net, RowResult(ppl, model.parameter_count(), state["elapsed"], "done" if state["finished"]
-                                   else "shortened", note, options, plan,
-                                   {"finished": state["finished"], "train_pending": later, "best": state["best"],
-                                    "epochs": round(state["examples"] / len(job.corpus.train), 2),
-                                    "run": str(where.relative_to(job.out)), "shape": job.shapes.get(net, {}),
-                                    "scoring_seconds": scoring}
-                                   | ({"shape_choice": job.shape_choice[net]} if net in job.shape_choice else {})))
-    job.log(f"    valid {ppl['valid']:.1f}  test {ppl['test']:.1f}" + (f"  ({note})" if note else ""))
-    return model
+    return note
 
 
 def plan_record(job: Job, net: str, grant: planner.Grant | None) -> dict[str, Any] | None:

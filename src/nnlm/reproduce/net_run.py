@@ -89,14 +89,15 @@ def limits(job: Job, run: NetRun, grant: planner.Grant | None) -> dict[str, Any]
 def train(job: Job, run: NetRun, session: dict[str, Any], log, resume: bool | None = None) -> dict[str, Any]:
     """Train (or continue: `resume` None continues a run directory that exists) the net, with the session
     limits `session` over its defining options; the trainer's final state."""
+    from nnlm.neural.config import TrainRequest
     from nnlm.neural.parallel import train_parallel
 
     where = run.run_dir(job.out)
-    requested: dict[str, Any] = {"corpus": job.corpus_source, "preset": run.preset, "device": job.device,
-                                 "epochs": MAX_EPOCHS, "threads": job.threads, "loss": run.loss,
-                                 **run.request, **session}
-    if job.samples is not None and requested["loss"] != "full":  # (a shape may train the full softmax)
-        requested["samples"] = job.samples
-    return train_parallel(where, requested, "hogwild" if job.hogwild else "none", job.hogwild,
+    options = {"corpus": job.corpus_source, "preset": run.preset, "loss": run.loss, **run.request}
+    if job.samples is not None and options["loss"] != "full":  # (a shape may train the full softmax)
+        options["samples"] = job.samples
+    request = TrainRequest.of(options | {"device": job.device, "epochs": MAX_EPOCHS, "threads": job.threads}
+                              | session)
+    return train_parallel(where, request, "hogwild" if job.hogwild else "none", job.hogwild,
                           resume=(where / ck.RUN).exists() if resume is None else resume, progress=job.progress,
                           log=log)
