@@ -7,7 +7,7 @@ what the step waits on. The plain paths cast the fp32 W and U to bf16 for every 
 or multiply them one by one and add b (fp32), cast the gradients back, update each weight in two
 passes (decay, then the step), sum [B, |V|] for b's gradient, fill and add a dense |V| x m gradient of
 C, and allocate their [B, |V|] tensors afresh each step: MLP1's bf16 step ran at 30% of the bf16
-roofline on the AMX host (docs/performance.md). Here:
+roofline on the AMX host (the plain path measured before this layer was written). Here:
 
 - `KeptOutput` holds [W, U, b] side by side in the compute dtype (bf16, or fp32) for as long as
   training runs, padded to a width the matrix units like; the products read it directly (no cast, no

@@ -3,7 +3,7 @@
 Why: a sampled batch touches a few hundred rows of C, W, U and b. Updated with torch ops, each
 parameter costs three gathers (weights, m, v), about ten element-wise kernels on the gathered
 copies, and three scatters back: ~40 small kernel calls per step, 24% of an MLP1 step in the
-profile (docs/performance.md, "The main job"). Here each touched row is read and written once, in
+profile (docs/performance.md, "Sampled and NCE output layers"). Here each touched row is read and written once, in
 place, m, v and the weight together: the same formulas as `RowAdam._update` (decoupled weight decay,
 bias-corrected moments), in the parameter's own precision.
 

@@ -5,9 +5,10 @@
                                    normalized over V, ~1e-4 from fp32, several times faster on bf16 units
     Scoring(normalized=False)      y[w] itself, no softmax sum: for self-normalized nets (--loss sampled, nce)
 
-The bf16 product (fp32 accumulation, its log-sum-exp read straight into fp32) is 3x faster than fp32 on
-CPUs with bf16 units and within ~1e-4 of the fp32 perplexity on Brown (MLP1 after one epoch: valid 360.367
-in 11.2 s, against 360.339 in 37.5 s in fp32). Training uses it for its per-epoch validation, which otherwise
+The bf16 product (fp32 accumulation, its log-sum-exp read straight into fp32) was 3x faster than the older fp32
+path on CPUs with bf16 units (the exact fp32 path of today is as fast on the AMX host: benchmarks/exact_scoring.py)
+and within ~1e-4 of the fp32 perplexity on Brown (MLP1 after one epoch: valid 360.367 in 11.2 s, against 360.339
+in 37.5 s in fp32). Training uses it for its per-epoch validation, which otherwise
 costs as much as a sampled-softmax epoch, when the hardware has bf16 units (`run_config.bf16_is_fast`;
 without them the bf16 product is several times slower than fp32). `nnlm eval` and every reported figure
 stay fp32 unless `--precision bf16` is asked. Unnormalized scores are approximate, meant for self-normalized
@@ -74,8 +75,8 @@ EXACT = Scoring()
 BF16 = Scoring(precision="bf16")
 UNNORMALIZED = Scoring(normalized=False)
 
-SHIFT_EVERY_COLUMN = False  # True: the exact path subtracts each column's max before exp (the path before
-# issue 37, kept for benchmarks/exact_scoring.py), instead of only in the columns whose sum leaves SAFE_SUM
+SHIFT_EVERY_COLUMN = False  # True: the exact path subtracts each column's max before exp (the older path,
+# kept for benchmarks/exact_scoring.py), instead of only in the columns whose sum leaves SAFE_SUM
 V_SLICE = 512  # exact path: output rows per product, so that exp and the sum read a slice still in the cache
 # (512 x ~900 contexts x 4 bytes = 1.8 MB) instead of a 64 MB block from memory twice; >= |V|: all at once.
 # Brown MLP1, one thread, tokens per CPU-second: 256 rows 13.1k, 512 12.6k, 1024 12.5k, 4096 11.4k, all 10.6k
@@ -94,7 +95,7 @@ def exact_scores(net, weights: torch.Tensor, ctx: torch.Tensor, targets: torch.T
     above ~69, or all below ~-69) are computed again with the max subtracted; elsewhere every term is
     accurate to fp32 rounding. The target's logit is its own dot product. (The whole |V| x rows product
     then max, subtract, exp and sum from memory, `SHIFT_EVERY_COLUMN`, scored a Brown MLP1 pass 1.5x
-    slower: docs/performance.md, "The main job".) The same formula as `logits_from_features`, its
+    slower: docs/performance.md, "Scoring: neural nets, exact".) The same formula as `logits_from_features`, its
     products summed in one (fp32 rounding)."""
     from nnlm.neural.direct_tables import SAFE_SUM
 

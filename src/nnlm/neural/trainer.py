@@ -146,7 +146,7 @@ class Trainer:
         the writer scores the whole model alone: bf16 products for a full-softmax bf16 run (see NeuralLM),
         the exact fp32 path for a sampled or NCE run, whose step has no bf16 product and for which the
         exact path (log Z in two passes) scored Brown MLP1 1.2x faster than the bf16 product on the AMX
-        host (benchmarks/exact_scoring.py; docs/performance.md, "The main job")."""
+        host (benchmarks/exact_scoring.py; docs/performance.md, "Scoring: neural nets, exact")."""
         if not self.writer:
             return None
         bf16 = bool(self.run.bf16) and self.run.loss == "full"
