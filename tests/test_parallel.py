@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from nnlm.errors import NnlmError
 from nnlm.neural import distributed as dd
-from nnlm.neural import pipeline
+from nnlm.neural import kept_output
 from nnlm.neural import train as tr
 from nnlm.neural.batches import batch_loss
 from nnlm.neural.config import TrainRequest
@@ -276,7 +276,7 @@ def test_one_hogwild_worker_with_paper_sgd_is_the_single_process_bit_for_bit(bf1
     kept = tr.train(tmp_path / "kept", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
                     log=lambda s: None)
     with monkeypatch.context() as patch:
-        patch.setattr(pipeline, "keeps_output", lambda *args: False)
+        patch.setattr(kept_output, "keeps_output", lambda *args: False)  # (pipeline imports it where it is used)
         plain = tr.train(tmp_path / "plain", {"corpus": str(corpus_dir)} | TINY | options, progress=False,
                          log=lambda s: None)
     hog = _train(tmp_path / "hog", corpus_dir, "hogwild", workers=1, **options)
