@@ -79,6 +79,19 @@ def _preload_in_the_rank_fork_server() -> None:
 _preload_in_the_rank_fork_server()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _final_curves_only():
+    """Training in the tests draws curve.png when a run ends, not after every epoch (see
+    nnlm.neural.checkpoint.CURVE_EVERY_EPOCH): no test looks at a mid-run curve, and drawing one cost
+    more than the tiny nets' epochs (103 of 280 CPU s of the training tests). metrics.jsonl is still
+    written after every epoch, and every run's final curve drawn from its whole history."""
+    from nnlm.neural import checkpoint
+
+    checkpoint.CURVE_EVERY_EPOCH = False
+    yield
+    checkpoint.CURVE_EVERY_EPOCH = True
+
+
 @pytest.fixture(scope="session")
 def brown():
     from nnlm.data import load_corpus

@@ -330,10 +330,18 @@ def log_scale_plain_labels(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(StrMethodFormatter("{x:g}"))
 
 
-def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool = True) -> None:
-    """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png. A
-    sampled loss's running "train ppl" is exp of its objective, not a perplexity: not plotted."""
+# The learning curve is redrawn after every epoch (False: only when the run ends; tests/conftest.py sets it:
+# a curve costs matplotlib ~0.22 CPU s, 37% of the training tests' time, where an epoch of their tiny nets is ~0.1 s)
+CURVE_EVERY_EPOCH = True
+
+
+def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool = True, last: bool = True) -> None:
+    """metrics.jsonl (rewritten whole, so a resumed run never duplicates a line) and curve.png (after an
+    epoch that is not the run's `last`, only if CURVE_EVERY_EPOCH). A sampled loss's running "train ppl"
+    is exp of its objective, not a perplexity: not plotted."""
     atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    if not (last or CURVE_EVERY_EPOCH):
+        return
     import matplotlib
 
     matplotlib.use("Agg")

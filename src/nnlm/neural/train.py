@@ -172,7 +172,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
             break
         save(whole)
         if trainer.writer:
-            ck.write_metrics(out, state["history"], run.loss == "full")
+            ck.write_metrics(out, state["history"], run.loss == "full", last=False)
     stop = stop or f"reached {counted(session.epochs, 'epoch')}"
     state["finished"] = stop.startswith("early stopping")  # budget- or epoch-limited runs may be resumed
     state["stop_reason"] = stop
