@@ -42,6 +42,13 @@ def _memory_temp_dir() -> str | None:
     return str(path)
 
 
+# Training in the tests draws curve.png when a run ends, not after every epoch (nnlm.neural.checkpoint), in this
+# process, its rank processes and subprocesses: no test looks at a mid-run curve (but
+# test_the_curve_is_drawn_after_each_epoch_unless_only_the_final_one_is_asked, which sets the default back),
+# and drawing one cost more than the tiny nets' epochs (103 of 280 CPU s of the training tests). metrics.jsonl
+# is still written after every epoch, and every run's final curve drawn from its whole history.
+os.environ["NNLM_CURVE_EVERY_EPOCH"] = "0"
+
 _TMP = _memory_temp_dir()
 if _TMP is not None:  # this process (pytest's tmp_path, tempfile) and the subprocesses the tests start
     os.environ["TMPDIR"] = _TMP
@@ -77,19 +84,6 @@ def _preload_in_the_rank_fork_server() -> None:
 
 
 _preload_in_the_rank_fork_server()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _final_curves_only():
-    """Training in the tests draws curve.png when a run ends, not after every epoch (see
-    nnlm.neural.checkpoint.CURVE_EVERY_EPOCH): no test looks at a mid-run curve, and drawing one cost
-    more than the tiny nets' epochs (103 of 280 CPU s of the training tests). metrics.jsonl is still
-    written after every epoch, and every run's final curve drawn from its whole history."""
-    from nnlm.neural import checkpoint
-
-    checkpoint.CURVE_EVERY_EPOCH = False
-    yield
-    checkpoint.CURVE_EVERY_EPOCH = True
 
 
 @pytest.fixture(scope="session")

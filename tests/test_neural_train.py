@@ -144,8 +144,8 @@ def test_a_run_directory_holds_model_metrics_and_curve(rand_dir, tmp_path, capsy
 def test_the_curve_is_drawn_after_each_epoch_unless_only_the_final_one_is_asked(every_epoch, rand_dir, tmp_path,
                                                                                  monkeypatch):
     """By default (what users get) curve.png is redrawn after every epoch, so it is there while a run goes
-    on; the tests' setting (tests/conftest.py) draws it when the run ends only. metrics.jsonl is written
-    after every epoch either way, and the final curve is drawn in both."""
+    on; the tests' setting (NNLM_CURVE_EVERY_EPOCH=0, tests/conftest.py) draws it when the run ends only.
+    metrics.jsonl is written after every epoch either way, and the final curve is drawn in both."""
     from nnlm.neural import checkpoint
 
     monkeypatch.setattr(checkpoint, "CURVE_EVERY_EPOCH", every_epoch)

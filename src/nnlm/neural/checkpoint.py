@@ -330,9 +330,10 @@ def log_scale_plain_labels(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(StrMethodFormatter("{x:g}"))
 
 
-# The learning curve is redrawn after every epoch (False: only when the run ends; tests/conftest.py sets it:
-# a curve costs matplotlib ~0.22 CPU s, 37% of the training tests' time, where an epoch of their tiny nets is ~0.1 s)
-CURVE_EVERY_EPOCH = True
+# The learning curve is redrawn after every epoch; NNLM_CURVE_EVERY_EPOCH=0 draws it when the run ends only. A test
+# hook: tests/conftest.py sets it for the tests' processes, whose tiny nets' epochs (~0.1 s) cost less than
+# matplotlib's drawing of a curve (~0.22 CPU s: 37% of the training tests' time)
+CURVE_EVERY_EPOCH = os.environ.get("NNLM_CURVE_EVERY_EPOCH", "1") != "0"
 
 
 def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool = True, last: bool = True) -> None:
