@@ -93,6 +93,15 @@ def brown():
     return load_corpus("brown")
 
 
+@pytest.fixture(scope="session")
+def brown_token_list() -> list[str]:
+    """nnlm.data.corpus.brown_tokens(): the Brown token stream parsed from NLTK's files (~5 CPU s), once per
+    test process for the tests that check the cached corpus against it (they only read it)."""
+    from nnlm.data import corpus
+
+    return corpus.brown_tokens()
+
+
 def write_text_corpus(root: Path, train: str, valid: str, test: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, text in (("train", train), ("valid", valid), ("test", test)):
