@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_nnlm
+from helpers import nnlm_cli, run_nnlm
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
@@ -183,21 +183,27 @@ def test_missing_file_is_an_error(tmp_path):
 run = run_nnlm
 
 
-def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path):
+def test_cli_writes_saves_and_loads_kn(toy_dir, tmp_path, capsys):
+    """The build in a real process as a user runs it; the loads and the re-save in this process (nnlm_cli:
+    the same command line through nnlm.cli.main, without an interpreter start each)."""
+    import json
+
     base = ("ngram", "--corpus", str(toy_dir), "--no-cache", "--json")
     built = run(*base, "--kind", "kn", "--order", "3", "--arpa", str(tmp_path / "m.arpa"),
                 "--save", str(tmp_path / "m"))
     assert built.returncode == 0, built.stderr
-    from_arpa = run(*base, "--load-arpa", str(tmp_path / "m.arpa"))
-    from_dir = run(*base, "--load", str(tmp_path / "m"))
-    assert from_arpa.returncode == 0 and from_dir.returncode == 0, from_arpa.stderr + from_dir.stderr
-    import json
 
-    resaved = run(*base, "--load-arpa", str(tmp_path / "m.arpa"), "--save", str(tmp_path / "m2"))
-    from_resaved = run(*base, "--load", str(tmp_path / "m2"), "--order", "3")
-    assert resaved.returncode == 0 and from_resaved.returncode == 0, resaved.stderr + from_resaved.stderr
-    assert json.loads(from_resaved.stdout)["perplexity"] == json.loads(from_arpa.stdout)["perplexity"]
-    ppl = [json.loads(p.stdout)["perplexity"] for p in (built, from_arpa, from_dir)]
+    def in_process(*args: object) -> str:
+        code, out, err = nnlm_cli(capsys, *base, *args)
+        assert code == 0, err
+        return out
+
+    from_arpa = in_process("--load-arpa", tmp_path / "m.arpa")
+    from_dir = in_process("--load", tmp_path / "m")
+    in_process("--load-arpa", tmp_path / "m.arpa", "--save", tmp_path / "m2")
+    from_resaved = in_process("--load", tmp_path / "m2", "--order", "3")
+    assert json.loads(from_resaved)["perplexity"] == json.loads(from_arpa)["perplexity"]
+    ppl = [json.loads(out)["perplexity"] for out in (built.stdout, from_arpa, from_dir)]
     for split in ("train", "valid", "test"):
         assert ppl[1][split] == pytest.approx(ppl[0][split], rel=1e-8)
         assert ppl[2][split] == ppl[0][split]

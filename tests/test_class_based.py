@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import run_nnlm
+from helpers import nnlm_cli, run_nnlm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,16 +89,18 @@ def test_class_count_out_of_range(c):
 run = run_nnlm
 
 
-def test_cli_class_model_and_bad_class_counts(toy_dir, tmp_path):
+def test_cli_class_model_and_bad_class_counts(toy_dir, tmp_path, capsys):
+    """The build in a real process as a user runs it; the load and the refusals in this process (nnlm_cli:
+    the same command line through nnlm.cli.main, without an interpreter start each)."""
     proc = run("ngram", "--corpus", str(toy_dir), "--no-cache", "--kind", "class", "--classes", "3",
                "--order", "3", "--json", "--save", str(tmp_path / "m"))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["kind"] == "class" and out["details"]["classes"] == 3
-    proc = run("ngram", "--corpus", str(toy_dir), "--no-cache", "--load", str(tmp_path / "m"), "--json")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["perplexity"] == out["perplexity"]
+    code, loaded, err = nnlm_cli(capsys, "ngram", "--corpus", toy_dir, "--no-cache", "--load", tmp_path / "m", "--json")
+    assert code == 0 and json.loads(loaded)["perplexity"] == out["perplexity"], err
     for args, fragment in ((("--kind", "class", "--classes", "100000"), "--classes must be between 1 and |V|"),
                            (("--kind", "kn", "--classes", "5"), "--classes applies only")):
-        proc = run("ngram", "--corpus", str(toy_dir), "--no-cache", *args)
-        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert fragment in proc.stderr and "Traceback" not in proc.stderr
+        code, _, err = nnlm_cli(capsys, "ngram", "--corpus", toy_dir, "--no-cache", *args)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert fragment in err and "Traceback" not in err

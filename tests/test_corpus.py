@@ -19,8 +19,8 @@ def test_brown_protocol_figures(brown):
 
 
 @pytest.mark.brown
-def test_brown_unk_is_whole_stream_frequency_at_most_3(brown):
-    tokens = corpus_mod.brown_tokens()
+def test_brown_unk_is_whole_stream_frequency_at_most_3(brown, brown_token_list):
+    tokens = brown_token_list  # corpus_mod.brown_tokens(), read once per test process
     assert len(tokens) == 1_177_359
     from collections import Counter
 

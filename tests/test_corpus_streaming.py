@@ -67,8 +67,8 @@ def test_cached_ids_are_memory_mapped(toy_dir, tmp_path, monkeypatch):
 
 
 @pytest.mark.brown
-def test_brown_cached_form_has_the_same_ids_as_the_token_list(brown):
-    tokens = corpus_mod.brown_tokens()
+def test_brown_cached_form_has_the_same_ids_as_the_token_list(brown, brown_token_list):
+    tokens = brown_token_list  # corpus_mod.brown_tokens(), read once per test process
     vocab = Vocabulary.from_counts(Counter(tokens), min_count=4, specials=(UNK, PARAGRAPH, TEXT))
     assert brown.vocab == vocab
     np.testing.assert_array_equal(brown.stream(), vocab.encode(tokens))

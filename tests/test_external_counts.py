@@ -23,7 +23,7 @@ def zipf_ids(n: int, v: int, seed: int) -> np.ndarray:
     return ids.astype(np.int32)
 
 
-@pytest.mark.parametrize("n, chunk", [(40_000, 6_000), (20_000, 997), (500, 7), (9, 6)])
+@pytest.mark.parametrize("n, chunk", [(40_000, 6_000), (20_000, 997), (200, 7), (9, 6)])
 def test_counts_equal_the_in_memory_counts(n, chunk, monkeypatch):
     ids = zipf_ids(n, 300, n)
     monkeypatch.setattr(external_counts, "chunk_positions", lambda memory, order: chunk)
@@ -73,7 +73,7 @@ def test_cli_memory_is_for_the_out_of_core_kinds_only(toy_dir):
     assert proc.stderr.strip() == "nnlm: error: --memory applies only when building --kind kn or interpolated"
 
 
-@pytest.mark.parametrize("n, chunk", [(40_000, 6_000), (20_000, 997), (500, 7), (9, 6)])
+@pytest.mark.parametrize("n, chunk", [(40_000, 6_000), (20_000, 997), (200, 7), (9, 6)])
 def test_interpolated_trigram_out_of_core_is_the_in_memory_model(n, chunk, monkeypatch, tmp_path):
     from nnlm.ngram import interpolated_disk
     from nnlm.ngram.interpolated import InterpolatedTrigram

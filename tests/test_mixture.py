@@ -89,18 +89,26 @@ def test_mix_on_corpus_modes_agree_with_the_mixture_model(random_corpus, two_mod
     assert fitted.model.weights.shape[0] > 1  # em-buckets: one row of weights per bucket
 
 
-def test_cli_mix(random_corpus, tmp_path):
-    from test_cli import assert_one_line_error, run
+def test_cli_mix(random_corpus, tmp_path, capsys):
+    """`nnlm mix` in a real process as a user runs it; its refusals through nnlm.cli.main in this process
+    (helpers.nnlm_cli: the same command lines without an interpreter start each)."""
+    import json
+    import subprocess
+
+    from helpers import assert_one_line_error, nnlm_cli
+    from test_cli import run
+
+    def in_process(*args: object) -> subprocess.CompletedProcess:
+        return subprocess.CompletedProcess(args, *nnlm_cli(capsys, *args))
 
     root = str(tmp_path / "rand")
     proc = run("mix", "addone:2", "uniform", "--corpus", root, "--weights", "em", "--json", "--no-cache")
     assert proc.returncode == 0, proc.stderr
-    import json
-
     out = json.loads(proc.stdout)
     assert out["mode"] == "em" and set(out["perplexity"]) == {"valid", "test"}
-    assert_one_line_error(run("mix", "addone:2", "uniform", "--corpus", root, "--weights", "0.7,0.7"), "sum to 1")
-    assert_one_line_error(run("mix", "magic:3", "--corpus", root), "neither a saved model")
+    assert_one_line_error(in_process("mix", "addone:2", "uniform", "--corpus", root, "--weights", "0.7,0.7"),
+                          "sum to 1")
+    assert_one_line_error(in_process("mix", "magic:3", "--corpus", root), "neither a saved model")
 
 
 def test_parameter_counts_add_up(random_corpus, two_models):

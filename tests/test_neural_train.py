@@ -139,6 +139,29 @@ def test_a_run_directory_holds_model_metrics_and_curve(rand_dir, tmp_path, capsy
     assert lm.order == 3 and lm.config.hidden == 8
 
 
+
+@pytest.mark.parametrize("every_epoch", [True, False], ids=["every-epoch", "final-only"])
+def test_the_curve_is_drawn_after_each_epoch_unless_only_the_final_one_is_asked(every_epoch, rand_dir, tmp_path,
+                                                                                 monkeypatch):
+    """By default (what users get) curve.png is redrawn after every epoch, so it is there while a run goes
+    on; the tests' setting (NNLM_CURVE_EVERY_EPOCH=0, tests/conftest.py) draws it when the run ends only.
+    metrics.jsonl is written after every epoch either way, and the final curve is drawn in both."""
+    from nnlm.neural import checkpoint
+
+    monkeypatch.setattr(checkpoint, "CURVE_EVERY_EPOCH", every_epoch)
+    out = tmp_path / "run"
+    seen = {}
+
+    def log(line: str) -> None:  # epoch 2's line comes before its own metrics are written
+        if line.startswith("epoch 2:"):
+            seen["curve"] = (out / "curve.png").exists()
+            seen["metrics"] = len((out / "metrics.jsonl").read_text().splitlines())
+
+    tr.train(out, {"corpus": str(rand_dir)} | TINY | {"epochs": 3}, progress=False, log=log)
+    assert seen == {"curve": every_epoch, "metrics": 1}
+    assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_best_model(random_corpus, rand_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
     batches = math.ceil(len(random_corpus.train) / TINY["batch_size"])

@@ -91,10 +91,11 @@ def connect(server: Server, timeout: float = 10.0) -> socket.socket:
 
 def read_all(sock: socket.socket, quiet_for: float = 1.0, limit: float = 10.0) -> tuple[bytes, bool]:
     """(bytes received, whether the server closed) reading until it closes, `quiet_for` s pass without a
-    byte, or `limit` s in all."""
+    byte after the first, or `limit` s in all. The first byte is waited for up to `limit`: on a loaded machine
+    the server may take more than `quiet_for` to answer at all (seen at load 5-8: no answer within 1 s)."""
     data, closed, end = b"", False, time.monotonic() + limit
-    sock.settimeout(quiet_for)
     while time.monotonic() < end:
+        sock.settimeout(quiet_for if data else max(end - time.monotonic(), 0.001))
         try:
             chunk = sock.recv(65536)
         except TimeoutError:

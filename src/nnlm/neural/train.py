@@ -157,7 +157,7 @@ def run_epochs(out: Path, run: Run, session: SessionOptions, corpus: Corpus, sta
             break
         save(whole)
         if trainer.writer:
-            ck.write_metrics(out, state["history"], run.loss == "full")
+            ck.write_metrics(out, state["history"], run.loss == "full", last=False)
     return finish(out, run, state, trainer, stop or f"reached {counted(session.epochs, 'epoch')}", save, log)
 
 
