@@ -13,7 +13,6 @@ Probabilities are kept as log10, like ARPA.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +25,6 @@ from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState
 from nnlm.ngram.keys import lookup, ranges, search
 from nnlm.ngram.store import load_arrays, save_arrays
-
-# Streams are scored by numpy probes (nnlm.ngram.numpy_probe) while numba is not loaded in the process, up to this
-# many tokens: the probes' ~0.6 us a token more than the kernels' (Brown KN5 test, one process, load ~7: 1.05
-# against 2.3 M tokens/s) cost less than numba's import and target context (~0.6 s, once a process) up to ~1M.
-NUMPY_STREAM_TOKENS = 1_000_000
 
 LN10 = float(np.log(10.0))
 
@@ -151,7 +145,8 @@ class BackoffTables:
         """log10 P of each token stream[first : first + count] given the order-1 ids before it in `stream`
         (`pad_id` before its start, and with `since_start` before each token's text: nnlm.lm.chunked_log_probs'
         rows), times `scale` then `then`, and their sum, in one compiled call over the stream
-        (nnlm.ngram.stream_scoring); None without the engine. The numbers of `log10_prob_of`."""
+        (nnlm.ngram.stream_scoring) or, while numba is not loaded, by numpy probes of the same tables
+        (nnlm.ngram.numpy_probe); None without the engine. The numbers of `log10_prob_of`."""
         engine = self._engine if self._engine else self.query_engine(streaming=True)
         if engine is None:
             return None
@@ -159,13 +154,11 @@ class BackoffTables:
             from nnlm.ngram.engine_file import promote_when_it_pays
 
             promote_when_it_pays(engine, count)
-        if engine.numpy_tokens + count <= NUMPY_STREAM_TOKENS and "numba" not in sys.modules:
-            engine.numpy_tokens += count  # numba not loaded yet: numpy probes, the same numbers (numpy_probe.py)
-            from nnlm.ngram.numpy_probe import stream_token_log10
+        from nnlm.ngram.numpy_probe import probed_while_numba_is_absent
 
-            probed = stream_token_log10(engine, stream, first, count, pad_id, since_start, scale, then)
-            if probed is not None:
-                return probed
+        probed = probed_while_numba_is_absent(engine, stream, first, count, pad_id, since_start, scale, then)
+        if probed is not None:
+            return probed
         lo = first - len(self.keys) + 1
         if not (lo <= 0 and len(stream) == first + count and stream.dtype == np.int64 and stream.flags.c_contiguous):
             lo = max(lo, 0)  # (else: a stream made for this call, taken as it is)

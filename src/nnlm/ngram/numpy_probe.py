@@ -16,6 +16,8 @@ kernels round it.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from nnlm.ngram.engine_tables import EMPTY, HASH_MULTIPLIER, EngineTables
@@ -23,6 +25,11 @@ from nnlm.ngram.engine_tables import EMPTY, HASH_MULTIPLIER, EngineTables
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _EXTEND = np.uint64(0xD6E8FEB86659FD93)
 _S27, _S30, _S31, _S32 = np.uint64(27), np.uint64(30), np.uint64(31), np.uint64(32)
+
+# Streams are scored by numpy probes (nnlm.ngram.numpy_probe) while numba is not loaded in the process, up to this
+# many tokens: the probes' ~0.6 us a token more than the kernels' (Brown KN5 test, one process, load ~7: 1.05
+# against 2.3 M tokens/s) cost less than numba's import and target context (~0.6 s, once a process) up to ~1M.
+NUMPY_STREAM_TOKENS = 1_000_000
 
 
 def word_hash(words: np.ndarray) -> np.ndarray:
@@ -159,3 +166,14 @@ def stream_token_log10(engine: EngineTables, stream: np.ndarray, first: int, cou
         log10 = np.where(c >= grams, log10 + backoff, log10)
     out = (log10 * scale) * then
     return out, float(np.cumsum(out)[-1])
+
+
+def probed_while_numba_is_absent(engine: EngineTables, stream: np.ndarray, first: int, count: int, pad: int,
+                                 since_start: np.ndarray | None = None, scale: float = 1.0,
+                                 then: float = 1.0) -> tuple[np.ndarray, float] | None:
+    """`stream_token_log10` while numba is not loaded and the tokens probed so far (these included) stay within
+    NUMPY_STREAM_TOKENS (counted on the engine); None otherwise, or where the probes hand over to the kernel."""
+    if engine.numpy_tokens + count > NUMPY_STREAM_TOKENS or "numba" in sys.modules:
+        return None
+    engine.numpy_tokens += count
+    return stream_token_log10(engine, stream, first, count, pad, since_start, scale, then)
