@@ -25,16 +25,16 @@ from host import cpu_name
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import perplexity_from_log_probs, split_log_probs
-from nnlm.neural.batches import batch_loss
-from nnlm.neural.class_output import ClassNPLM, within_class_log_probs_padded
-from nnlm.neural.config import DEFAULT_SAMPLES
-from nnlm.neural.model import NPLM
-from nnlm.neural.nets import build_net, language_model
-from nnlm.neural.output_clustering import default_class_count, output_classes
-from nnlm.neural.pipeline import build_optimizer
-from nnlm.neural.recipes import RECIPES
-from nnlm.neural.run_config import bf16_is_fast, model_config
-from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
+from nnlm.neural.net.class_output import ClassNPLM, within_class_log_probs_padded
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.nets import build_net, language_model
+from nnlm.neural.net.output_clustering import default_class_count, output_classes
+from nnlm.neural.net.sampled import RowAdam, SampledLoss, initial_bias, proposal
+from nnlm.neural.run.batches import batch_loss
+from nnlm.neural.run.config import DEFAULT_SAMPLES
+from nnlm.neural.run.pipeline import build_optimizer
+from nnlm.neural.run.recipes import RECIPES
+from nnlm.neural.run.run_config import bf16_is_fast, model_config
 
 
 def padded_class_loss(net: ClassNPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool) -> torch.Tensor:

@@ -29,13 +29,13 @@ import torch
 from host import cpu_name
 
 from nnlm.data.corpus import load_corpus
-from nnlm.neural import pipeline
-from nnlm.neural.batches import batch_loss
-from nnlm.neural.nets import build_net
-from nnlm.neural.output_clustering import default_class_count, output_classes
-from nnlm.neural.recipes import RECIPES
-from nnlm.neural.run_config import model_config
-from nnlm.neural.train import train
+from nnlm.neural.net.nets import build_net
+from nnlm.neural.net.output_clustering import default_class_count, output_classes
+from nnlm.neural.run import pipeline
+from nnlm.neural.run.batches import batch_loss
+from nnlm.neural.run.recipes import RECIPES
+from nnlm.neural.run.run_config import model_config
+from nnlm.neural.run.train import train
 
 KINDS = ("dense", "rows")
 

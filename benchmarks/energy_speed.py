@@ -1,4 +1,4 @@
-"""Speed of the energy-minimization network (paper section 5.1, nnlm.neural.energy) against MLP1, in one run:
+"""Speed of the energy-minimization network (paper section 5.1, nnlm.neural.net.energy) against MLP1, in one run:
 training tokens/s (the trainer's own loss, backward and optimizer step) with the sampled loss and the full
 softmax, and exact scoring tokens/s (normalized over all of V, fp32) on Brown's validation contexts.
 
@@ -25,12 +25,12 @@ from host import cpu_name
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
-from nnlm.neural.batches import batch_rows, epoch_order, padded_stream, update
-from nnlm.neural.nets import build_net, language_model
-from nnlm.neural.pipeline import build_loss
-from nnlm.neural.presets import preset
-from nnlm.neural.recipes import RECIPES, default_recipe
-from nnlm.neural.run_config import Run, bf16_is_fast
+from nnlm.neural.net.nets import build_net, language_model
+from nnlm.neural.net.presets import preset
+from nnlm.neural.run.batches import batch_rows, epoch_order, padded_stream, update
+from nnlm.neural.run.pipeline import build_loss
+from nnlm.neural.run.recipes import RECIPES, default_recipe
+from nnlm.neural.run.run_config import Run, bf16_is_fast
 
 
 class Training:

@@ -1,8 +1,8 @@
 """Exact scoring of a split by a Table 1 net, path by path, in the same process (issue 37, item 2):
 the plain fp32 path with the max subtracted in every column (before), the plain path with two passes
-(`nnlm.neural.scoring.SHIFT_EVERY_COLUMN = False`), the same a slice of V at a time (`V_SLICE`, now), the
+(`nnlm.neural.lm.scoring.SHIFT_EVERY_COLUMN = False`), the same a slice of V at a time (`V_SLICE`, now), the
 per-position tables (their build included,
-as a long pass pays it once; nnlm.neural.direct_tables) and the bf16 product (for information: it
+as a long pass pays it once; nnlm.neural.lm.direct_tables) and the bf16 product (for information: it
 moves a trained net's perplexity by more than the 0.05% issue 37 allows).
 
 A trained run (`--run DIR`, e.g. report/runs/mlp1-...) is scored on the first `--tokens` tokens of its
@@ -24,8 +24,8 @@ import torch
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
-from nnlm.neural import scoring as scoring_module
-from nnlm.neural.scoring import BF16
+from nnlm.neural.lm import scoring as scoring_module
+from nnlm.neural.lm.scoring import BF16
 
 
 def main() -> None:
@@ -40,13 +40,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     corpus = load_corpus("brown")
     if args.run:
-        from nnlm.neural.checkpoint import load_neural
+        from nnlm.neural.run.checkpoint import load_neural
 
         lm, what = load_neural(args.run, device="cpu"), f"trained run {args.run}"
     else:
-        from nnlm.neural.model import NPLM
-        from nnlm.neural.neural_lm import NeuralLM
-        from nnlm.neural.run_config import model_config
+        from nnlm.neural.lm.neural_lm import NeuralLM
+        from nnlm.neural.net.model import NPLM
+        from nnlm.neural.run.run_config import model_config
 
         torch.manual_seed(0)
         lm = NeuralLM(NPLM(model_config({"preset": args.preset}, len(corpus.vocab))), corpus.vocab, corpus.pad_token)

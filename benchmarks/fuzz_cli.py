@@ -93,7 +93,7 @@ import sys
 from pathlib import Path
 import torch
 from nnlm.cli import main
-from nnlm.neural.checkpoint import load_tensors, save_tensors
+from nnlm.neural.run.checkpoint import load_tensors, save_tensors
 S = Path(sys.argv[1])
 assert main(["ngram", "--corpus", str(S / "rand"), "--kind", "kn", "--order", "3", "--save", str(S / "kn3"),
              "--arpa", str(S / "kn3.arpa")]) == 0
@@ -809,9 +809,9 @@ def main() -> int:
 
     import nnlm.cli  # noqa: F401 - everything a command imports, once, before the forks
     import nnlm.loading  # noqa: F401
-    import nnlm.neural.checkpoint  # noqa: F401
-    import nnlm.neural.features  # noqa: F401
-    import nnlm.neural.train  # noqa: F401
+    import nnlm.neural.net.features  # noqa: F401
+    import nnlm.neural.run.checkpoint  # noqa: F401
+    import nnlm.neural.run.train  # noqa: F401
     import nnlm.ngram.arpa  # noqa: F401
     import nnlm.ngram.build  # noqa: F401
     import nnlm.use  # noqa: F401

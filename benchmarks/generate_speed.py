@@ -25,9 +25,9 @@ from host import cpu_name
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import LanguageModel
-from nnlm.neural.model import NPLM
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.presets import preset
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.presets import preset
 from nnlm.ngram.build import build_ngram
 from nnlm.use import next_context, sample
 

@@ -4,7 +4,7 @@ communicating (the paper reports about 1/15 for its parameter-parallel cluster r
 
     PYTHONPATH=src NLTK_DATA=... python benchmarks/parallel.py --preset mlp1 --batch-size 256 --seconds 10 [--bf16]
 
-Every contender is `nnlm train`'s own code on Brown: a run set up by nnlm.neural.pipeline and trained
+Every contender is `nnlm train`'s own code on Brown: a run set up by nnlm.neural.run.pipeline and trained
 by the registered trainer's `run_batches` (training_path.py) -- `single` for the plain process, the
 Hogwild parent with its workers, a DDPTrainer / VocabTrainer in every rank (each rank prepares the
 same run in its own directory and takes its replica or slice with `parallel.rank_model`, as a ddp /
@@ -37,11 +37,11 @@ import torch
 import torch.distributed as dist
 from training_path import TrainingPath
 
-from nnlm.neural import distributed as dd
-from nnlm.neural.config import TrainRequest
-from nnlm.neural.parallel import rank_model
-from nnlm.neural.pipeline import TRAINERS, prepare
-from nnlm.neural.vocab_parallel import CommTimer
+from nnlm.neural.parallel import distributed as dd
+from nnlm.neural.parallel.ranks import rank_model
+from nnlm.neural.parallel.vocab_parallel import CommTimer
+from nnlm.neural.run.config import TrainRequest
+from nnlm.neural.run.pipeline import TRAINERS, prepare
 
 WARMUP_SECONDS = 2.0
 

@@ -3,7 +3,7 @@
     python benchmarks/recipe_variants.py runs/v-lr2 --base modern --loss sampled lr=0.002 dropout_x=0.05 dropout_h=0.05
 
 Registers a Recipe named after the run directory (`base` with the given fields changed), then trains
-with `nnlm.neural.train.train` as `nnlm train` would (1 thread, early stopping with --patience). The
+with `nnlm.neural.run.train.train` as `nnlm train` would (1 thread, early stopping with --patience). The
 per-epoch validation is in RUN/metrics.jsonl; `nnlm score RUN --split test` gives the test perplexity.
 A variant recipe exists only in this process: resume the run with this script, not `nnlm train`.
 """
@@ -14,8 +14,8 @@ import dataclasses
 from pathlib import Path
 
 from nnlm.errors import NnlmError
-from nnlm.neural import train as tr
-from nnlm.neural.recipes import RECIPES, Recipe
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.recipes import RECIPES, Recipe
 
 
 def main() -> None:

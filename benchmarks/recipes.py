@@ -37,8 +37,8 @@ from nnlm.data.synthetic import known_class_perplexity, read_source, write_corpu
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
 from nnlm.lm import perplexity
-from nnlm.neural import train as tr
-from nnlm.neural.checkpoint import load_neural, read_state
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.checkpoint import load_neural, read_state
 
 SMALL_NET = {"order": 3, "features": 30, "hidden": 50, "direct": True}
 CORPORA: dict[str, dict[str, Any]] = {

@@ -17,9 +17,9 @@ import torch
 from rescore_brown import paragraphs
 
 from nnlm.data.corpus import load_corpus
-from nnlm.neural.model import NPLM
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.presets import preset
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.presets import preset
 from nnlm.ngram.build import build_ngram
 from nnlm.rescore.lm_scores import hypothesis_log_probs, one_at_a_time_log_probs
 from nnlm.rescore.synthetic import make_nbest

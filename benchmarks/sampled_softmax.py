@@ -4,7 +4,7 @@ Default: times `--batches` training steps (in `--rounds` interleaved rounds, med
 optimizer step -- the trainer's own
 functions) of the full softmax and of each sampled loss at the same shape and batch, and prints
 the projected epoch time and the speed-up. `--train-epochs N` also trains each loss for N epochs
-through `nnlm.neural.train.train` (early stopping on) and prints epoch times and best validation
+through `nnlm.neural.run.train.train` (early stopping on) and prints epoch times and best validation
 perplexities; `--full-metrics FILE` takes the full-softmax curve from an existing run's
 metrics.jsonl instead of training it again.
 
@@ -25,14 +25,14 @@ import numpy as np
 import torch
 
 from nnlm.data.corpus import load_corpus
-from nnlm.neural import train as tr
-from nnlm.neural.batches import batch_loss
-from nnlm.neural.config import RUN_DEFAULTS
-from nnlm.neural.model import NPLM
-from nnlm.neural.pipeline import build_optimizer
-from nnlm.neural.recipes import RECIPES
-from nnlm.neural.run_config import bf16_is_fast, model_config
-from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.sampled import RowAdam, SampledLoss, initial_bias, proposal
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.batches import batch_loss
+from nnlm.neural.run.config import RUN_DEFAULTS
+from nnlm.neural.run.pipeline import build_optimizer
+from nnlm.neural.run.recipes import RECIPES
+from nnlm.neural.run.run_config import bf16_is_fast, model_config
 
 
 class Stepper:

@@ -1,6 +1,6 @@
 """The sampled training step's bookkeeping, before and after (issue 37): the torch-op row Adam,
-torch.multinomial's draw and F.dropout against the compiled row Adam (nnlm.neural.row_adam_kernel),
-the exponential-races draw (SampledLoss.draw) and the compiled dropout mask (nnlm.neural.dropout),
+torch.multinomial's draw and F.dropout against the compiled row Adam (nnlm.neural.net.row_adam_kernel),
+the exponential-races draw (SampledLoss.draw) and the compiled dropout mask (nnlm.neural.net.dropout),
 added one at a time, in the same process and interleaved rounds.
 
 Each variant is the trainer's step (SampledLoss, backward, RowAdam.step) at a Table 1 shape with the
@@ -23,12 +23,12 @@ import numpy as np
 import torch
 
 from nnlm.data.corpus import load_corpus
-from nnlm.neural import dropout as dropout_module
-from nnlm.neural.config import RUN_DEFAULTS
-from nnlm.neural.model import NPLM
-from nnlm.neural.recipes import RECIPES
-from nnlm.neural.run_config import model_config
-from nnlm.neural.sampled import RowAdam, SampledLoss, initial_bias, proposal
+from nnlm.neural.net import dropout as dropout_module
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.sampled import RowAdam, SampledLoss, initial_bias, proposal
+from nnlm.neural.run.config import RUN_DEFAULTS
+from nnlm.neural.run.recipes import RECIPES
+from nnlm.neural.run.run_config import model_config
 
 VARIANTS = {  # name: (torch.multinomial's draw, compiled row Adam, compiled dropout mask)
     "before: multinomial, torch-op row Adam, F.dropout": (True, False, False),

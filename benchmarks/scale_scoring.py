@@ -12,7 +12,7 @@ not depend on the weights), or a trained run's (`--run DIR`, which also gives th
 one product y = b + [x, a] [W, U]^T in bf16 with fp32 accumulation and log-sum-exp, still normalized
 over all of V (`nnlm eval --precision bf16`, and training's per-epoch validation). The script prints
 each one's seconds, its perplexity and the relative difference to fp32. `tables` is fp32 from the
-direct connections' per-position tables (nnlm.neural.direct_tables, what `nnlm eval` uses on passes of
+direct connections' per-position tables (nnlm.neural.lm.direct_tables, what `nnlm eval` uses on passes of
 at least 16 |V| tokens; here built whatever the length, and its seconds include building them).
 
     PYTHONPATH=src python benchmarks/scale_scoring.py --corpus /work/scale-data/zipf-14M \
@@ -31,11 +31,11 @@ import torch
 
 from nnlm.data.corpus import load_corpus
 from nnlm.lm import contexts
-from nnlm.neural import direct_tables
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.scoring import BF16
+from nnlm.neural.lm import direct_tables
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.lm.scoring import BF16
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
 
 AP_NET = {"order": 6, "hidden": 60, "features": 100, "direct": True}
 
@@ -61,7 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.run:
-        from nnlm.neural.checkpoint import load_neural, read_run
+        from nnlm.neural.run.checkpoint import load_neural, read_run
 
         model = load_neural(args.run)
         corpus = load_corpus(args.corpus or read_run(Path(args.run))[0]["corpus"])

@@ -30,9 +30,9 @@ from nnlm.data.corpus import load_corpus
 from nnlm.data.tokenize import tokens_to_score
 from nnlm.data.vocab import PARAGRAPH, start_token
 from nnlm.lm import contexts
-from nnlm.neural.model import NPLM
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.presets import preset
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.presets import preset
 from nnlm.use import score_lines
 
 

@@ -1,4 +1,4 @@
-"""Speed of the NPLM's stateful step (NeuralLM.begin_state / advance, nnlm.neural.stepper) on a beam of 16,
+"""Speed of the NPLM's stateful step (NeuralLM.begin_state / advance, nnlm.neural.lm.stepper) on a beam of 16,
 against recomputing each context (model.log_prob on the beam's full contexts every step), in the same run.
 
 The model is an MLP1-shaped net (n=5, h=50, m=60, direct connections) over Brown's vocabulary with
@@ -31,9 +31,9 @@ import torch
 from nnlm import threads
 from nnlm.data.corpus import load_corpus
 from nnlm.data.vocab import start_token
-from nnlm.neural.model import NPLM
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.presets import preset
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.presets import preset
 
 BEAM = 16
 

@@ -1,7 +1,7 @@
 """Wall time to a target validation perplexity on Brown: nnlm's training against a plain PyTorch one.
 
 Both train MLP1 (by default) on Brown's training split in the same shuffled batches:
-- nnlm: `nnlm train`'s own code (a run set up by nnlm.neural.pipeline, its trainer's `run_batches`;
+- nnlm: `nnlm train`'s own code (a run set up by nnlm.neural.run.pipeline, its trainer's `run_batches`;
   training_path.py) with its default recipe for that loss (`adaptive` for the full softmax, whose
   learning rate stays constant here, since no epoch-end validation steers it; `sampled` for the
   sampled losses; --recipe forces one),
@@ -38,12 +38,12 @@ from training_path import TrainingPath
 
 from nnlm.data.corpus import Corpus, load_corpus
 from nnlm.lm import perplexity
-from nnlm.neural.batches import epoch_batches, padded_stream
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.presets import preset
-from nnlm.neural.recipes import RECIPES
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.presets import preset
+from nnlm.neural.run.batches import epoch_batches, padded_stream
+from nnlm.neural.run.recipes import RECIPES
 from nnlm.ngram.build import build_ngram
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ class Contender:
 
 
 class NnlmContender(Contender):
-    """`nnlm train` itself: a run set up by nnlm.neural.pipeline, trained by its single-process trainer's
+    """`nnlm train` itself: a run set up by nnlm.neural.run.pipeline, trained by its single-process trainer's
     `run_batches` (training_path.py) with the run's loss (full softmax, or sampled / nce) and recipe."""
 
     def __init__(self, corpus: Corpus, cfg: ModelConfig, batch: int, seed: int, options: dict) -> None:

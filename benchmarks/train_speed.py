@@ -6,7 +6,7 @@ In one run, on real Brown batches at a Table 1 shape (MLP1 by default, batch 256
       the roofline in tokens/s, at 6 |V| K FLOPs per token (the output layer is all but all of them);
   (b) a plain PyTorch reference, written as a user would: nn.Embedding, nn.Linear,
       F.cross_entropy, torch.optim.SGD, fp32 (and the same with bf16 autocast, for information);
-  (c) nnlm's training, the very code `nnlm train` runs: a run set up by nnlm.neural.pipeline and
+  (c) nnlm's training, the very code `nnlm train` runs: a run set up by nnlm.neural.run.pipeline and
       its single-process trainer's `run_batches` (training_path.py; recipe `modern` by default).
 The contenders are measured in interleaved rounds (reference, nnlm, reference, nnlm, ...), so
 load from other processes falls on all of them alike; ratios are of the totals.
@@ -30,10 +30,10 @@ from torch import nn
 from training_path import TrainingPath
 
 from nnlm.data.corpus import load_corpus
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.presets import preset
-from nnlm.neural.recipes import RECIPES
-from nnlm.neural.run_config import bf16_is_fast
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.presets import preset
+from nnlm.neural.run.recipes import RECIPES
+from nnlm.neural.run.run_config import bf16_is_fast
 
 
 class Reference(nn.Module):
@@ -83,7 +83,7 @@ def optimizer_seconds(path: TrainingPath, seconds: float) -> float:
         if p.grad is None and not (kept and kept.owns(p)):
             p.grad = torch.zeros_like(p)
 
-    if kept:  # what the last backward pass hands the kept layer's update (nnlm.neural.kept_output.take_gradient)
+    if kept:  # what the last backward pass hands the kept layer's update (nnlm.neural.net.kept_output.take_gradient)
         batch, width = path.trainer.batch, kept.copy.shape[1]
         pending = (torch.zeros(batch, len(kept.copy), dtype=kept.dtype), torch.zeros(batch, width, dtype=kept.dtype))
 

@@ -1,4 +1,4 @@
-"""`nnlm train`'s own code path, for the benchmarks: a run set up by nnlm.neural.pipeline.prepare (in a
+"""`nnlm train`'s own code path, for the benchmarks: a run set up by nnlm.neural.run.pipeline.prepare (in a
 directory the caller gives, normally a temporary one) and trained by its registered trainer's
 `run_batches`, advanced by a time or a number of examples instead of whole epochs, so that what a
 benchmark times is what `nnlm train` runs, batch bookkeeping included. Epochs turn over as in
@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from nnlm.neural.batches import epoch_order
-from nnlm.neural.config import TrainRequest
-from nnlm.neural.pipeline import prepare, trainer_spec
-from nnlm.neural.schedules import epoch_lr
-from nnlm.neural.trainer import Clock, Trainer, TrainingSetup
+from nnlm.neural.run.batches import epoch_order
+from nnlm.neural.run.config import TrainRequest
+from nnlm.neural.run.pipeline import prepare, trainer_spec
+from nnlm.neural.run.schedules import epoch_lr
+from nnlm.neural.run.trainer import Clock, Trainer, TrainingSetup
 from nnlm.progress import Silent
 
 CPU = torch.device("cpu")

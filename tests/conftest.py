@@ -42,7 +42,7 @@ def _memory_temp_dir() -> str | None:
     return str(path)
 
 
-# Training in the tests draws curve.png when a run ends, not after every epoch (nnlm.neural.checkpoint), in this
+# Training in the tests draws curve.png when a run ends, not after every epoch (nnlm.neural.run.checkpoint), in this
 # process, its rank processes and subprocesses: no test looks at a mid-run curve (but
 # test_the_curve_is_drawn_after_each_epoch_unless_only_the_final_one_is_asked, which sets the default back),
 # and drawing one cost more than the tiny nets' epochs (103 of 280 CPU s of the training tests). metrics.jsonl
@@ -60,7 +60,7 @@ if _TMP is not None:  # this process (pytest's tmp_path, tempfile) and the subpr
 # (tests/test_parallel.py alone ~40 launches of 2-3 ranks), and every rank imported nnlm's training modules,
 # torch._dynamo (imported by torch.optim's first optimizer: 2.1 CPU s) and matplotlib (curve.png: 0.9 CPU s).
 # Module names only: the server imports them from its own sys.path (site-packages), not the tests'.
-RANK_PRELOAD = ["nnlm.neural.parallel", "nnlm.neural.vocab_parallel", "nnlm.loading", "torch._dynamo",
+RANK_PRELOAD = ["nnlm.neural.parallel.ranks", "nnlm.neural.parallel.vocab_parallel", "nnlm.loading", "torch._dynamo",
                 "matplotlib.pyplot"]
 
 
@@ -152,7 +152,7 @@ def random_corpus(tmp_path: Path):
 def neural_run(tmp_path_factory) -> tuple[Path, Path]:
     """(run directory, corpus directory): a tiny NPLM (n=3, h=8, m=4) trained 2 epochs on the
     synthetic corpus (about 2 s); shared by the tests that only read it."""
-    from nnlm.neural.train import train
+    from nnlm.neural.run.train import train
 
     root = tmp_path_factory.mktemp("neural")
     corpus_dir = write_text_corpus(root / "rand", *random_corpus_texts())

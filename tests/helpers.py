@@ -58,8 +58,8 @@ def tiny_nplm(h: int = 5, direct: bool = True, v: int = 13, n: int = 4, m: int =
     """A float64 NPLM small enough for exact gradient checks, the same for a given seed."""
     import torch
 
-    from nnlm.neural.model import NPLM
-    from nnlm.neural.model_config import ModelConfig
+    from nnlm.neural.net.model import NPLM
+    from nnlm.neural.net.model_config import ModelConfig
 
     torch.manual_seed(seed)
     config = ModelConfig(vocab_size=v, order=n, hidden=h, features=m, direct=direct)

@@ -14,11 +14,11 @@ from safetensors.torch import load_file
 from nnlm.data import load_corpus
 from nnlm.data.synthetic import write_corpus
 from nnlm.errors import NnlmError
-from nnlm.neural import train as tr
-from nnlm.neural.checkpoint import load_neural, load_tensors, save_tensors
-from nnlm.neural.feature_init import feature_classes
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
+from nnlm.neural.net.feature_init import feature_classes
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.checkpoint import load_neural, load_tensors, save_tensors
 
 NET = {"preset": "mlp7", "order": 3, "hidden": 8, "features": 4, "batch_size": 32, "threads": 1}
 PAIRS = {"init_features": "exchange", "feature_classes": 5, "class_context": True}
@@ -143,7 +143,7 @@ def test_auto_keeps_random_rows_where_words_not_classes_explain_the_text(tmp_pat
 def test_auto_is_random_without_counting_where_rows_cannot_be_tied(options, gen_dir, tmp_path):
     requested = {"corpus": str(gen_dir)} | NET | {k: v for k, v in options.items() if k != "parallel"} | {"epochs": 1}
     if "parallel" in options:
-        from nnlm.neural.parallel import train_parallel
+        from nnlm.neural.parallel.ranks import train_parallel
 
         train_parallel(tmp_path / "r", requested, options["parallel"], 2, progress=False, log=lambda s: None)
     else:

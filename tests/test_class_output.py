@@ -1,4 +1,4 @@
-"""The class-factored output layer (nnlm.neural.class_output): exact gradients, a distribution that sums
+"""The class-factored output layer (nnlm.neural.net.class_output): exact gradients, a distribution that sums
 to 1, the same numbers on every path (loss, log_prob, distribution, stepping, padded), its classes,
 training, saving and loading, the commands, parallel training, and one-line refusals."""
 from __future__ import annotations
@@ -18,14 +18,14 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.loading import load
-from nnlm.neural import train as tr
-from nnlm.neural.batches import batch_loss
-from nnlm.neural.class_lm import ClassNeuralLM
-from nnlm.neural.class_output import ClassNPLM, class_output_loss, within_class_log_probs_padded
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.output_clustering import default_class_count, frequency_classes, output_classes
-from nnlm.neural.parallel import ShardLoss, train_parallel
-from nnlm.neural.presets import preset
+from nnlm.neural.lm.class_lm import ClassNeuralLM
+from nnlm.neural.net.class_output import ClassNPLM, class_output_loss, within_class_log_probs_padded
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.output_clustering import default_class_count, frequency_classes, output_classes
+from nnlm.neural.net.presets import preset
+from nnlm.neural.parallel.ranks import ShardLoss, train_parallel
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.batches import batch_loss
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 32, "threads": 1, "output_layer": "classes",
         "min_count": 1}  # the vocabulary of the random_corpus fixture

@@ -1,5 +1,5 @@
-"""The row-wise (lazy) Adam of the class-factored output layer (nnlm.neural.class_output.ClassRowLoss with
-nnlm.neural.sampled.RowAdam): dense Adam on the rows a batch touched, nothing elsewhere; training with
+"""The row-wise (lazy) Adam of the class-factored output layer (nnlm.neural.net.class_output.ClassRowLoss with
+nnlm.neural.net.sampled.RowAdam): dense Adam on the rows a batch touched, nothing elsewhere; training with
 it lowers the validation perplexity of a normalized model; a resumed run continues exactly."""
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from hypothesis import strategies as st
 from nnlm.data.vocab import Vocabulary
 from nnlm.lm import perplexity
 from nnlm.loading import load
-from nnlm.neural import train as tr
-from nnlm.neural.batches import batch_loss
-from nnlm.neural.checkpoint import load_tensors
-from nnlm.neural.class_lm import ClassNeuralLM
-from nnlm.neural.class_output import ClassNPLM, ClassRowLoss, class_output_loss
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.optim import Adam, PaperSGD
-from nnlm.neural.pipeline import full_loss
-from nnlm.neural.recipes import RECIPES
-from nnlm.neural.sampled import RowAdam
+from nnlm.neural.lm.class_lm import ClassNeuralLM
+from nnlm.neural.net.class_output import ClassNPLM, ClassRowLoss, class_output_loss
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.sampled import RowAdam
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.batches import batch_loss
+from nnlm.neural.run.checkpoint import load_tensors
+from nnlm.neural.run.optim import Adam, PaperSGD
+from nnlm.neural.run.pipeline import full_loss
+from nnlm.neural.run.recipes import RECIPES
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 32, "threads": 1, "output_layer": "classes",
         "min_count": 1}
@@ -159,7 +159,7 @@ def test_a_run_stopped_after_its_first_batch_resumes_exactly(random_corpus, tmp_
 def test_ddp_and_hogwild_continue_a_run_the_row_optimizer_started(random_corpus, tmp_path):
     """The row-wise Adam's checkpoint is Adam's (same tensor names): a single-process epoch, resumed by ddp
     (dense Adam: DistributedDataParallel sums dense gradients), then by Hogwild (row-wise Adam per worker)."""
-    from nnlm.neural.parallel import train_parallel
+    from nnlm.neural.parallel.ranks import train_parallel
 
     run, quiet = tmp_path / "run", (lambda s: None)
     tr.train(run, {"corpus": str(tmp_path / "rand"), "epochs": 1} | TINY, progress=False, log=quiet)

@@ -52,7 +52,7 @@ def test_the_walk_catches_an_undescribed_option():
 def test_the_parallel_choices_are_the_registered_trainers():
     """cli/train.py spells the --parallel choices out (importing the trainer registry would load torch
     for `nnlm --help`); they must stay the registry's."""
-    from nnlm.neural.parallel import MODES
+    from nnlm.neural.parallel.ranks import MODES
 
     (action,) = [a for a in commands()["train"]._actions if a.dest == "parallel"]
     assert tuple(action.choices) == MODES
@@ -66,7 +66,7 @@ def test_no_option_states_its_default_as_none(name):
 
 
 def test_the_recipe_help_lists_every_registered_recipe_and_its_values():
-    from nnlm.neural.recipes import RECIPE_KEYS, RECIPES
+    from nnlm.neural.run.recipes import RECIPE_KEYS, RECIPES
 
     actions = {a.dest: a for a in commands()["train"]._actions}
     assert all(name in actions["recipe"].help for name in RECIPES)

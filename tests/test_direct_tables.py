@@ -1,4 +1,4 @@
-"""Exact scoring from the direct connections' per-position tables (nnlm.neural.direct_tables): the
+"""Exact scoring from the direct connections' per-position tables (nnlm.neural.lm.direct_tables): the
 same log-probabilities as the plain formula, built only for long passes within the memory budget,
 dropped when the weights change, freed after the pass."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ import torch
 from nnlm.data.vocab import Vocabulary
 from nnlm.lm import perplexity, split_log_probs
 from nnlm.mixture import Mixture
-from nnlm.neural import direct_tables
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.scoring import BF16, UNNORMALIZED
+from nnlm.neural.lm import direct_tables
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.lm.scoring import BF16, UNNORMALIZED
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
 from nnlm.ngram.simple import UniformModel
 
 

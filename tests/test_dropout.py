@@ -1,11 +1,11 @@
-"""The compiled dropout mask (nnlm.neural.dropout): its rate, its scale, its gradient, its seed."""
+"""The compiled dropout mask (nnlm.neural.net.dropout): its rate, its scale, its gradient, its seed."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from nnlm.neural import dropout as module
-from nnlm.neural.dropout import dropout
+from nnlm.neural.net import dropout as module
+from nnlm.neural.net.dropout import dropout
 
 
 @pytest.mark.parametrize("p", [0.05, 0.25, 0.5])

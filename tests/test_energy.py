@@ -1,4 +1,4 @@
-"""The energy-minimization network (paper section 5.1, nnlm.neural.energy): its formula against the
+"""The energy-minimization network (paper section 5.1, nnlm.neural.net.energy): its formula against the
 [N, |V|, h] definition written out, its parameter count, distributions that sum to 1, gradients against
 finite differences (the chunked kernel, the full loss, the sampled and NCE losses), training through
 `nnlm train` with a save/load round trip, every command's path through the LanguageModel interface, and
@@ -19,12 +19,12 @@ from test_sampled import definition, skewed
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
-from nnlm.neural import energy
-from nnlm.neural.energy import EnergyLM, EnergyNPLM, EnergySampledLoss, hidden_sums
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.nets import build_net, language_model
-from nnlm.neural.presets import preset, run_name
-from nnlm.neural.scoring import BF16, UNNORMALIZED
+from nnlm.neural.lm.scoring import BF16, UNNORMALIZED
+from nnlm.neural.net import energy
+from nnlm.neural.net.energy import EnergyLM, EnergyNPLM, EnergySampledLoss, hidden_sums
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.nets import build_net, language_model
+from nnlm.neural.net.presets import preset, run_name
 
 SHAPES = [  # (n, h, m, direct, shared v)
     (3, 4, 3, False, False),
@@ -211,8 +211,8 @@ def test_configs_without_the_energy_fields_load_as_before():
 @pytest.mark.parametrize("loss", ["full", "sampled", "nce"])
 def test_the_energy_net_trains_saves_and_loads_through_nnlm_train(loss, random_corpus, tmp_path, capsys):
     from nnlm.cli import main
-    from nnlm.neural.checkpoint import load_neural, read_run
-    from nnlm.neural.run_config import Run, open_corpus
+    from nnlm.neural.run.checkpoint import load_neural, read_run
+    from nnlm.neural.run.run_config import Run, open_corpus
 
     out = tmp_path / "run"
     args = ["train", "--corpus", str(tmp_path / "rand"), "--out", str(out), "--preset", "energy", "--hidden", "6",

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from helpers import tiny_nplm
 
 from nnlm.lm import contexts as lm_contexts
-from nnlm.neural.batches import epoch_batches, padded_stream
-from nnlm.neural.optim import Adam
-from nnlm.neural.softmax_loss import softmax_cross_entropy
+from nnlm.neural.net.softmax_loss import softmax_cross_entropy
+from nnlm.neural.run.batches import epoch_batches, padded_stream
+from nnlm.neural.run.optim import Adam
 
 tiny = tiny_nplm
 

@@ -13,10 +13,10 @@ from safetensors.torch import load_file
 from nnlm.data import load_corpus
 from nnlm.data.synthetic import write_corpus
 from nnlm.errors import NnlmError
-from nnlm.neural import train as tr
-from nnlm.neural.feature_init import add_class_pull, feature_classes, tie_rows_to_classes
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
+from nnlm.neural.net.feature_init import add_class_pull, feature_classes, tie_rows_to_classes
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.run import train as tr
 
 NET = {"preset": "mlp7", "order": 3, "hidden": 8, "features": 4, "batch_size": 32, "threads": 1}
 EXCHANGE = {"init_features": "exchange", "feature_classes": 5}
@@ -87,7 +87,7 @@ def test_a_run_from_classes_trains_stores_its_options_and_resumes_exactly(recipe
 
 
 def test_a_pull_too_strong_for_its_step_stops_with_a_hint_to_lower_it(gen_dir, tmp_path):
-    from nnlm.neural.trainer import TrainingDiverged
+    from nnlm.neural.run.trainer import TrainingDiverged
 
     requested = {"corpus": str(gen_dir)} | NET | EXCHANGE | {"recipe": "paper", "class_pull": 1e6, "epochs": 1}
     with pytest.raises(TrainingDiverged, match="Try a smaller --lr, --batch-size or --class-pull"):
@@ -110,7 +110,7 @@ def test_contradictory_options_are_refused_before_anything_is_written(options, f
 
 
 def test_parallel_trainers_refuse_it_before_anything_is_written(gen_dir, tmp_path):
-    from nnlm.neural.parallel import train_parallel
+    from nnlm.neural.parallel.ranks import train_parallel
 
     with pytest.raises(NnlmError, match="--init-features exchange pulls the rows towards their classes in one process"):
         train_parallel(tmp_path / "h", {"corpus": str(gen_dir)} | NET | EXCHANGE | {"epochs": 1}, "hogwild", 2,
@@ -131,8 +131,8 @@ def test_a_run_json_from_before_the_trigram_refinement_resumes_with_exchange_cla
 
 def test_the_same_classes_are_clustered_once_a_process_and_handed_out_as_copies(gen_dir, monkeypatch):
     """auto's evidence and the run's setup ask for the same classes: the second ask is remembered."""
-    import nnlm.neural.feature_init as fi
-    import nnlm.neural.output_clustering as oc
+    import nnlm.neural.net.feature_init as fi
+    import nnlm.neural.net.output_clustering as oc
 
     monkeypatch.setattr(fi, "_CLUSTERED", {})  # (nothing remembered from other tests in this process)
     corpus = load_corpus(gen_dir, min_count=1)

@@ -108,7 +108,7 @@ def run_template(neural_run):
        drop=st.lists(st.sampled_from(FIELDS), max_size=2))
 def test_run_json_loader_accepts_a_valid_config_or_says_which_field(tmp_path, neural_run, run_template, edits,
                                                                     model_edits, drop):
-    from nnlm.neural.checkpoint import read_run
+    from nnlm.neural.run.checkpoint import read_run
 
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)

@@ -1,4 +1,4 @@
-"""The paper's SGD on a kept output layer (`nnlm.neural.kept_output`): the same update as the plain bf16
+"""The paper's SGD on a kept output layer (`nnlm.neural.net.kept_output`): the same update as the plain bf16
 and fp32 paths up to rounding, the copy always the masters (rounded to bf16), refreshed when anything
 else changes a master, and chosen for exactly the runs it fits."""
 from __future__ import annotations
@@ -9,14 +9,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nnlm.neural.batches import batch_loss, update
-from nnlm.neural.feature_init import ClassPull, add_class_pull, tied_parameters
-from nnlm.neural.kept_output import KeptLoss, KeptOutput, keeps_output, sgd_keep_bf16
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.optim import PaperSGD
-from nnlm.neural.pipeline import full_loss
-from nnlm.neural.recipes import RECIPES
+from nnlm.neural.net.feature_init import ClassPull, add_class_pull, tied_parameters
+from nnlm.neural.net.kept_output import KeptLoss, KeptOutput, keeps_output, sgd_keep_bf16
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.run.batches import batch_loss, update
+from nnlm.neural.run.optim import PaperSGD
+from nnlm.neural.run.pipeline import full_loss
+from nnlm.neural.run.recipes import RECIPES
 
 
 def net_pair(direct: bool = True, hidden: int = 20, seed: int = 0, class_context: int = 0) -> tuple[NPLM, NPLM]:
@@ -169,8 +169,8 @@ def test_the_kept_path_is_chosen_for_paper_sgd_in_one_cpu_process_only():
 def test_a_run_whose_rows_are_pulled_to_classes_takes_the_kept_path_with_its_pull(tmp_path):
     """--init-features exchange pulls C's rows by a gradient hook and W's and U's inside the kept update."""
     from nnlm.data.synthetic import write_corpus
-    from nnlm.neural.config import TrainRequest
-    from nnlm.neural.pipeline import prepare, trainer_spec
+    from nnlm.neural.run.config import TrainRequest
+    from nnlm.neural.run.pipeline import prepare, trainer_spec
 
     write_corpus(tmp_path / "gen", 3000, words=40, classes=5, seed=3)
     base = {"corpus": str(tmp_path / "gen"), "preset": "mlp7", "order": 3, "hidden": 8, "features": 4,
@@ -217,7 +217,7 @@ def test_a_copy_laid_out_for_hogwild_is_adopted_and_a_wrong_one_refused(dtype):
     """A worker's layer adopts the shared copy its parent made (share_kept_layout): the same memory, so
     an update through one layer is in the other's next product; a copy of another shape, another dtype,
     or (fp32) one the masters are not columns of, is refused."""
-    from nnlm.neural.kept_output import share_kept_layout
+    from nnlm.neural.net.kept_output import share_kept_layout
 
     a, b = net_pair()
     shared = share_kept_layout(a, dtype)

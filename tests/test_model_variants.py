@@ -18,11 +18,11 @@ from test_sampled import definition, skewed
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.presets import BEYOND, preset, run_name
-from nnlm.neural.sampled import ROWS, SampledLoss
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.presets import BEYOND, preset, run_name
+from nnlm.neural.net.sampled import ROWS, SampledLoss
 
 VARIANTS = [  # (n, h, direct, layers, layer_norm, residual, local)
     (4, 5, True, 2, False, False, 0),
@@ -158,8 +158,8 @@ def test_presets_past_the_paper_are_valid_and_named():
         == "n8-h50-m60-direct-l2-ln-local3"
     from dataclasses import fields
 
-    from nnlm.neural.config import RunOptions
-    from nnlm.neural.run_config import model_config
+    from nnlm.neural.run.config import RunOptions
+    from nnlm.neural.run.run_config import model_config
 
     shown = next(f for f in fields(RunOptions) if f.name == "preset").metadata["help"]
     assert all(name in shown for name in BEYOND)  # `nnlm train --help` names every preset
@@ -170,8 +170,8 @@ def test_presets_past_the_paper_are_valid_and_named():
 @pytest.mark.parametrize("loss", ["full", "sampled", "nce"])
 def test_a_variant_trains_saves_and_loads_through_nnlm_train(loss, rand_dir, tmp_path, capsys):
     from nnlm.cli import main
-    from nnlm.neural.checkpoint import load_neural, read_run
-    from nnlm.neural.run_config import Run, open_corpus
+    from nnlm.neural.run.checkpoint import load_neural, read_run
+    from nnlm.neural.run.run_config import Run, open_corpus
 
     out = tmp_path / "run"
     args = ["train", "--corpus", str(rand_dir), "--out", str(out), "--order", "6", "--hidden", "6",

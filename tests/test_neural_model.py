@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.presets import PRESETS, preset
-from nnlm.neural.scoring import BF16
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.lm.scoring import BF16
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.presets import PRESETS, preset
 
 
 def tiny(v=11, n=4, h=5, m=3, direct=True, seed=0) -> NPLM:
@@ -123,8 +123,8 @@ def test_distribution_rows_sum_to_one(n, h, m, direct, seed):
 
 
 def test_scoring_in_chunks_equals_one_pass(monkeypatch):
-    import nnlm.neural.neural_lm as neural_lm
-    import nnlm.neural.scoring as scoring
+    import nnlm.neural.lm.neural_lm as neural_lm
+    import nnlm.neural.lm.scoring as scoring
 
     lm = NeuralLM(tiny().float(), vocab_of(11), "<p>")
     ctx = np.random.default_rng(0).integers(0, 11, size=(50, 3))
@@ -147,7 +147,7 @@ def plain_log_softmax(net: NPLM, ctx: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("h,direct", [(6, True), (6, False), (0, True)])
 def test_fast_exact_scoring_is_the_plain_formula(monkeypatch, h, direct):
-    import nnlm.neural.scoring as scoring
+    import nnlm.neural.lm.scoring as scoring
 
     torch.manual_seed(3)
     net = NPLM(ModelConfig(vocab_size=97, order=4, hidden=h, features=5, direct=direct))

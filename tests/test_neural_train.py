@@ -17,15 +17,15 @@ from safetensors.torch import load_file
 
 from nnlm.cli import main
 from nnlm.errors import NnlmError
-from nnlm.neural import pipeline  # (where a run gets its default batch loss)
-from nnlm.neural import train as tr
-from nnlm.neural.batches import batch_loss
-from nnlm.neural.checkpoint import load_neural
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.optim import PaperSGD
-from nnlm.neural.recipes import RECIPES
-from nnlm.neural.trainer import Clock, TrainingDiverged
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.run import pipeline  # (where a run gets its default batch loss)
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.batches import batch_loss
+from nnlm.neural.run.checkpoint import load_neural
+from nnlm.neural.run.optim import PaperSGD
+from nnlm.neural.run.recipes import RECIPES
+from nnlm.neural.run.trainer import Clock, TrainingDiverged
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
@@ -76,7 +76,7 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
 
 
 # adaptive: every epoch a stall (min_improvement 0.5), so its learning rate halves each epoch (state.json's lr)
-# paper, in fp32 and with --bf16: the kept output layer (nnlm.neural.kept_output) is rebuilt from the checkpoint
+# paper, in fp32 and with --bf16: the kept output layer (nnlm.neural.net.kept_output) is rebuilt from the checkpoint
 @pytest.mark.parametrize("recipe, extra", [("modern", {}), ("paper", {}), ("paper", {"bf16": True}),
                                            ("adaptive", {"min_improvement": 0.5, "patience": 10})])
 def test_resume_after_kill_9_ends_with_the_same_weights(rand_dir, tmp_path, recipe, extra):
@@ -146,7 +146,7 @@ def test_the_curve_is_drawn_after_each_epoch_unless_only_the_final_one_is_asked(
     """By default (what users get) curve.png is redrawn after every epoch, so it is there while a run goes
     on; the tests' setting (NNLM_CURVE_EVERY_EPOCH=0, tests/conftest.py) draws it when the run ends only.
     metrics.jsonl is written after every epoch either way, and the final curve is drawn in both."""
-    from nnlm.neural import checkpoint
+    from nnlm.neural.run import checkpoint
 
     monkeypatch.setattr(checkpoint, "CURVE_EVERY_EPOCH", every_epoch)
     out = tmp_path / "run"
@@ -207,7 +207,7 @@ def cli(argv, capsys) -> tuple[int, str]:
 def test_train_ends_its_process_through_its_finish_hook(rand_dir, tmp_path, capsys, monkeypatch):
     """`nnlm train` hands its exit code to the torchrun rank's exit (a no-op outside torchrun), on an
     error as on success; other commands have no such hook."""
-    import nnlm.neural.parallel as parallel
+    import nnlm.neural.parallel.ranks as parallel
 
     ended: list[int] = []
     monkeypatch.setattr(parallel, "exit_torchrun_rank", ended.append)

@@ -189,7 +189,7 @@ def test_train_resume_and_reproduce_continued_still_pass_the_guard(ws, neural_ru
 
 def test_the_library_refuses_a_run_directory_inside_its_corpus_before_writing(ws):
     from nnlm.errors import NnlmError
-    from nnlm.neural.train import train
+    from nnlm.neural.run.train import train
 
     before = tree(ws["corpus"])
     for out in (ws["corpus"] / "run", ws["corpus"]):

@@ -16,16 +16,21 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from nnlm.errors import NnlmError
-from nnlm.neural import distributed as dd
-from nnlm.neural import kept_output
-from nnlm.neural import train as tr
-from nnlm.neural.batches import batch_loss
-from nnlm.neural.config import TrainRequest
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.parallel import ShardLoss, train_parallel
-from nnlm.neural.softmax_loss import softmax_cross_entropy
-from nnlm.neural.vocab_parallel import VocabParallelNPLM, full_tensors, vocab_slices, vocab_softmax_cross_entropy
+from nnlm.neural.net import kept_output
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.softmax_loss import softmax_cross_entropy
+from nnlm.neural.parallel import distributed as dd
+from nnlm.neural.parallel.ranks import ShardLoss, train_parallel
+from nnlm.neural.parallel.vocab_parallel import (
+    VocabParallelNPLM,
+    full_tensors,
+    vocab_slices,
+    vocab_softmax_cross_entropy,
+)
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.batches import batch_loss
+from nnlm.neural.run.config import TrainRequest
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 64, "threads": 1}
 TIMEOUT = 60.0
@@ -117,8 +122,8 @@ def _vocab_language_model(config_dict: dict) -> None:
     """In each rank: the vocabulary-parallel LanguageModel gives the whole model's log-probabilities
     and distributions (fp32), and bf16 log-probabilities within bf16 rounding of them."""
     from nnlm.data.vocab import Vocabulary
-    from nnlm.neural.neural_lm import NeuralLM
-    from nnlm.neural.vocab_parallel import VocabParallelLM
+    from nnlm.neural.lm.neural_lm import NeuralLM
+    from nnlm.neural.parallel.vocab_parallel import VocabParallelLM
 
     rank, world = dist.get_rank(), dist.get_world_size()
     config = ModelConfig(**config_dict)
@@ -269,7 +274,7 @@ def test_one_hogwild_worker_with_paper_sgd_is_the_single_process_bit_for_bit(bf1
     """Nothing races with one worker, so its batches, their order and its SGD updates must be the
     single process's exactly: the exact check behind the loose two-worker bound above. (Adam
     and the sampled losses differ by design: per-worker row-wise moments and samples.) Both run the kept
-    output layer (nnlm.neural.kept_output; the worker's on the copy its parent laid out in shared memory);
+    output layer (nnlm.neural.net.kept_output; the worker's on the copy its parent laid out in shared memory);
     the plain path is the same training up to rounding."""
     corpus_dir = tmp_path / "rand"
     options = {"recipe": "paper", "lr": 0.05, "epochs": 2, "bf16": bf16}
@@ -308,7 +313,7 @@ def test_a_dead_rank_stops_the_others_with_a_clear_error():
 
 def _rank_1_vanishes(out: Path, corpus_dir: Path) -> None:
     """Rank 1 leaves without a word (as a machine that loses power); rank 0 is mid-training."""
-    from nnlm.neural.parallel import run_rank
+    from nnlm.neural.parallel.ranks import run_rank
 
     if dist.get_rank() == 1:
         os._exit(0)
@@ -323,7 +328,7 @@ def test_a_vanished_peer_is_reported_by_the_survivor_not_waited_for(random_corpu
 
 
 def _rank_1_stalls(out: Path, corpus_dir: Path) -> None:
-    from nnlm.neural.parallel import run_rank
+    from nnlm.neural.parallel.ranks import run_rank
 
     if dist.get_rank() == 1:
         time.sleep(60)
@@ -397,7 +402,7 @@ def test_an_interrupted_parallel_run_resumes_exactly(mode, random_corpus, tmp_pa
 
 
 def _row_sharded(rows: int) -> None:
-    from nnlm.neural.parallel import RowShardedLM
+    from nnlm.neural.parallel.ranks import RowShardedLM
 
     class Numbered:  # log_prob = row number + 0.5 * target: which rank scored a row does not show
         vocab, order = None, 3

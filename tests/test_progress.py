@@ -96,7 +96,7 @@ def test_clustering_progress_goes_through_the_same_helper(monkeypatch, capsys):
 def test_init_features_auto_shows_each_trigram_it_fits(tmp_path, monkeypatch, capsys):
     from nnlm.data import load_corpus
     from nnlm.data.synthetic import write_corpus
-    from nnlm.neural.feature_init import class_evidence
+    from nnlm.neural.net.feature_init import class_evidence
 
     write_corpus(tmp_path / "gen", 3000, words=40, classes=5, seed=3)
     corpus = load_corpus(str(tmp_path / "gen"), min_count=1)

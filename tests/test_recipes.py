@@ -15,8 +15,8 @@ import torch
 from nnlm.cli import main
 from nnlm.data import load_corpus
 from nnlm.data.synthetic import ClassSource, known_class_perplexity, read_source, write_corpus
-from nnlm.neural import train as tr
-from nnlm.neural.recipes import RECIPES, REFERENCE_PARAMETERS_PER_TOKEN, run_recipe
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.recipes import RECIPES, REFERENCE_PARAMETERS_PER_TOKEN, run_recipe
 
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
 
@@ -55,7 +55,7 @@ def test_run_json_stores_every_recipe_field_scaled_to_the_net(gen_dir, tmp_path)
 def test_sampled_weight_decay_is_the_same_an_epoch_on_texts_above_a_million_tokens(gen_dir, tmp_path, monkeypatch):
     """The sampled recipes' decay (measured on Brown, ~800k tokens) is x min(1, 1M / training tokens): unchanged
     on Brown and smaller texts, 0.2 x 1M / 10M = 0.02 on a 10M-token text; --weight-decay still wins."""
-    from nnlm.neural import recipes
+    from nnlm.neural.run import recipes
 
     assert recipes.decay_scale(RECIPES["sampled"], 800_000) == 1.0
     assert recipes.decay_scale(RECIPES["sampled"], 10_000_000) == pytest.approx(0.1)
@@ -74,7 +74,7 @@ def test_sampled_weight_decay_is_the_same_an_epoch_on_texts_above_a_million_toke
 
 
 def run_params(run: dict) -> int:
-    from nnlm.neural.model_config import ModelConfig
+    from nnlm.neural.net.model_config import ModelConfig
 
     return ModelConfig.from_dict(run["model"]).parameter_count()
 
@@ -166,7 +166,7 @@ def test_out_of_range_recipe_options_are_refused_at_parse_time(tmp_path, capsys,
 def test_recipe_values_from_elsewhere_are_checked_too(values, message):
     """The library checks what did not come through the CLI's parser (Python callers, nnlm tune)."""
     from nnlm.errors import NnlmError
-    from nnlm.neural.config import RunOptions
+    from nnlm.neural.run.config import RunOptions
 
     with pytest.raises(NnlmError, match=re.escape(message)):
         RunOptions(recipe="adaptive", **values).check()
@@ -245,7 +245,7 @@ def test_known_class_estimate_counts_as_a_plain_loop_would_and_nears_the_limit(g
 
 
 def test_the_large_presets_train_with_their_own_recipe(random_corpus, tmp_path):
-    from nnlm.neural.recipes import default_recipe
+    from nnlm.neural.run.recipes import default_recipe
 
     assert default_recipe("sampled", "deep-context") == default_recipe("nce", "Wide-Context") == "sampled-large"
     assert default_recipe("sampled", "mlp1") == default_recipe("sampled") == "sampled"

@@ -131,8 +131,8 @@ def table_with_scoring_rates(tmp_path, monkeypatch, score_of, extra=("--max-voca
 def test_a_net_that_cannot_fit_trains_with_the_class_output(random_corpus, tmp_path, monkeypatch, capsys):
     """Rates injected (no timing): only the class-factored output layer's exact scoring fits the budget, so
     that is the net the table trains (the full softmax's loss, frequency classes), and the report says so."""
-    from nnlm.neural.model_config import ModelConfig
-    from nnlm.neural.output_clustering import default_class_count
+    from nnlm.neural.net.model_config import ModelConfig
+    from nnlm.neural.net.output_clustering import default_class_count
     from nnlm.reproduce.apnews import CLASS_OUTPUT
 
     out = table_with_scoring_rates(tmp_path, monkeypatch, lambda shape: 1e6 if shape == CLASS_OUTPUT else 1e-3)

@@ -149,7 +149,7 @@ def test_the_train_split_is_planned_at_the_speed_the_runs_validation_scored(tmp_
     import json
     from types import SimpleNamespace
 
-    from nnlm.neural import checkpoint as ck
+    from nnlm.neural.run import checkpoint as ck
     from nnlm.reproduce.net_rows import run_dir, train_scoring_rate
 
     job = SimpleNamespace(out=tmp_path, options={}, rates={"apnews": Rates(train=1000, score=100)},
@@ -181,7 +181,7 @@ def timed_paths(monkeypatch):
 
 
 def set_memory(monkeypatch, available: int | None) -> None:
-    from nnlm.neural import direct_tables
+    from nnlm.neural.lm import direct_tables
 
     monkeypatch.setattr(direct_tables, "available_bytes", lambda: available)
 
@@ -206,7 +206,7 @@ def test_scoring_is_planned_on_the_tables_when_they_will_be_built(timed_paths, m
 
 
 def test_scoring_is_planned_on_the_plain_path_when_the_tables_do_not_fit(timed_paths, monkeypatch, tmp_path):
-    from nnlm.neural.direct_tables import table_bytes
+    from nnlm.neural.lm.direct_tables import table_bytes
 
     corpus = long_valid_corpus(tmp_path, 40)
     need = table_bytes(5, len(corpus.vocab), len(corpus.vocab))  # the AP net: n - 1 = 5 positions

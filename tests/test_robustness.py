@@ -63,7 +63,7 @@ def fixtures(tmp_path_factory) -> dict[str, Path]:
     """A text corpus, a saved KN trigram, its ARPA file, and a tiny neural run (1 epoch)."""
     from conftest import random_corpus_texts, write_text_corpus
 
-    from nnlm.neural.train import train
+    from nnlm.neural.run.train import train
 
     root = tmp_path_factory.mktemp("robust")
     corpus = write_text_corpus(root / "rand", *random_corpus_texts())
@@ -149,7 +149,7 @@ def test_hand_edited_run_json_is_one_line(run_copy, nnlm, key, value, fragment):
 
 
 def test_weights_that_are_not_finite_are_refused_though_their_checksum_holds(run_copy, nnlm):
-    from nnlm.neural.checkpoint import load_tensors, save_tensors
+    from nnlm.neural.run.checkpoint import load_tensors, save_tensors
 
     tensors, meta = load_tensors(run_copy / "model.safetensors")
     tensors["C"][0, 0] = float("nan")

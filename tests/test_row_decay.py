@@ -1,4 +1,4 @@
-"""RowAdam's exact rule (--row-decay exact, nnlm.neural.sampled.RowAdam): the row-wise step equals the dense
+"""RowAdam's exact rule (--row-decay exact, nnlm.neural.net.sampled.RowAdam): the row-wise step equals the dense
 step of the same rule -- dense AdamW (weight decay and moments on every row, every step) with the Adam step of
 the rows a batch did not touch dropped -- for the sampled loss and the class-factored output layer, compiled
 or with torch ops; with every row touched at every step it is dense AdamW; its state saves and resumes bit
@@ -15,11 +15,11 @@ from helpers import tiny_nplm
 from safetensors.torch import load_file
 
 from nnlm.cli import main
-from nnlm.neural import train as tr
-from nnlm.neural.class_output import ClassNPLM, ClassRowLoss
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.optim import Adam
-from nnlm.neural.sampled import ROWS, RowAdam, SampledLoss
+from nnlm.neural.net.class_output import ClassNPLM, ClassRowLoss
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.sampled import ROWS, RowAdam, SampledLoss
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.optim import Adam
 
 V, LR, DECAY, BETAS, EPS = 13, 0.01, 0.3, (0.9, 0.999), 1e-8
 

@@ -22,20 +22,20 @@ from safetensors.torch import load_file
 from nnlm.cli import main
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
-from nnlm.neural import train as tr
-from nnlm.neural.checkpoint import load_neural
-from nnlm.neural.config import RUN_DEFAULTS
-from nnlm.neural.model import NPLM
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.optim import Adam
-from nnlm.neural.sampled import (
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.lm.scoring import UNNORMALIZED
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.sampled import (
     RowAdam,
     SampledLoss,
     inclusion_probabilities,
     initial_bias,
     log_partition_stats,
 )
-from nnlm.neural.scoring import UNNORMALIZED
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.checkpoint import load_neural
+from nnlm.neural.run.config import RUN_DEFAULTS
+from nnlm.neural.run.optim import Adam
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"preset": "mlp7", "hidden": 8, "features": 4, "batch_size": 16, "threads": 1}
@@ -220,7 +220,7 @@ def test_training_lowers_exact_perplexity_and_eval_is_the_exact_softmax(kind, ra
 
 
 def test_eval_takes_log_z_from_the_valid_pass_itself(neural_run, monkeypatch, capsys):
-    import nnlm.neural.sampled
+    import nnlm.neural.net.sampled
 
     run, _ = neural_run
     assert main(["eval", str(run), "--log-z", "--json"]) == 0
@@ -229,7 +229,7 @@ def test_eval_takes_log_z_from_the_valid_pass_itself(neural_run, monkeypatch, ca
     def second_pass(*args, **kwargs):
         raise AssertionError("valid was scored a second time for log Z")
 
-    monkeypatch.setattr(nnlm.neural.sampled, "log_partition_stats", second_pass)
+    monkeypatch.setattr(nnlm.neural.net.sampled, "log_partition_stats", second_pass)
     assert main(["eval", str(run), "--log-z", "--json", "--split", "test,valid"]) == 0
     assert json.loads(capsys.readouterr().out)["valid_log_z"] == once["valid_log_z"]
 

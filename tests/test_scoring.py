@@ -1,4 +1,4 @@
-"""The scoring of a neural LM, chosen once (nnlm.neural.scoring): each Scoring gives its formula, log Z comes
+"""The scoring of a neural LM, chosen once (nnlm.neural.lm.scoring): each Scoring gives its formula, log Z comes
 with the pass that computed it, `with_scoring` makes a new adapter over the same net, and a model is never
 changed by choosing another way to score it."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ import torch
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
-from nnlm.neural import direct_tables
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.nets import build_net, language_model
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.scoring import BF16, EXACT, UNNORMALIZED, V_SLICE, Scoring
+from nnlm.neural.lm import direct_tables
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.lm.scoring import BF16, EXACT, UNNORMALIZED, V_SLICE, Scoring
+from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.nets import build_net, language_model
 from nnlm.ngram.simple import UniformModel
 from nnlm.use import use_unnormalized
 

@@ -1,4 +1,4 @@
-"""The stateful API of the NPLM (partial sums and the direct rows' cache, nnlm.neural.stepper) and of
+"""The stateful API of the NPLM (partial sums and the direct rows' cache, nnlm.neural.lm.stepper) and of
 mixtures (the components' states nested): word by word through states gives the batch scores to 1e-6,
 beams reorder with take(), the fallback paths agree, and bad input is one NnlmError."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LMState, stream_log_probs
 from nnlm.mixture import Mixture
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.neural_lm import NeuralLM
-from nnlm.neural.scoring import BF16, UNNORMALIZED
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.lm.scoring import BF16, UNNORMALIZED
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +99,7 @@ def test_history_and_a_small_cache():
 def test_the_tables_of_a_long_pass(monkeypatch):
     """Inside a long pass that built the direct connections' per-position tables, the steps read them
     (b comes with block 0) and give the same numbers, also for a state begun before the pass."""
-    from nnlm.neural import direct_tables
+    from nnlm.neural.lm import direct_tables
 
     monkeypatch.setattr(direct_tables, "TOKENS_PER_TABLE_ROW", 0)
     model = neural_lm(v=60, n=5, h=4)
@@ -161,7 +161,7 @@ def test_a_context_is_normalized_once():
 def test_the_norms_stay_bounded_and_keyed_by_the_whole_context():
     """The map drops its older half when full; contexts whose packed ids would overflow 63 bits are keyed by
     their bytes, so two contexts never share a log Z."""
-    from nnlm.neural.stepper import ContextNorms
+    from nnlm.neural.lm.stepper import ContextNorms
 
     norms = ContextNorms(50, 3, kept=10)
     for start in range(0, 40, 4):

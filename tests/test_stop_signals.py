@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from nnlm.neural import train as tr
-from nnlm.neural.stop_signals import StoppedBySignal, StopRequest
+from nnlm.neural.run import train as tr
+from nnlm.neural.run.stop_signals import StoppedBySignal, StopRequest
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "mlp7", "--hidden", "8", "--features", "4", "--batch-size", "16", "--threads", "1",

@@ -1,4 +1,4 @@
-"""Typed training options (nnlm.neural.config), the resolved run (run_config.Run) and the trainer registry."""
+"""Typed training options (nnlm.neural.run.config), the resolved run (run_config.Run) and the trainer registry."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ import pytest
 from nnlm.cli import build_parser
 from nnlm.cli.main import main
 from nnlm.errors import NnlmError
-from nnlm.neural.config import (
+from nnlm.neural.run.config import (
     RUN_DEFAULTS,
     SESSION_DEFAULTS,
     RunOptions,
@@ -20,10 +20,10 @@ from nnlm.neural.config import (
     add_train_options,
     request_from_args,
 )
-from nnlm.neural.pipeline import TRAINERS, trainer_spec
-from nnlm.neural.recipes import RECIPES, recipe_values
-from nnlm.neural.run_config import Run
-from nnlm.neural.trainer import Trainer
+from nnlm.neural.run.pipeline import TRAINERS, trainer_spec
+from nnlm.neural.run.recipes import RECIPES, recipe_values
+from nnlm.neural.run.run_config import Run
+from nnlm.neural.run.trainer import Trainer
 
 CORPUS_OPTIONS = ("corpus", "min_count", "max_vocab", "vocab_from", "heldout")  # the CLI's shared corpus group
 ARGVS = [
@@ -117,8 +117,8 @@ EDGES = [("lr", 10.0, 10.5), ("lr", 1e-9, 0.0), ("weight_decay", 100.0, 100.5), 
 
 @pytest.mark.parametrize("name, inside, outside", EDGES)
 def test_every_face_applies_the_same_bounds(name, inside, outside):
-    from nnlm.neural.checkpoint import RUN_SCHEMA
-    from nnlm.neural.config import add_train_options, check_values
+    from nnlm.neural.run.checkpoint import RUN_SCHEMA
+    from nnlm.neural.run.config import add_train_options, check_values
 
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_train_options(parser)
@@ -140,8 +140,8 @@ MODEL_EDGES = [("order", 64, 65), ("order", 2, 1), ("hidden", 100_000, 100_001),
 
 @pytest.mark.parametrize("name, inside, outside", MODEL_EDGES)
 def test_the_model_config_refuses_what_the_command_line_refuses(name, inside, outside):
-    from nnlm.neural.checkpoint import RUN_SCHEMA
-    from nnlm.neural.model_config import ModelConfig
+    from nnlm.neural.net.model_config import ModelConfig
+    from nnlm.neural.run.checkpoint import RUN_SCHEMA
 
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_train_options(parser)
@@ -158,7 +158,7 @@ def test_the_model_config_refuses_what_the_command_line_refuses(name, inside, ou
 
 
 def test_model_order_100_is_refused_by_the_library_as_by_the_command_line(capsys):
-    from nnlm.neural.model_config import ModelConfig
+    from nnlm.neural.net.model_config import ModelConfig
 
     with pytest.raises(NnlmError, match=r"model order must be an integer in \[2, 64\], got 100"):
         ModelConfig(vocab_size=50, order=100, hidden=4, features=3)
@@ -168,8 +168,8 @@ def test_model_order_100_is_refused_by_the_library_as_by_the_command_line(capsys
 
 
 def test_run_json_schema_covers_every_stored_field_from_its_declaration():
-    from nnlm.neural.checkpoint import RUN_SCHEMA
-    from nnlm.neural.config import INIT_FEATURES, LR_SCHEDULES, RUN_FORMAT
+    from nnlm.neural.run.checkpoint import RUN_SCHEMA
+    from nnlm.neural.run.config import INIT_FEATURES, LR_SCHEDULES, RUN_FORMAT
 
     assert set(RUN_SCHEMA) == {f.name for f in dataclasses.fields(Run)}
     required = {k for k, (needed, _, _) in RUN_SCHEMA.items() if needed}
@@ -195,8 +195,8 @@ def test_a_typed_request_keeps_what_was_given():
 
 def test_losses_are_declared_once():
     from nnlm.cli.main import build_parser
-    from nnlm.neural import config
-    from nnlm.neural.checkpoint import RUN_SCHEMA
+    from nnlm.neural.run import config
+    from nnlm.neural.run.checkpoint import RUN_SCHEMA
 
     _, holds, _ = RUN_SCHEMA["loss"]
     assert all(holds(name) for name in config.LOSSES) and not holds("hinge")

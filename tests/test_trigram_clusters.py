@@ -10,7 +10,7 @@ from nnlm.data import load_corpus
 from nnlm.data.synthetic import write_corpus
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
-from nnlm.neural.feature_init import feature_classes
+from nnlm.neural.net.feature_init import feature_classes
 from nnlm.ngram.class_based import ClassNgram
 from nnlm.wordclasses.exchange import WordClasses
 from nnlm.wordclasses.trigram import _TrigramCounts, refine_by_trigrams

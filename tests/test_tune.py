@@ -9,8 +9,8 @@ import pytest
 
 from nnlm.cli import main
 from nnlm.data.synthetic import write_corpus
-from nnlm.neural.config import TrainRequest
-from nnlm.neural.tune import cumulative_budgets, round_sizes, trial_options, tune
+from nnlm.neural.run.config import TrainRequest
+from nnlm.neural.run.tune import cumulative_budgets, round_sizes, trial_options, tune
 
 NET = ["--preset", "mlp7", "--hidden", "8", "--features", "4", "--threads", "1"]
 

@@ -15,12 +15,12 @@ from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import EVAL_CHUNK, perplexity, split_log_probs
 from nnlm.loading import load
-from nnlm.neural import direct_tables
-from nnlm.neural import scoring as neural_scoring
-from nnlm.neural.features import neighbors, pca_2d, word2vec_text
-from nnlm.neural.model import NPLM
-from nnlm.neural.model_config import ModelConfig
-from nnlm.neural.neural_lm import NeuralLM
+from nnlm.neural.lm import direct_tables
+from nnlm.neural.lm import scoring as neural_scoring
+from nnlm.neural.lm.neural_lm import NeuralLM
+from nnlm.neural.net.features import neighbors, pca_2d, word2vec_text
+from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
 from nnlm.ngram.simple import AddOneBigram
 from nnlm.use import score_lines, score_words
 

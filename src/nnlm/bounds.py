@@ -2,7 +2,7 @@
 
 A training option's value reaches nnlm three ways: parsed from the command line, passed to the library
 (`nnlm.train(..., lr=...)`, `nnlm tune`), and read back from a run's run.json. One `Bounds` per option
-(nnlm.neural.config declares them beside the option's default and help) checks all three, so a value
+(nnlm.neural.run.config declares them beside the option's default and help) checks all three, so a value
 the command line refuses is refused by the library and by the run.json reader too, with the same words.
 """
 from __future__ import annotations

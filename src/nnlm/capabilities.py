@@ -42,7 +42,7 @@ class ScoresUnknownWords(Protocol):
 
 @runtime_checkable
 class ChoosesScoring(Protocol):
-    """Scores by a Scoring fixed when it was made (nnlm.neural.scoring: exact, bf16, unnormalized), and gives
+    """Scores by a Scoring fixed when it was made (nnlm.neural.lm.scoring: exact, bf16, unnormalized), and gives
     the same model scoring another way as a new object sharing its weights: neural models."""
 
     def with_scoring(self, scoring: Any) -> Any: ...

@@ -55,7 +55,7 @@ def _is_neural_run(path: Path) -> bool:
 
 
 def _load_neural(path: Path) -> LanguageModel:
-    from nnlm.neural.checkpoint import load_neural
+    from nnlm.neural.run.checkpoint import load_neural
 
     return load_neural(path)
 
@@ -103,7 +103,7 @@ def build_count_model(kind: str, corpus, order: int | None = None, **options) ->
     """A count-based model of `kind` (nnlm.ngram.build.KINDS: kn, class, ...) of `order` (None: the kind's default)
     counted from `corpus`'s train, with the kind's `options` (class: classes, clusters, progress).
 
-    Why here: the neural side compares its choices against count models (nnlm.neural.feature_init) through the
+    Why here: the neural side compares its choices against count models (nnlm.neural.net.feature_init) through the
     LanguageModel interface alone; asking this neutral module for one keeps nnlm.neural from importing nnlm.ngram,
     and nnlm.ngram is imported only when a count model is built."""
     from nnlm.ngram.build import build_ngram

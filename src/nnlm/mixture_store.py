@@ -34,7 +34,7 @@ from nnlm.ngram.simple import UniformModel
 
 FORMAT = "nnlm-mixture/1"
 MANIFEST, VOCAB, BUCKETS = "mixture.json", "vocab.json", "buckets.npz"
-RUN_FILES = ("run.json", "vocab.json", "model.safetensors")  # what nnlm.neural.checkpoint.load_neural reads
+RUN_FILES = ("run.json", "vocab.json", "model.safetensors")  # what nnlm.neural.run.checkpoint.load_neural reads
 _PART_NAME = re.compile(r"part\d{1,4}", re.ASCII)
 
 

@@ -34,7 +34,7 @@ def use_unnormalized(model: LanguageModel) -> LanguageModel:
     sharing its weights (`with_scoring`); `model` itself is unchanged."""
     if not isinstance(model, ChoosesScoring):
         raise NnlmError(f"--unnormalized applies to neural models only, not to {type(model).__name__}")
-    from nnlm.neural.scoring import UNNORMALIZED
+    from nnlm.neural.lm.scoring import UNNORMALIZED
 
     return model.with_scoring(UNNORMALIZED)
 

@@ -31,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.neural.evaluate import evaluate_run, parse_splits
-    from nnlm.neural.run_config import bf16_is_fast, pick_device
+    from nnlm.neural.lm.evaluate import evaluate_run, parse_splits
+    from nnlm.neural.run.run_config import bf16_is_fast, pick_device
 
     splits = parse_splits(args.split)
     device = pick_device(args.device)

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     from nnlm.io import atomic_path
     from nnlm.loading import load
-    from nnlm.neural.features import word_features, write_embeddings
+    from nnlm.neural.net.features import word_features, write_embeddings
     from nnlm.ngram.arpa import write_arpa
     from nnlm.ngram.backoff import BackoffModel
     from nnlm.output_guard import guard_outputs

@@ -30,7 +30,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def run_neighbors(args: argparse.Namespace) -> int:
     from nnlm.loading import load
-    from nnlm.neural.features import neighbors
+    from nnlm.neural.net.features import neighbors
 
     ranked = neighbors(load(args.model), args.word, args.k)
     emit(args, {"word": args.word, "neighbors": [{"word": w, "cosine": c} for w, c in ranked]},
@@ -41,7 +41,7 @@ def run_neighbors(args: argparse.Namespace) -> int:
 def run_map(args: argparse.Namespace) -> int:
     from nnlm.io import require_parent
     from nnlm.loading import load
-    from nnlm.neural.features import draw_map, most_frequent_words, pca_2d, read_word_list, word_features
+    from nnlm.neural.net.features import draw_map, most_frequent_words, pca_2d, read_word_list, word_features
     from nnlm.output_guard import guard_outputs
 
     guard_outputs(files=[("--out", args.out)], inputs=[args.model, args.words], force=args.force)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from nnlm.cli.common import Parser
 from nnlm.errors import NnlmError
-from nnlm.neural.stop_signals import StoppedBySignal
+from nnlm.neural.run.stop_signals import StoppedBySignal
 
 
 class Command(NamedTuple):

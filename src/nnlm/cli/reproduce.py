@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         written = report_only(args.out)
         emit(args, {"report": str(written)}, [f"report written to {written}"])
         return 0
-    from nnlm.neural.stop_signals import StoppedBySignal
+    from nnlm.neural.run.stop_signals import StoppedBySignal
 
     command = "nnlm " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     try:

@@ -1,6 +1,6 @@
 """`nnlm train`: train a neural model into a run directory (one process, or --parallel).
 
-The run and session options come from the typed configuration (nnlm.neural.config), which holds each
+The run and session options come from the typed configuration (nnlm.neural.run.config), which holds each
 option's default and help once; this module adds only what belongs to the command (--out, --resume, --parallel)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 
 from nnlm.cli import arg_types as T
 from nnlm.cli.common import add_corpus_options, emit
-from nnlm.neural.config import add_train_options, request_from_args
+from nnlm.neural.run.config import add_train_options, request_from_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.neural.parallel import train_parallel
+    from nnlm.neural.parallel.ranks import train_parallel
 
     # (the run directory is checked against the corpus by the library, before anything is written)
     # --parallel none (the default) trains in this process; under torchrun it is refused with a hint
@@ -48,6 +48,6 @@ def run(args: argparse.Namespace) -> int:
 
 def finish(code: int) -> None:
     """After the command, whatever its outcome: a torchrun rank ends here, without interpreter finalization."""
-    from nnlm.neural.parallel import exit_torchrun_rank
+    from nnlm.neural.parallel.ranks import exit_torchrun_rank
 
     exit_torchrun_rank(code)

@@ -1,6 +1,6 @@
 """`nnlm tune`: search lr / weight decay / dropout on validation within a time budget.
 
-The run's options are the training options' own declarations (nnlm.neural.config), the ones a search
+The run's options are the training options' own declarations (nnlm.neural.run.config), the ones a search
 does not choose itself: the same types, limits and help as `nnlm train`'s."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 
 from nnlm.cli import arg_types as T
 from nnlm.cli.common import add_corpus_options, corpus_path, emit
-from nnlm.neural.config import add_train_options
+from nnlm.neural.run.config import add_train_options
 
 TUNED_RUN_OPTIONS = ("preset", "order", "hidden", "features", "direct", "loss", "samples", "batch_size", "seed",
                      "epochs", "threads")  # what `nnlm tune` passes on to each trial's run
@@ -29,8 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.neural.config import TrainRequest
-    from nnlm.neural.tune import report, tune
+    from nnlm.neural.run.config import TrainRequest
+    from nnlm.neural.run.tune import report, tune
     from nnlm.output_guard import guard_outputs
 
     guard_outputs(directories=[("--out", args.out)], inputs=[corpus_path(args.corpus)])

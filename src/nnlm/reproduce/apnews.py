@@ -6,7 +6,7 @@ back-off of orders 3 to 5. No class-based rows: the paper did not run them on AP
 from __future__ import annotations
 
 from nnlm.errors import NnlmError
-from nnlm.neural.presets import PRESETS
+from nnlm.neural.net.presets import PRESETS
 from nnlm.reproduce.table import NgramRow, Row
 
 NET = "apnews"

@@ -61,7 +61,7 @@ def part_model(section: Section, part: str) -> LanguageModel:
             section.models[part] = build_ngram(row.kind, job.corpus, row.n, classes=row.classes,
                                                progress=job.progress, **options)
         else:
-            from nnlm.neural.checkpoint import load_neural
+            from nnlm.neural.run.checkpoint import load_neural
 
             section.models[part] = load_neural(job.out / part_entry(section, part)["run"], device=job.device_name())
     return section.models[part]

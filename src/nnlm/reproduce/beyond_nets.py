@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnlm.neural import checkpoint as ck
-from nnlm.neural.recipes import default_recipe
+from nnlm.neural.run import checkpoint as ck
+from nnlm.neural.run.recipes import default_recipe
 from nnlm.reproduce import net_run, planner
 from nnlm.reproduce.beyond_mixes import SPLITS, part_scores, save_scores
 from nnlm.reproduce.beyond_rows import NetRow, row_key
@@ -112,7 +112,7 @@ def net_row(section: Section, net: NetRow) -> None:
 
 
 def train_and_score(section: Section, net: NetRow, grant: planner.Grant | None) -> None:
-    from nnlm.neural.checkpoint import load_neural
+    from nnlm.neural.run.checkpoint import load_neural
 
     job, run, key = section.job, section_net(section, net), row_key(net.id)
     where, options = run.run_dir(job.out), run.options

@@ -103,7 +103,7 @@ class Job:
         return lambda line: self.log(f"    {line}  [{row_id}{'; ' + self.budget_text() if self.budget else ''}]")
 
     def device_name(self) -> str:
-        from nnlm.neural.run_config import pick_device
+        from nnlm.neural.run.run_config import pick_device
 
         return str(pick_device(self.device))
 

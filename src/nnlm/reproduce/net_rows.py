@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnlm.lm import LanguageModel, perplexity_from_log_probs
-from nnlm.neural import checkpoint as ck
+from nnlm.neural.run import checkpoint as ck
 from nnlm.reproduce import net_run, planner, rates, shape_plan
 from nnlm.reproduce.net_run import NetRun
 from nnlm.reproduce.ngram_rows import late_needs
@@ -149,7 +149,7 @@ def neural_rows(job: Job, trigram: LanguageModel) -> None:
 
 
 def trained(job: Job, net: str) -> LanguageModel:
-    from nnlm.neural.checkpoint import load_neural
+    from nnlm.neural.run.checkpoint import load_neural
 
     return load_neural(run_dir(job, net), device=job.device_name())
 

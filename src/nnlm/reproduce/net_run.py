@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnlm.neural import checkpoint as ck
+from nnlm.neural.run import checkpoint as ck
 from nnlm.reproduce import planner, rates
 from nnlm.reproduce.results import options_tag
 
@@ -40,8 +40,8 @@ class NetRun:
 
 def parameters(job: Job, run: NetRun) -> int:
     """The net's parameter count, known from its architecture (its preset in its shape), trained or not."""
-    from nnlm.neural.model_config import ModelConfig
-    from nnlm.neural.presets import preset
+    from nnlm.neural.net.model_config import ModelConfig
+    from nnlm.neural.net.presets import preset
 
     return ModelConfig(**(preset(run.preset, len(job.corpus.vocab)).to_dict() | (run.shape or {}))).parameter_count()
 
@@ -89,8 +89,8 @@ def limits(job: Job, run: NetRun, grant: planner.Grant | None) -> dict[str, Any]
 def train(job: Job, run: NetRun, session: dict[str, Any], log, resume: bool | None = None) -> dict[str, Any]:
     """Train (or continue: `resume` None continues a run directory that exists) the net, with the session
     limits `session` over its defining options; the trainer's final state."""
-    from nnlm.neural.config import TrainRequest
-    from nnlm.neural.parallel import train_parallel
+    from nnlm.neural.parallel.ranks import train_parallel
+    from nnlm.neural.run.config import TrainRequest
 
     where = run.run_dir(job.out)
     options = {"corpus": job.corpus_source, "preset": run.preset, "loss": run.loss, **run.request}

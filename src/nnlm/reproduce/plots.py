@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from nnlm.io import atomic_path
-from nnlm.neural import checkpoint as ck
+from nnlm.neural.run import checkpoint as ck
 from nnlm.reproduce.table import PAPER_BEST_NGRAM_TEST, Row
 
 
@@ -56,7 +56,7 @@ def curves(out: Path, rows: dict[str, dict[str, Any]], nets: list[str], corpus_n
     ax.set_xlabel("epoch")
     ax.set_ylabel("perplexity")
     if ax.get_lines():
-        from nnlm.neural.checkpoint import log_scale_plain_labels
+        from nnlm.neural.run.checkpoint import log_scale_plain_labels
 
         log_scale_plain_labels(ax)
         ax.legend(fontsize=8, loc="upper right")

@@ -6,7 +6,7 @@ count made the first budget reserve every minute for scoring. Untrained nets of 
 are timed (the cost does not depend on the weights); torch's random state is left as it was.
 
 Scoring is timed on the path the long passes will take (issue 32): a split scored in one pass builds
-the direct connections' per-position tables when they pay and fit in memory (nnlm.neural.direct_tables:
+the direct connections' per-position tables when they pay and fit in memory (nnlm.neural.lm.direct_tables:
 (n-1) |V|^2 floats, 6.5 GB for the AP net at |V| = 18k, 270 GB at 117k), else it takes the plain exact
 product. A plain rate planned for a pass the tables score made the plan 2x too slow; a tables rate
 where they cannot be built would be 8x too fast. So the path is decided as the pass itself decides it,
@@ -59,8 +59,8 @@ def time_tables(lm, ctx: np.ndarray, targets: np.ndarray, tokens: int) -> float:
 def new_net(config, corpus: Corpus, dropout_x: float = 0.0, dropout_h: float = 0.0):
     """A fresh net of `config` to time (a class-factored one with frequency classes of train: instant, and
     the cost of a step does not depend on which words share a class)."""
-    from nnlm.neural.nets import build_net
-    from nnlm.neural.output_clustering import frequency_classes
+    from nnlm.neural.net.nets import build_net
+    from nnlm.neural.net.output_clustering import frequency_classes
 
     net = build_net(config, dropout_x, dropout_h)
     if config.output_classes:
@@ -71,8 +71,8 @@ def new_net(config, corpus: Corpus, dropout_x: float = 0.0, dropout_h: float = 0
 def scoring_rate(net: str, corpus: Corpus, device: str, shape: dict | None = None) -> tuple[float, str]:
     """(tokens per second, path) of exact scoring of a pass over the validation split, on the path that
     pass will take, timed on a slice of it."""
-    from nnlm.neural.nets import language_model
-    from nnlm.neural.run_config import model_config
+    from nnlm.neural.net.nets import language_model
+    from nnlm.neural.run.run_config import model_config
 
     config = model_config({"preset": net} | (shape or {}), len(corpus.vocab))
     with torch.random.fork_rng(devices=[]):
@@ -90,11 +90,11 @@ def scoring_rate(net: str, corpus: Corpus, device: str, shape: dict | None = Non
 def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int | None,
                   shape: dict | None = None) -> float:
     """Training examples per second: a few batches of the trainer's own step (its loss, optimizer, batch size)."""
-    from nnlm.neural.batches import epoch_batches, padded_stream, update
-    from nnlm.neural.config import DEFAULT_SAMPLES, RUN_DEFAULTS
-    from nnlm.neural.pipeline import build_loss
-    from nnlm.neural.recipes import RECIPES, default_recipe
-    from nnlm.neural.run_config import bf16_is_fast, model_config
+    from nnlm.neural.run.batches import epoch_batches, padded_stream, update
+    from nnlm.neural.run.config import DEFAULT_SAMPLES, RUN_DEFAULTS
+    from nnlm.neural.run.pipeline import build_loss
+    from nnlm.neural.run.recipes import RECIPES, default_recipe
+    from nnlm.neural.run.run_config import bf16_is_fast, model_config
 
     dev = torch.device(device)
     loss = (shape or {}).get("loss", loss)  # a shape may train another loss (the class output: the full softmax)

@@ -34,7 +34,7 @@ def describe_recipe(values: dict[str, Any]) -> str:
     """The recipe sentence of `nnlm train` (Recipe.describe) from a results key's recipe values."""
     from dataclasses import fields
 
-    from nnlm.neural.recipes import Recipe
+    from nnlm.neural.run.recipes import Recipe
 
     known = {f.name for f in fields(Recipe)}
     try:

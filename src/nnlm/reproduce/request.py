@@ -41,7 +41,7 @@ class ReproduceRequest:
     heldout: int | None = None
 
     def __post_init__(self) -> None:
-        from nnlm.neural.config import check_loss
+        from nnlm.neural.run.config import check_loss
 
         object.__setattr__(self, "out", Path(self.out))
         object.__setattr__(self, "corpus", str(self.corpus))

@@ -53,7 +53,7 @@ class RowResult:
 def recipe_values(run: dict[str, Any]) -> dict[str, Any]:
     """The recipe a run trained with, as values: the named recipe's fields, overlaid with any recipe
     fields the run's run.json records itself (so a recipe changed since keeps its old values)."""
-    from nnlm.neural.recipes import RECIPES
+    from nnlm.neural.run.recipes import RECIPES
 
     recipe = run.get("recipe")
     if isinstance(recipe, dict):
@@ -77,9 +77,9 @@ def requested_options(loss: str, samples: int | None, hogwild: int | None, vocab
                       device: str, recipe: str | None = None) -> dict[str, Any]:
     """The key a net trained by this call will have (bf16 as the trainer resolves it on `device`;
     recipe None: the loss's default recipe)."""
-    from nnlm.neural.config import DEFAULT_SAMPLES
-    from nnlm.neural.recipes import RECIPES, default_recipe
-    from nnlm.neural.run_config import bf16_is_fast, pick_device
+    from nnlm.neural.run.config import DEFAULT_SAMPLES
+    from nnlm.neural.run.recipes import RECIPES, default_recipe
+    from nnlm.neural.run.run_config import bf16_is_fast, pick_device
 
     k = None if loss == "full" else (samples or min(DEFAULT_SAMPLES, vocab_size))
     recipe = recipe or default_recipe(loss)

@@ -1,13 +1,13 @@
 """Table 1 of Bengio et al. (2003): its rows, the paper's figures, and the order they are built in.
 
-The nets' architectures come from `nnlm.neural.presets` (one source of truth); this module only
+The nets' architectures come from `nnlm.neural.net.presets` (one source of truth); this module only
 adds what the paper reports for them and how the report labels them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from nnlm.errors import NnlmError
-from nnlm.neural.presets import PRESETS
+from nnlm.neural.net.presets import PRESETS
 
 PAPER_BEST_NGRAM_TEST = 312.0  # class-based back-off, c = 500 (Table 1)
 DEFAULT_MODELS = ("mlp1", "mlp3")

@@ -188,7 +188,7 @@ def generated(models: dict[str, Served], request: dict[str, Any], cancel: Cancel
 
 def neighbors(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     """Nearest words to `word` in a neural model's feature space (as `nnlm neighbors`)."""
-    from nnlm.neural.features import neighbors as nearest
+    from nnlm.neural.net.features import neighbors as nearest
 
     served = _model(models, request)
     ranked = nearest(served.model, _field(request, "word", str), _field(request, "k", int, 10, 1, MAX_K))
@@ -197,7 +197,7 @@ def neighbors(models: dict[str, Served], request: dict[str, Any], cancel: Cancel
 
 def feature_map(models: dict[str, Served], request: dict[str, Any], cancel: Cancel) -> dict[str, Any]:
     """The 2-D PCA map of the `top` most frequent words' feature vectors (as `nnlm map`)."""
-    from nnlm.neural.features import SPECIALS, most_frequent_words, pca_2d, word_features
+    from nnlm.neural.net.features import SPECIALS, most_frequent_words, pca_2d, word_features
 
     served = _model(models, request)
     model = served.model

@@ -17,7 +17,7 @@ it touches (up to three per occurrence): one NumPy pass over [classes x those tr
 candidate would fill found by one sort. A loop over words, not tokens: about 2 s a pass on gen-2k.
 
 Relative frequencies over K^3 cells overfit sparse real text (Brown's news texts: valid 166 -> 222), so a
-caller keeps the refined classes only where they do better on held-out text (nnlm.neural.feature_init).
+caller keeps the refined classes only where they do better on held-out text (nnlm.neural.net.feature_init).
 """
 from __future__ import annotations
 
