@@ -15,7 +15,7 @@ import torch
 from nnlm.neural.run.batches import epoch_order
 from nnlm.neural.run.config import TrainRequest
 from nnlm.neural.run.pipeline import prepare, trainer_spec
-from nnlm.neural.run.schedules import epoch_lr
+from nnlm.neural.run.train import epoch_lr
 from nnlm.neural.run.trainer import Clock, Trainer, TrainingSetup
 from nnlm.progress import Silent
 

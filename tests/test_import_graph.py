@@ -121,3 +121,32 @@ def test_the_model_families_meet_only_through_shared_modules():
     assert not crossing("nnlm.neural", ("nnlm.ngram",))
     assert not crossing("nnlm.ngram", ("nnlm.neural",))
     assert not crossing("nnlm.wordclasses", ("nnlm.neural", "nnlm.ngram"))
+
+
+TRAIN_MODULE_BUDGET = 45  # nnlm modules a tiny single-process `nnlm train` may load (issue 49's bound)
+
+
+def test_a_tiny_train_loads_only_what_it_runs(tmp_path):
+    """`nnlm train` of a tiny 3-split directory (n = 3, 1 epoch, random rows) loads no n-gram model, no word
+    clustering, no parallel training and no other command's module: at most TRAIN_MODULE_BUDGET of nnlm's.
+    (The default `--init-features auto` fits a class and a word trigram to choose the rows: it uses n-gram
+    models, and loads them.)"""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split, lines in (("train", 60), ("valid", 8), ("test", 8)):
+        (corpus / f"{split}.txt").write_text("".join(f"w{i % 7} w{i % 5} w{i % 3} x\n" for i in range(lines)))
+    probe = ("import sys\nfrom nnlm.cli.main import main\n"
+             f"code = main(['train', '--corpus', {str(corpus)!r}, '--out', {str(tmp_path / 'run')!r}, "
+             "'--order', '3', '--epochs', '1', '--init-features', 'random', '--no-progress'])\n"
+             "print(code, ' '.join(sorted(m for m in sys.modules if m == 'nnlm' or m.startswith('nnlm.'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    code, names = out.strip().splitlines()[-1].split(" ", 1)
+    loaded = names.split()
+    assert code == "0"
+    unwanted = [m for m in loaded if m.startswith(("nnlm.ngram", "nnlm.wordclasses", "nnlm.neural.parallel",
+                                                    "nnlm.reproduce", "nnlm.decode", "nnlm.serve", "nnlm.rescore"))]
+    assert not unwanted
+    assert len(loaded) <= TRAIN_MODULE_BUDGET, f"{len(loaded)} modules: {loaded}"

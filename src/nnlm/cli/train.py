@@ -5,6 +5,7 @@ option's default and help once; this module adds only what belongs to the comman
 from __future__ import annotations
 
 import argparse
+import sys
 
 from nnlm.cli import arg_types as T
 from nnlm.cli.common import add_corpus_options, emit
@@ -33,12 +34,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnlm.neural.parallel.ranks import train_parallel
-
     # (the run directory is checked against the corpus by the library, before anything is written)
-    # --parallel none (the default) trains in this process; under torchrun it is refused with a hint
-    state = train_parallel(args.out, request_from_args(args), args.parallel or "none", args.workers,
-                           resume=args.resume, progress=not args.no_progress, timeout=args.dist_timeout)
+    # --parallel none (the default) trains in this process, without loading the parallel package;
+    # under torchrun it is refused with a hint
+    request, progress = request_from_args(args), not args.no_progress
+    if (args.parallel or "none") == "none" and args.workers is None:
+        from nnlm.neural.run.train import train
+
+        state = train(args.out, request, resume=args.resume, progress=progress)
+    else:
+        from nnlm.neural.parallel.ranks import train_parallel
+
+        state = train_parallel(args.out, request, args.parallel or "none", args.workers, resume=args.resume,
+                               progress=progress, timeout=args.dist_timeout)
     if state is None:  # a torchrun rank other than 0: rank 0 reports
         return 0
     if args.json:
@@ -47,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def finish(code: int) -> None:
-    """After the command, whatever its outcome: a torchrun rank ends here, without interpreter finalization."""
-    from nnlm.neural.parallel.ranks import exit_torchrun_rank
-
-    exit_torchrun_rank(code)
+    """After the command, whatever its outcome: a torchrun rank ends here, without interpreter finalization.
+    (A rank joins its group in nnlm.neural.parallel.ranks: where that module was never loaded, nothing to do.)"""
+    ranks = sys.modules.get("nnlm.neural.parallel.ranks")
+    if ranks is not None:
+        ranks.exit_torchrun_rank(code)

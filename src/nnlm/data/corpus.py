@@ -28,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnlm.data.corpus_stream import SpoolDirectory, plan_stream
-from nnlm.data.text_source import STDIN, STDIN_RECORD
+from nnlm.data import STDIN, STDIN_RECORD
 from nnlm.data.text_stream import token_blocks
 from nnlm.data.vocab import PARAGRAPH, TEXT, UNK, Vocabulary, start_token
 from nnlm.errors import NnlmError
@@ -241,6 +240,8 @@ def _load_stream_corpus(source: str, min_count: int | None, max_vocab: int | Non
         cached = _cached(key) if use_cache else None
         if cached is not None:
             return cached
+    from nnlm.data.corpus_stream import SpoolDirectory, plan_stream  # one file's streamed read: only here
+
     with SpoolDirectory(cache_root()) as spool_dir:
         found = plan_stream(source, spool_dir, min_count, max_vocab, vocab_from, heldout)
         plan = CorpusPlan(found.name, found.vocab, found.sizes, found.pad_token, found.fill, found.origin)

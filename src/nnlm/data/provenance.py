@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nnlm.data.text_source import STDIN_RECORD as STDIN_RECORD  # (how a model records stdin: imported from here)
+from nnlm.data import STDIN_RECORD as STDIN_RECORD  # (how a model records stdin: imported from here)
 from nnlm.data.vocab import TEXT_DIR_MIN_COUNT, UNK
 from nnlm.errors import NnlmError
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from nnlm.data import STDIN as STDIN  # (the notations: nnlm.data)
+from nnlm.data import STDIN_RECORD as STDIN_RECORD
 from nnlm.errors import NnlmError
 from nnlm.io import require_regular
 
-STDIN = "-"
-STDIN_RECORD = "stdin:"  # + the SHA-256 of what was piped: how a model records a corpus read from stdin
 SUFFIXES = {".gz": "gzip", ".xz": "xz", ".bz2": "bzip2"}
 _HEAD = 10  # enough bytes to tell the formats apart
 

@@ -23,10 +23,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from nnlm.errors import NnlmError
-from nnlm.neural.net.dropout import dropout as seeded_dropout
 from nnlm.neural.net.model_config import ModelConfig
 
 __all__ = ["NPLM", "NPLMParameters"]
+
+
+def seeded_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """nnlm.neural.net.dropout's seeded dropout, imported on its first use: its mask generator is compiled by
+    numba, which a net trained without dropout (the paper's recipe) never needs to load."""
+    from nnlm.neural.net.dropout import dropout
+
+    return dropout(x, p)
+
 
 class NPLMParameters(nn.Module):
     """The NPLM's parameters and its one formula, with the output layer (b, W, U) holding `rows`

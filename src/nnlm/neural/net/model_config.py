@@ -32,9 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
-from nnlm.bounds import Bounds
+from nnlm.bounds import Bounds, declare, value_error
 from nnlm.errors import NnlmError
-from nnlm.neural.run.declared import declare, value_error
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
 VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",

@@ -34,10 +34,6 @@ RANK_START_METHOD = "forkserver" if sys.platform == "linux" else "spawn"
 DEFAULT_TIMEOUT = 600.0  # seconds a rank waits in a collective (rank 0 scores validation meanwhile)
 
 
-def under_torchrun() -> bool:
-    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -50,7 +50,7 @@ from nnlm.neural.run.batches import batch_loss
 from nnlm.neural.run.config import TrainRequest, as_request
 from nnlm.neural.run.pipeline import TRAINERS, build_optimizer, nothing_left_to_do, prepare
 from nnlm.neural.run.run_config import Run, open_corpus, pick_device
-from nnlm.neural.run.train import run_setup, train_with
+from nnlm.neural.run.train import run_setup, train, train_with, under_torchrun
 from nnlm.neural.run.trainer import Trainer, TrainingSetup
 
 MODES = ("none", *(name for name in TRAINERS if name != "single"))  # --parallel: none is the single process
@@ -75,22 +75,19 @@ def train_parallel(out: Path | str, request: TrainRequest | Mapping[str, Any], m
         TRAINERS[mode].check(asked.loss, lr_schedule=asked.lr_schedule, output_layer=asked.asked_output_layer(),
                              energy=asked.asks_energy())
     if mode == "none":
-        if dd.under_torchrun():
-            raise NnlmError("under torchrun, choose --parallel ddp or --parallel vocab (otherwise every process "
-                            "would train the same run on its own)")
         if workers is not None:
             raise NnlmError("--workers needs --parallel hogwild, ddp or vocab")
-        return train_with("single", out, request, resume=resume, progress=progress, log=log)
+        return train(out, request, resume=resume, progress=progress, log=log)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise NnlmError(f"--workers must be a positive integer, got {workers!r}")
     if timeout <= 0:
         raise NnlmError(f"--dist-timeout must be positive, got {timeout}")
     out = Path(out)
     if mode == "hogwild":
-        if dd.under_torchrun():
+        if under_torchrun():
             raise NnlmError("--parallel hogwild shares memory between local processes: run it without torchrun")
         return train_with("hogwild", out, request, resume=resume, progress=progress, log=log, workers=workers or 2)
-    if dd.under_torchrun():
+    if under_torchrun():
         if workers is not None and workers != int(os.environ["WORLD_SIZE"]):
             raise NnlmError("under torchrun the number of processes is torchrun's (--nproc-per-node x --nnodes); "
                             "drop --workers")

@@ -27,6 +27,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from nnlm.bounds import Check, Schema, schema
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.io import JSON_LIMIT, atomic_path, atomic_write_text, read_input, remove_stale_temps, require_regular
@@ -36,7 +37,6 @@ from nnlm.neural.net.model import NPLM
 from nnlm.neural.net.model_config import ModelConfig
 from nnlm.neural.net.nets import build_net, language_model
 from nnlm.neural.run.config import RUN_FORMAT, RunRecord
-from nnlm.neural.run.declared import Check, Schema, schema
 
 RUN, STATE, VOCAB, WEIGHTS = "run.json", "state.json", "vocab.json", "model.safetensors"
 
@@ -115,7 +115,7 @@ def _bool(optional: bool = False) -> Check:
 
 
 # run.json: every field as RunOptions and RunRecord declare it (its limits, its allowed values, null or not),
-# the schema the command line and the library apply too (nnlm.neural.run.declared.schema)
+# the schema the command line and the library apply too (nnlm.bounds.schema)
 RUN_SCHEMA: Schema = schema(RunRecord)
 STATE_SCHEMA: Schema = {
     "step": (True, _int(0), "an integer >= 0"),

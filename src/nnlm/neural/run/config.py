@@ -4,7 +4,7 @@
 `SessionOptions` may change from one invocation to the next; `TrainRequest` is one call of training,
 both of them and the names of the run options the caller gave, which the command line builds
 (`request_from_args`) and every training function takes. Each field is declared once, with its
-default, its limits and allowed values and its command-line help (field metadata, nnlm.neural.run.declared),
+default, its limits and allowed values and its command-line help (field metadata, nnlm.bounds),
 so the defaults, the help text, the command line's checks, the library's and run.json's schema
 (`RunRecord`, the stored run's fields) cannot drift apart. A value of None means "resolved when the
 run is created" (from the preset, the recipe or the corpus); the resolved values are what run.json
@@ -20,10 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from nnlm.bounds import SEED_MAX, Bounds
+from nnlm.bounds import SEED_MAX, Bounds, check_choice, check_values, declare
 from nnlm.errors import NnlmError
 from nnlm.neural.net.model_config import CLASSES, FEATURES, HIDDEN, LAYERS, LOCAL, ORDER
-from nnlm.neural.run.declared import check_choice, check_values, declare
 from nnlm.neural.run.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defaults
 
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.net.sampled builds them); declared here once
@@ -46,7 +45,7 @@ RECIPE_GROUP = "recipe fields (default: the recipe's; stored in run.json, kept b
 def option(default: Any, help: str, *, bounds: Bounds | None = None, parse: Callable[[str], Any] | None = None,
            choices: tuple | None = None, flag: bool = False, shown: str | None = None, metavar: str | None = None,
            group: str | None = None, cli: bool = True, **stored: Any) -> Any:
-    """A declared field (nnlm.neural.run.declared.declare: `bounds`, `choices`, `flag`, and what run.json holds
+    """A declared field (nnlm.bounds.declare: `bounds`, `choices`, `flag`, and what run.json holds
     for it in `stored`) that is also a command-line option: `parse`: another argparse type than the
     bounds' parser; `shown`: how the help states the default (when the bare value would not say it);
     `flag`: a --x/--no-x switch; `cli` False: not on the command line (set by other options or by the library)."""

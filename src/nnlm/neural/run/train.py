@@ -3,7 +3,8 @@
 Examples, their order and batches are in nnlm.neural.run.batches; the run's options and run.json in
 nnlm.neural.run.config and .run_config; the setup every trainer shares and the trainers' registry in
 nnlm.neural.run.pipeline; recipes (how the parameters are updated, the learning-rate schedule,
-regularisation) in nnlm.neural.run.recipes.
+regularisation) in nnlm.neural.run.recipes, declared there without torch or files for the command-line parser
+and carried out here (the schedules section: an epoch's rate, plateau and newbob after an epoch).
 Output layer (`--loss`, a run's defining option): `full` (default) is the exact softmax over V;
 `sampled` (importance-sampled softmax) and `nce` (noise-contrastive estimation) never compute
 the |V|-wide softmax in training: K = `--samples` words (default 128) drawn per batch from the
@@ -25,6 +26,7 @@ nnlm.neural.parallel.hogwild override those few methods.
 from __future__ import annotations
 
 import math
+import os
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -37,14 +39,15 @@ from torch import nn
 
 from nnlm import threads
 from nnlm.data.corpus import Corpus
+from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural.net import presets
 from nnlm.neural.run import checkpoint as ck
 from nnlm.neural.run.batches import epoch_order
 from nnlm.neural.run.config import SessionOptions, TrainRequest, as_request
 from nnlm.neural.run.pipeline import TrainerSpec, nothing_left_to_do, prepare, trainer_spec
+from nnlm.neural.run.recipes import BEST_OPTIMIZER, Recipe
 from nnlm.neural.run.run_config import Run, open_run, pick_device
-from nnlm.neural.run.schedules import epoch_lr, keep_best_optimizer, next_rate
 from nnlm.neural.run.stop_signals import Interrupted, StoppedBySignal, StopRequest
 from nnlm.neural.run.trainer import Clock, Trainer, TrainingSetup, TrainingState, running_label
 from nnlm.wording import counted
@@ -63,10 +66,19 @@ def prepare_run(out: Path, request: TrainRequest | Mapping[str, Any], resume: bo
 
 # --- the loop --------------------------------------------------------------------------------
 
+def under_torchrun() -> bool:
+    """Whether this process is one rank of a torchrun group (torchrun sets WORLD_SIZE and RANK)."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
 def train(out: Path | str, request: TrainRequest | Mapping[str, Any], resume: bool = False, progress: bool = True,
           log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train (or continue) the run in `out` in this process; returns its final state. `request`: the
-    typed request, or its keyword form ({"lr": 0.01, "epochs": 3}: `TrainRequest.of`)."""
+    typed request, or its keyword form ({"lr": 0.01, "epochs": 3}: `TrainRequest.of`). Refused under
+    torchrun, where every process would train the same run on its own (nnlm.neural.parallel trains there)."""
+    if under_torchrun():
+        raise NnlmError("under torchrun, choose --parallel ddp or --parallel vocab (otherwise every process "
+                        "would train the same run on its own)")
     return train_with("single", out, as_request(request), resume=resume, progress=progress, log=log)
 
 
@@ -219,6 +231,48 @@ def stopped_message(out: Path, state: TrainingState, stop_request: StopRequest |
                f"continue with: nnlm train --out {out} --resume")
     log(message)
     return signum, message
+
+
+# --- the learning-rate schedules as they run (declared in nnlm.neural.run.recipes) -----------------
+
+def epoch_lr(recipe: Recipe, state: dict[str, Any]) -> float:
+    """The learning rate of the epoch state["epoch"]: a function of the epoch for the `epoch` schedule,
+    the state's own (lowered by `end_epoch` on a plateau, checkpointed) for `plateau`."""
+    if recipe.lr_schedule == "epoch":
+        return recipe.lr * recipe.lr_factor ** state["epoch"]
+    if recipe.lr_schedule in ("plateau", "newbob") and state.get("lr") is not None:
+        return state["lr"]
+    return recipe.lr  # constant; paper (PaperSGD applies its eps_t itself); a plateau run's first epoch
+
+
+def keep_best_optimizer(out: Path, optimizer: Any, recipe: Recipe) -> None:
+    """With model.safetensors (a better validation), the optimizer state that goes with it: newbob restores both."""
+    if recipe.lr_schedule == "newbob":
+        ck.save_tensors(out / BEST_OPTIMIZER, optimizer.state_tensors())
+
+
+def next_rate(out: Path, net: Any, optimizer: Any, recipe: Recipe, state: dict[str, Any], lr: float,
+              improved: bool, real: bool, log: Callable[[str], None]) -> None:
+    """After a whole epoch (state["epoch"] already advanced): the plateau and newbob schedules' next rate.
+
+    plateau: x lr_factor after `plateau_patience` epochs without a real improvement.
+    newbob (the schedule of speech recognition and RNNLM training): the same test, but a stalled epoch
+    is undone -- the best weights and the optimizer state saved with them are put back -- before the
+    rate is lowered, and from the first stall on the rate is lowered after every epoch (annealing).
+    An epoch that overfits at a rate too high for the data is then not the starting point of the slower
+    epochs. The restored tensors are checkpointed with the state, so a resume continues exactly."""
+    if recipe.lr_schedule not in ("plateau", "newbob"):
+        return
+    state["lr_stalls"] = 0 if real else state.get("lr_stalls", 0) + 1
+    stalled = state["lr_stalls"] >= recipe.plateau_patience
+    if recipe.lr_schedule == "newbob" and stalled and not improved:
+        ck.load_weights(net, out / ck.WEIGHTS)
+        tensors, _ = ck.load_tensors(out / BEST_OPTIMIZER)
+        optimizer.load_state_tensors(tensors)
+        log(f"validation stalled: the best weights and optimizer state (epoch {state['best']['epoch']}) restored")
+    if stalled or (recipe.lr_schedule == "newbob" and state.get("annealing")):
+        state.update(lr=lr * recipe.lr_factor, lr_stalls=0, annealing=recipe.lr_schedule == "newbob")
+        log(f"{'validation stalled' if stalled else 'annealing'}: learning rate {lr:.3g} -> {state['lr']:.3g}")
 
 
 def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, state: TrainingState,
