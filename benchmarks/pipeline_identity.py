@@ -58,8 +58,13 @@ def write_corpus(root: Path) -> Path:
 
 def run_cases(names: list[str], work: Path) -> dict[str, dict]:
     """Train every case with the nnlm on sys.path; what each run left, as digests and figures."""
-    from nnlm.neural.parallel.ranks import train_parallel
-    from nnlm.neural.run.checkpoint import load_tensors, tensors_digest
+    try:
+        from nnlm.neural.parallel.ranks import train_parallel
+        from nnlm.neural.run.checkpoint import load_tensors, tensors_digest
+    except ModuleNotFoundError:  # a reference from before neural/ was split into packages (a25f067 and older)
+        from nnlm.neural.checkpoint import load_tensors, tensors_digest
+
+        from nnlm.neural.parallel import train_parallel
 
     corpus = write_corpus(work / "corpus")
     results = {}
