@@ -37,9 +37,9 @@ from torch import nn
 
 from nnlm import threads
 from nnlm.data.corpus import Corpus
-from nnlm.lm import perplexity
+from nnlm.lm import perplexity_from_log_probs, split_log_probs
 from nnlm.neural import checkpoint as ck
-from nnlm.neural import presets
+from nnlm.neural import presets, valid_scores
 from nnlm.neural.batches import epoch_order
 from nnlm.neural.config import SessionOptions, TrainRequest, as_request
 from nnlm.neural.pipeline import TrainerSpec, nothing_left_to_do, prepare, trainer_spec
@@ -178,10 +178,10 @@ def start_line(run: Run, corpus: Corpus, trainer: Trainer) -> str:
 
 def validate(trainer: Trainer, corpus: Corpus, stop_request: StopRequest | None,
              save: Callable[..., None], stopped: Callable[[], StoppedBySignal]
-             ) -> tuple[tuple[nn.Module, Any], tuple[float, float] | None]:
+             ) -> tuple[tuple[nn.Module, Any], tuple[float, float, Any] | None]:
     """After an epoch's batches: the whole model (and its optimizer) and its validation perplexity with the
-    seconds it took (None on a process that does not validate). A signal during validation saves the
-    epoch's batches (--resume validates them first) and stops."""
+    seconds it took and the log P of every valid token (None on a process that does not validate). A signal
+    during validation saves the epoch's batches (--resume validates them first) and stops."""
     if hasattr(trainer.optimizer, "flush"):  # RowAdam's exact decay: every row up to date before it is scored
         trainer.optimizer.flush()
     whole = trainer.whole()
@@ -189,7 +189,8 @@ def validate(trainer: Trainer, corpus: Corpus, stop_request: StopRequest | None,
     try:
         with stop_request.interrupting() if stop_request and trainer.validates_alone else nullcontext():
             lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
-            valid = None if lm is None else (perplexity(lm, corpus, "valid"), time.monotonic() - started)
+            scores = None if lm is None else split_log_probs(lm, corpus, "valid")
+            valid = None if scores is None else (perplexity_from_log_probs(scores), time.monotonic() - started, scores)
     except Interrupted:
         save(whole)
         raise stopped() from None
@@ -221,16 +222,16 @@ def stopped_message(out: Path, state: TrainingState, stop_request: StopRequest |
     return signum, message
 
 
-def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, state: TrainingState,
+def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float, Any], run: Run, state: TrainingState,
               n_batches: int, lr: float, elapsed: Callable[[], float],
               log: Callable[[str], None], optimizer: Any = None) -> tuple[bool, str | None]:
-    """Given the validation perplexity and the seconds it took, keep the best
-    weights, update the history and the early-stopping count. Returns (partial epoch, early-stopping
-    reason or None)."""
+    """Given the validation perplexity, the seconds it took and the valid tokens' log P, keep the best
+    weights (and those scores beside them: nnlm.neural.valid_scores), update the history and the
+    early-stopping count. Returns (partial epoch, early-stopping reason or None)."""
     epoch = state["epoch"]
     partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
     label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
-    valid_ppl, valid_seconds = valid
+    valid_ppl, valid_seconds, scores = valid
     train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
     state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
                              "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
@@ -242,6 +243,7 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, s
     if improved:
         state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
         ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
+        valid_scores.keep(out, scores)
         keep_best_optimizer(out, optimizer, recipe)
     log(f"epoch {label}: {running_label(run)} {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
         f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")
