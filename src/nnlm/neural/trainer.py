@@ -169,6 +169,16 @@ class Trainer:
         """The epoch's batches from state["batch"] on, shown on `bar` (nnlm.progress); True if the time budget
         stopped them."""
         threads.check()
+        if not hasattr(self, "step_threads"):  # measured (or read from the host's cache) once per session
+            from nnlm.neural import step_threads
+
+            self.step_threads = step_threads.for_trainer(self, batch_rows(self.padded, order, 0, self.batch,
+                                                                          self.window))
+        with threads.capped(self.step_threads):
+            return self._batches(state, order, clock, save, bar)
+
+    def _batches(self, state: TrainingState, order: torch.Tensor, clock: Clock, save: Callable[[], None],
+                 bar: Silent) -> bool:
         while state["batch"] < self.n_batches:
             rows = batch_rows(self.padded, order, state["batch"], self.batch, self.window)
             loss, part = self.batch_loss(rows, state["step"])
