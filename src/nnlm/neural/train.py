@@ -178,9 +178,9 @@ def start_line(run: Run, corpus: Corpus, trainer: Trainer) -> str:
 
 def validate(trainer: Trainer, corpus: Corpus, stop_request: StopRequest | None,
              save: Callable[..., None], stopped: Callable[[], StoppedBySignal]
-             ) -> tuple[tuple[nn.Module, Any], tuple[float, float, Any] | None]:
+             ) -> tuple[tuple[nn.Module, Any], tuple[float, Any, float] | None]:
     """After an epoch's batches: the whole model (and its optimizer) and its validation perplexity with the
-    seconds it took and the log P of every valid token (None on a process that does not validate). A signal
+    log P of every valid token and the seconds it took (None on a process that does not validate). A signal
     during validation saves the epoch's batches (--resume validates them first) and stops."""
     if hasattr(trainer.optimizer, "flush"):  # RowAdam's exact decay: every row up to date before it is scored
         trainer.optimizer.flush()
@@ -189,12 +189,17 @@ def validate(trainer: Trainer, corpus: Corpus, stop_request: StopRequest | None,
     try:
         with stop_request.interrupting() if stop_request and trainer.validates_alone else nullcontext():
             lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
-            scores = None if lm is None else split_log_probs(lm, corpus, "valid")
-            valid = None if scores is None else (perplexity_from_log_probs(scores), time.monotonic() - started, scores)
+            valid = None if lm is None else (*scored_validation(lm, corpus), time.monotonic() - started)
     except Interrupted:
         save(whole)
         raise stopped() from None
     return whole, valid
+
+
+def scored_validation(lm: Any, corpus: Corpus) -> tuple[float, Any]:
+    """valid's perplexity under `lm` and the log P of every valid token it comes from."""
+    scores = split_log_probs(lm, corpus, "valid")
+    return perplexity_from_log_probs(scores), scores
 
 
 def finish(out: Path, run: Run, state: TrainingState, trainer: Trainer, stop: str, save: Callable[..., None],
@@ -222,16 +227,16 @@ def stopped_message(out: Path, state: TrainingState, stop_request: StopRequest |
     return signum, message
 
 
-def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float, Any], run: Run, state: TrainingState,
+def end_epoch(out: Path, net: nn.Module, valid: tuple[float, Any, float], run: Run, state: TrainingState,
               n_batches: int, lr: float, elapsed: Callable[[], float],
               log: Callable[[str], None], optimizer: Any = None) -> tuple[bool, str | None]:
-    """Given the validation perplexity, the seconds it took and the valid tokens' log P, keep the best
+    """Given the validation perplexity, the valid tokens' log P and the seconds it took, keep the best
     weights (and those scores beside them: nnlm.neural.valid_scores), update the history and the
     early-stopping count. Returns (partial epoch, early-stopping reason or None)."""
     epoch = state["epoch"]
     partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
     label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
-    valid_ppl, valid_seconds, scores = valid
+    valid_ppl, scores, valid_seconds = valid
     train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
     state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
                              "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),

@@ -34,10 +34,11 @@ def weights_digest(run_dir: Path) -> str | None:
         return (fh.metadata() or {}).get("sha256")
 
 
-def keep(run_dir: Path, log_probs: np.ndarray) -> None:
-    """Keep `log_probs` (log P of every valid token) as the scores of the weights model.safetensors now holds."""
+def keep(run_dir: Path, log_probs: np.ndarray | None) -> None:
+    """Keep `log_probs` (log P of every valid token) as the scores of the weights model.safetensors now holds
+    (None: nothing to keep; a file kept for earlier weights no longer matches their digest)."""
     digest = weights_digest(run_dir)
-    if digest is None:
+    if digest is None or log_probs is None:
         return
     ck.save_tensors(run_dir / VALID_SCORES, {"log_probs": torch.from_numpy(np.ascontiguousarray(log_probs))},
                     {"weights_sha256": digest})
