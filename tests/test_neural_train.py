@@ -184,7 +184,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_best_model(random_cor
 def test_early_stopping_keeps_the_best_epoch(rand_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
     scores = iter([30.0, 20.0, 25.0, 26.0, 10.0])
-    monkeypatch.setattr(tr, "perplexity", lambda lm, corpus, split: next(scores))
+    monkeypatch.setattr(tr, "scored_validation", lambda lm, corpus: (next(scores), None))
     state = run_train(out, rand_dir, epochs=5, patience=2)
     assert state["finished"] and "early stopping" in state["stop_reason"]
     assert [h["valid_ppl"] for h in state["history"]] == [30.0, 20.0, 25.0, 26.0]
@@ -296,13 +296,13 @@ def test_a_budget_used_up_while_scoring_an_epoch_ends_the_run_there(rand_dir, tm
     """No epoch of one batch (and a second validation of nearly the same weights) after the budget
     ran out during the validation of a whole epoch; the run resumes from the epoch's end."""
     out = tmp_path / "run"
-    real, used = tr.perplexity, {"up": False}
+    real, used = tr.scored_validation, {"up": False}
 
-    def scoring_uses_the_budget(lm, corpus, split):
+    def scoring_uses_the_budget(lm, corpus):
         used["up"] = True
-        return real(lm, corpus, split)
+        return real(lm, corpus)
 
-    monkeypatch.setattr(tr, "perplexity", scoring_uses_the_budget)
+    monkeypatch.setattr(tr, "scored_validation", scoring_uses_the_budget)
     monkeypatch.setattr(Clock, "out_of_time", lambda clock: used["up"])
     state = run_train(out, rand_dir, epochs=3, time_budget=60)
     assert (state["epoch"], state["batch"]) == (1, 0) and "time budget" in state["stop_reason"]

@@ -89,7 +89,7 @@ def test_resume_trains_with_the_stored_values_not_todays_defaults(gen_dir, tmp_p
 
 def test_plateau_lowers_the_rate_only_when_validation_stalls(gen_dir, tmp_path, monkeypatch):
     scores = iter([30.0, 20.0, 19.99, 19.0, 18.0, 18.0, 18.0, 18.0])  # 19.99: below 20, but not 0.2% below
-    monkeypatch.setattr(tr, "perplexity", lambda lm, corpus, split: next(scores))
+    monkeypatch.setattr(tr, "scored_validation", lambda lm, corpus: (next(scores), None))
     state = train(tmp_path / "run", gen_dir, epochs=10, lr=0.01, patience=3)
     lrs = [h["lr"] for h in state["history"]]
     assert lrs == [0.01, 0.01, 0.01, 0.005, 0.005, 0.005, 0.0025, 0.00125]  # then 3 stalls: stop
@@ -99,7 +99,7 @@ def test_plateau_lowers_the_rate_only_when_validation_stalls(gen_dir, tmp_path, 
 def score_in_turn(monkeypatch, scores: list[float]) -> None:
     """The per-epoch validation perplexities, given in turn (the schedule's decisions are then known)."""
     turn = iter(scores)
-    monkeypatch.setattr(tr, "perplexity", lambda lm, corpus, split: next(turn))
+    monkeypatch.setattr(tr, "scored_validation", lambda lm, corpus: (next(turn), None))
 
 
 def test_newbob_undoes_a_stalled_epoch_then_anneals_and_resumes_exactly(gen_dir, tmp_path, monkeypatch):

@@ -105,7 +105,7 @@ def test_a_signal_during_validation_stops_it_and_resume_validates_first(random_c
     whole = tmp_path / "whole"
     tr.train(whole, options, progress=False, log=lambda s: None)
 
-    real_perplexity, calls = tr.perplexity, []
+    real_perplexity, calls = tr.scored_validation, []
 
     def slow_validation(*args):  # the second epoch's validation is signalled, and would take a minute
         calls.append(1)
@@ -114,7 +114,7 @@ def test_a_signal_during_validation_stops_it_and_resume_validates_first(random_c
             time.sleep(60)
         return real_perplexity(*args)
 
-    monkeypatch.setattr(tr, "perplexity", slow_validation)
+    monkeypatch.setattr(tr, "scored_validation", slow_validation)
     stopped, started = tmp_path / "stopped", time.monotonic()
     with pytest.raises(StoppedBySignal, match="stopped by SIGTERM at epoch 2"):
         tr.train(stopped, options, progress=False, log=lambda s: None)
@@ -122,7 +122,7 @@ def test_a_signal_during_validation_stops_it_and_resume_validates_first(random_c
     state = json.loads((stopped / "state.json").read_text())
     assert state["epoch"] == 1 and state["batch"] > 0 and len(state["history"]) == 1  # epoch 2 done, not validated
 
-    monkeypatch.setattr(tr, "perplexity", real_perplexity)
+    monkeypatch.setattr(tr, "scored_validation", real_perplexity)
     final = tr.train(stopped, {"threads": 1, "epochs": 2}, resume=True, progress=False, log=lambda s: None)
     assert [h["valid_ppl"] for h in final["history"]] == [
         h["valid_ppl"] for h in json.loads((whole / "state.json").read_text())["history"]]

@@ -96,6 +96,7 @@ class ThreadGovernor:
         self.share = max(1, share)
         self.busy: float | None = None
         self.changes = 0  # how many times check() changed the count
+        self.cap: int | None = None  # at most this many threads meanwhile (`capped`: the training step's choice)
         if requested is not None:
             torch.set_num_threads(requested)
         elif not self.fixed:
@@ -105,7 +106,8 @@ class ThreadGovernor:
         self._due = time.monotonic() + recheck_seconds
 
     def _wanted(self) -> int:
-        return max(1, free_threads(self.cores, self.busy) // self.share)
+        wanted = max(1, free_threads(self.cores, self.busy) // self.share)
+        return wanted if self.cap is None else min(wanted, self.cap)
 
     @property
     def threads(self) -> int:
@@ -165,6 +167,23 @@ def governing(requested: int | None = None, device: torch.device | str = "cpu") 
     finally:
         _current = before
         torch.set_num_threads(count)
+
+
+@contextmanager
+def capped(cap: int | None) -> Iterator[None]:
+    """At most `cap` threads for the installed governor's count while the block runs (None, or no governor
+    that chooses: nothing changes); its own choice again afterwards."""
+    governor = _current
+    if cap is None or governor is None or governor.fixed:
+        yield
+        return
+    governor.cap = cap
+    torch.set_num_threads(governor._wanted())
+    try:
+        yield
+    finally:
+        governor.cap = None
+        torch.set_num_threads(governor._wanted())
 
 
 def current() -> ThreadGovernor | None:

@@ -113,6 +113,10 @@ class Job:
             self._scored[key, split] = split_log_probs(model, self.corpus, split)
         return self._scored[key, split]
 
+    def keep_scores(self, key: str, split: str, log_probs: np.ndarray) -> None:
+        """log P of a split under a model, computed elsewhere on the same path (a run's best validation)."""
+        self._scored[key, split] = log_probs
+
     def cached_scores(self, key: str, split: str) -> np.ndarray | None:
         """log P of a split under a model already scored in this call, else None (nothing is computed)."""
         return self._scored.get((key, split))

@@ -6,6 +6,7 @@
     state.json                  progress: epoch, batch, examples, history, best, elapsed time, finished
     checkpoint-<step>.safetensors  model + optimizer tensors + RNG state for `--resume`
     metrics.jsonl, curve.png    per-epoch metrics and the learning curve
+    valid_scores.safetensors    the best weights' log P of every valid token (read by `nnlm reproduce`)
 
 Every file of the directory is written here (run.json and vocab.json by `write_run`, the
 checkpoints and state.json by `save_training_state`, the best weights by `save_tensors`, the metrics
@@ -23,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -312,3 +314,52 @@ def write_metrics(out: Path, history: list[dict[str, Any]], full_softmax: bool =
     with atomic_path(out / "curve.png") as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
+
+
+# --- the best epoch's validation scores, kept beside its weights ---------------------------------------------
+# Why: a run scores all of valid exactly after every epoch, and the best epoch's weights are model.safetensors;
+# `nnlm reproduce` then needs valid's log P of those weights, which is the same computation bit for bit (same
+# weights, same exact fp32 path; exact scoring does not depend on the thread count: tests/test_valid_scores.py).
+# So each best epoch's log P of every valid token is kept in valid_scores.safetensors, tagged with the digest of
+# the weights it came from, and read instead of scoring again (one |V|-wide pass over Brown's 200k valid tokens:
+# 42 CPU-s for MLP1 on an AVX2 host, 7 s on an AMX one; docs/experiments/host-speed.md). A file whose tag does not
+# match the weights (a run continued or changed by another version) is ignored: the split is scored as before.
+
+VALID_SCORES = "valid_scores.safetensors"
+
+
+def weights_digest(run_dir: Path) -> str | None:
+    """The digest model.safetensors carries in its header (of its tensors), or None without the file."""
+    path = run_dir / WEIGHTS
+    if not path.is_file():
+        return None
+    with safe_open(str(path), framework="pt") as fh:
+        return (fh.metadata() or {}).get("sha256")
+
+
+def keep_valid_scores(run_dir: Path, log_probs: np.ndarray | None) -> None:
+    """Keep `log_probs` (log P of every valid token) as the scores of the weights model.safetensors now holds
+    (None: nothing to keep; a file kept for earlier weights no longer matches their digest)."""
+    digest = weights_digest(run_dir)
+    if digest is None or log_probs is None:
+        return
+    save_tensors(run_dir / VALID_SCORES, {"log_probs": torch.from_numpy(np.ascontiguousarray(log_probs))},
+                    {"weights_sha256": digest})
+
+
+def kept_valid_scores(run_dir: Path, tokens: int) -> np.ndarray | None:
+    """The valid scores of the weights in model.safetensors, if the run kept them for exactly these weights
+    and a split of `tokens` tokens; else None (the caller scores the split)."""
+    path = run_dir / VALID_SCORES
+    if not os.path.isfile(path):
+        return None
+    digest = weights_digest(run_dir)
+    try:
+        tensors, meta = load_tensors(path)
+    except NnlmError:
+        return None  # damaged: scoring again costs time, not correctness
+    scores = tensors.get("log_probs")
+    if digest is None or meta.get("weights_sha256") != digest or scores is None or scores.shape != (tokens,) \
+            or scores.dtype != torch.float64:
+        return None
+    return scores.numpy()

@@ -40,7 +40,7 @@ from torch import nn
 from nnlm import threads
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
-from nnlm.lm import perplexity
+from nnlm.lm import perplexity_from_log_probs, split_log_probs
 from nnlm.neural.net import presets
 from nnlm.neural.run import checkpoint as ck
 from nnlm.neural.run.batches import epoch_order
@@ -190,10 +190,10 @@ def start_line(run: Run, corpus: Corpus, trainer: Trainer) -> str:
 
 def validate(trainer: Trainer, corpus: Corpus, stop_request: StopRequest | None,
              save: Callable[..., None], stopped: Callable[[], StoppedBySignal]
-             ) -> tuple[tuple[nn.Module, Any], tuple[float, float] | None]:
+             ) -> tuple[tuple[nn.Module, Any], tuple[float, Any, float] | None]:
     """After an epoch's batches: the whole model (and its optimizer) and its validation perplexity with the
-    seconds it took (None on a process that does not validate). A signal during validation saves the
-    epoch's batches (--resume validates them first) and stops."""
+    log P of every valid token and the seconds it took (None on a process that does not validate). A signal
+    during validation saves the epoch's batches (--resume validates them first) and stops."""
     if hasattr(trainer.optimizer, "flush"):  # RowAdam's exact decay: every row up to date before it is scored
         trainer.optimizer.flush()
     whole = trainer.whole()
@@ -201,11 +201,17 @@ def validate(trainer: Trainer, corpus: Corpus, stop_request: StopRequest | None,
     try:
         with stop_request.interrupting() if stop_request and trainer.validates_alone else nullcontext():
             lm = trainer.validation_model(whole[0], corpus)  # a collective in ddp and vocab runs
-            valid = None if lm is None else (perplexity(lm, corpus, "valid"), time.monotonic() - started)
+            valid = None if lm is None else (*scored_validation(lm, corpus), time.monotonic() - started)
     except Interrupted:
         save(whole)
         raise stopped() from None
     return whole, valid
+
+
+def scored_validation(lm: Any, corpus: Corpus) -> tuple[float, Any]:
+    """valid's perplexity under `lm` and the log P of every valid token it comes from."""
+    scores = split_log_probs(lm, corpus, "valid")
+    return perplexity_from_log_probs(scores), scores
 
 
 def finish(out: Path, run: Run, state: TrainingState, trainer: Trainer, stop: str, save: Callable[..., None],
@@ -275,16 +281,16 @@ def next_rate(out: Path, net: Any, optimizer: Any, recipe: Recipe, state: dict[s
         log(f"{'validation stalled' if stalled else 'annealing'}: learning rate {lr:.3g} -> {state['lr']:.3g}")
 
 
-def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, state: TrainingState,
+def end_epoch(out: Path, net: nn.Module, valid: tuple[float, Any, float], run: Run, state: TrainingState,
               n_batches: int, lr: float, elapsed: Callable[[], float],
               log: Callable[[str], None], optimizer: Any = None) -> tuple[bool, str | None]:
-    """Given the validation perplexity and the seconds it took, keep the best
-    weights, update the history and the early-stopping count. Returns (partial epoch, early-stopping
-    reason or None)."""
+    """Given the validation perplexity, the valid tokens' log P and the seconds it took, keep the best
+    weights (and those scores beside them: nnlm.neural.run.checkpoint), update the history and the
+    early-stopping count. Returns (partial epoch, early-stopping reason or None)."""
     epoch = state["epoch"]
     partial = state["batch"] < n_batches  # only when the time budget ran out mid-epoch
     label = round(epoch + state["batch"] / n_batches, 3) if partial else epoch + 1
-    valid_ppl, valid_seconds = valid
+    valid_ppl, scores, valid_seconds = valid
     train_ppl = math.exp(state["loss_sum"] / max(state["loss_count"], 1))
     state["history"].append({"epoch": label, "train_ppl": train_ppl, "valid_ppl": valid_ppl,
                              "examples": state["examples"], "elapsed_seconds": round(elapsed(), 1),
@@ -296,6 +302,7 @@ def end_epoch(out: Path, net: nn.Module, valid: tuple[float, float], run: Run, s
     if improved:
         state["best"] = {"epoch": label, "valid_ppl": valid_ppl}
         ck.save_tensors(out / ck.WEIGHTS, dict(net.state_dict()), {"epoch": str(label), "valid_ppl": repr(valid_ppl)})
+        ck.keep_valid_scores(out, scores)
         keep_best_optimizer(out, optimizer, recipe)
     log(f"epoch {label}: {running_label(run)} {train_ppl:.2f} (running), valid ppl {valid_ppl:.2f}"
         f"{' (best)' if improved else ''}; {elapsed() / 60:.1f} min")

@@ -169,6 +169,23 @@ class Trainer:
         """The epoch's batches from state["batch"] on, shown on `bar` (nnlm.progress); True if the time budget
         stopped them."""
         threads.check()
+        if not hasattr(self, "step_threads"):  # measured (or read from the host's cache) once per session
+            self.step_threads = self.chosen_step_threads(order)
+        with threads.capped(self.step_threads):
+            return self._batches(state, order, clock, save, bar)
+
+    def chosen_step_threads(self, order: torch.Tensor) -> int | None:
+        """The thread cap of this process's batches (None: none, the governor decides). The single process's
+        sampled and NCE steps on the CPU are timed at 1 and at all free threads (nnlm.neural.run.step_threads);
+        the full softmax and the parallel trainers (subclasses) run as the governor says."""
+        if type(self) is not Trainer or self.run.loss == "full" or self.device.type != "cpu":
+            return None
+        from nnlm.neural.run import step_threads
+
+        return step_threads.for_trainer(self, batch_rows(self.padded, order, 0, self.batch, self.window))
+
+    def _batches(self, state: TrainingState, order: torch.Tensor, clock: Clock, save: Callable[[], None],
+                 bar: Silent) -> bool:
         while state["batch"] < self.n_batches:
             rows = batch_rows(self.padded, order, state["batch"], self.batch, self.window)
             loss, part = self.batch_loss(rows, state["step"])
