@@ -49,7 +49,8 @@ def test_reference_row_in_the_report_then_kept_then_left_out(section):
     ratio = f"{ref['perplexity']['test'] / kn5:.3f}"
     line = next(x for x in text.splitlines() if x.startswith("| lstm-reference |"))
     assert f"| {ref['perplexity']['test']:,.1f} | {ratio} |" in line and "benchmarks/lstm_reference.py" in line
-    assert "**The LSTM reference**" in text and f"= **{ratio} x KN5**" in text and "planned first, before the nets" in text
+    assert "**The LSTM reference**" in text and f"= **{ratio} x KN5**" in text
+    assert "planned first, before the nets" in text
     assert "Best single net by validation: mlp7-seed0" in text  # the reference is never counted as a net
     assert (section.out / "beyond.png").stat().st_size > 0 and "(beyond.png)" in text
 
@@ -71,7 +72,6 @@ def test_a_cut_reference_is_continued(section):
     cut = first[KEY]
     assert cut["status"] == "shortened" and cut["plan"]["status"] == "shortened" and cut["epochs"] >= 2, cut["note"]
     second, logs = section("last", 0.05, endless)
-    assert any("continued" in x or "LSTM reference" in x for x in logs)
     assert second[KEY]["run"] == cut["run"] and second[KEY]["epochs"] > cut["epochs"]
     assert second[KEY]["seconds"] > cut["seconds"]  # its time counts both calls
 

@@ -163,7 +163,7 @@ def _epoch(model: TiedLstm, data: torch.Tensor, recipe: LstmRecipe, lr: float, d
     return trained, 0
 
 
-def measure_rates(corpus: Corpus, recipe: LstmRecipe = LstmRecipe(), windows: int = 4) -> tuple[float, float]:
+def measure_rates(corpus: Corpus, recipe: LstmRecipe = LstmRecipe(), windows: int = 8) -> tuple[float, float]:
     """(training, scoring) tokens per second at the current torch threads, timed on a few windows after one
     unmeasured warm-up (the planner's estimates; a net's rates are measured so too)."""
     torch.manual_seed(recipe.seed)
