@@ -72,6 +72,7 @@ def test_a_cut_reference_is_continued(section):
     cut = first[KEY]
     assert cut["status"] == "shortened" and cut["plan"]["status"] == "shortened" and cut["epochs"] >= 2, cut["note"]
     second, logs = section("last", 0.05, endless)
+    assert any(f"continuing its run in {cut['run'].split('/')[-1]} from {cut['epochs']:.2f} epochs" in x for x in logs)
     assert second[KEY]["run"] == cut["run"] and second[KEY]["epochs"] > cut["epochs"]
     assert second[KEY]["seconds"] > cut["seconds"]  # its time counts both calls
 

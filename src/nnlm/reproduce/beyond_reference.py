@@ -37,6 +37,7 @@ from nnlm.reproduce.lstm_reference import (
     measure_rates,
     train_lstm_reference,
 )
+from nnlm.reproduce.net_run import GUARD
 from nnlm.reproduce.results import RowResult, options_tag
 
 if TYPE_CHECKING:
@@ -100,6 +101,18 @@ def need(section: Section, resume: LstmCheckpoint | None) -> tuple[planner.Need,
     return planner.Need("lstm-reference", fixed, (want,), unit="training with its validation"), train + valid
 
 
+def limits(grant: planner.Grant | None, epoch: float, resume: LstmCheckpoint | None) -> tuple[float, int | None]:
+    """(seconds, whole epochs in all) for a grant, as a net's run gets them (net_run.run_limits): the whole epochs
+    the grant holds, with GUARD x the grant as a time limit only against a low estimate; a grant of less than an
+    epoch is a time limit alone. No grant (no budget): the recipe's epochs."""
+    if grant is None:
+        return math.inf, None
+    whole = int(grant.work / epoch + 1e-9)
+    if whole < 1:
+        return grant.work, None
+    return GUARD * grant.work, (0 if resume is None else resume.progress.epochs_done) + whole
+
+
 def command(section: Section, minutes: float) -> str:
     """The benchmark a user runs for the same reference alone (beside KN5), from a source checkout."""
     words = ["python", "benchmarks/lstm_reference.py", "--minutes", f"{max(minutes, 0.1):.1f}"]
@@ -121,7 +134,7 @@ def reference_row(section: Section, row: ReferenceRow) -> None:
     where = run_dir(section)
     resume = load_checkpoint(where)
     govern(requested=job.threads, device="cpu")
-    grant = None
+    grant, epoch = None, math.inf
     if section.left() is not None:
         wanted, epoch = need(section, resume)
         grant = section_grant(section, wanted, epoch)
@@ -139,12 +152,16 @@ def reference_row(section: Section, row: ReferenceRow) -> None:
                                        extra | {"command": command(section, 0.0)}))
         return
     log = section.row_log(row.id)
-    result = train_lstm_reference(job.corpus, math.inf if grant is None else grant.work, RECIPE, resume=resume,
+    if resume is not None:
+        log(f"continuing its run in {where.name} from {epochs_of(resume.progress, len(job.corpus.train), RECIPE):.2f} "
+            "epochs")
+    budget, epochs = limits(grant, epoch, resume)
+    result = train_lstm_reference(job.corpus, budget, RECIPE, resume=resume, epochs=epochs,
                                   progress=lambda e, v, lr: log(f"epoch {e:.2f}: valid {v:.1f} (lr {lr:g})"),
                                   save=lambda checkpoint: save_checkpoint(where, checkpoint))
     note = f"{result.epochs:.2f} of its recipe's {RECIPE.epochs} epochs"
     if not result.finished:
-        note = f"shortened: {note}, the budget ended first"
+        note = f"shortened: {note}, all the budget held"
     job.results.put(key, RowResult({"train": None, "valid": result.valid, "test": result.test}, result.parameters,
                                    result.seconds, "done" if result.finished else "shortened", note, options, plan,
                                    extra | {"epochs": round(result.epochs, 2), "finished": result.finished,

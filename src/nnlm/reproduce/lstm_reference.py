@@ -194,11 +194,12 @@ def epochs_of(progress: LstmProgress, train_tokens: int, recipe: LstmRecipe) -> 
 
 def train_lstm_reference(corpus: Corpus, budget_seconds: float, recipe: LstmRecipe = LstmRecipe(),
                          threads: int | None = None, progress=None, resume: LstmCheckpoint | None = None,
-                         save=None) -> LstmResult:
+                         save=None, epochs: int | None = None) -> LstmResult:
     """Train the reference on `corpus`'s train split for the recipe's epochs within `budget_seconds` (training
     and validation; the test scoring comes after) and score its best weights on valid and test.
     `progress(epochs, valid, lr)` is called after each validation; `save(LstmCheckpoint)` too, so that a run
-    the budget cut is continued from `resume` by a later call (its seconds and epochs counted on)."""
+    the budget cut is continued from `resume` by a later call (its seconds and epochs counted on). `epochs`
+    stops it sooner, after that many whole epochs in all (a plan that holds fewer than the recipe's)."""
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(recipe.seed)
@@ -216,7 +217,8 @@ def train_lstm_reference(corpus: Corpus, budget_seconds: float, recipe: LstmReci
     t0 = time.monotonic()
     split_log_probs(model, sample, start)  # a validation's time, from one window: kept free at the budget's end
     validation = (time.monotonic() - t0) * len(valid_ids) / max(len(sample), 1)
-    while state.epochs_done < recipe.epochs and time.monotonic() < deadline - validation:
+    last = recipe.epochs if epochs is None else min(epochs, recipe.epochs)
+    while state.epochs_done < last and time.monotonic() < deadline - validation:
         tokens, state.offset = _epoch(model, data, recipe, state.lr, deadline - validation, state.offset)
         if tokens == 0:
             break
