@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nnlm.reproduce.beyond_report import KEY, PLOT, is_reference
+from nnlm.reproduce.beyond_report import KEY, PLOT, is_reference, section_ids
 from nnlm.reproduce.plots import _pyplot, _save
 
 COLOURS = {"net": "tab:blue", "mix": "tab:orange", "reference": "tab:red"}
@@ -20,7 +20,7 @@ def ratios(out: Path, data: dict[str, Any]) -> Path | None:
     """Draw OUT/beyond.png for the section's rows of the last call (None, nothing drawn: no section row or no
     KN5). A row not built (skipped) keeps its place, marked."""
     rows = data.get("rows", {})
-    ids = [i for i in (data.get("call", {}).get("beyond_rows") or []) if KEY + i in rows]
+    ids = section_ids(data)
     kn5 = ((rows.get("kn5") or {}).get("perplexity") or {}).get("test")
     if not ids or not kn5:
         return None

@@ -11,7 +11,7 @@ or last) is the call's `--beyond-reference`.
 Kept as the nets are: its row in results.json (beyond:lstm-reference) is keyed by its recipe, so a second
 call keeps a done row; a run the budget cut is kept in OUT/runs/lstm-reference-<tag> (weights in
 safetensors, progress in JSON) and continued there by the next call. Not an nnlm net: no mix names it and
-no scores are kept for mixing.
+no scores are kept for mixing. It trains on the CPU whatever the call's --device (as the benchmark does).
 """
 from __future__ import annotations
 

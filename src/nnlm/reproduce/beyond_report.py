@@ -37,12 +37,18 @@ def _line(label: str, entry: dict[str, Any], kn5: float | None) -> str:
             f"| {_fmt(test)} | {ratio} | `{entry.get('command', '')}` | {note.strip().replace('|', chr(92) + '|')} |")
 
 
+def section_ids(data: dict[str, Any]) -> list[str]:
+    """The section's row ids in results.json, in the last section call's order (else in the file's)."""
+    rows: Rows = data.get("rows", {})
+    ids = data.get("call", {}).get("beyond_rows") or [k.removeprefix(KEY) for k in rows if k.startswith(KEY)]
+    return [i for i in ids if KEY + i in rows]
+
+
 def section_lines(data: dict[str, Any]) -> list[str]:
     """The section's markdown lines, or [] when the call built no section row."""
     rows: Rows = data.get("rows", {})
     call = data.get("call", {})
-    ids = call.get("beyond_rows") or [k.removeprefix(KEY) for k in rows if k.startswith(KEY)]
-    present = [i for i in ids if KEY + i in rows]
+    present = section_ids(data)
     if not present:
         return []
     kn5 = ((rows.get("kn5") or {}).get("perplexity") or {}).get("test")
