@@ -104,9 +104,12 @@ def need(section: Section, resume: LstmCheckpoint | None) -> tuple[planner.Need,
 def limits(grant: planner.Grant | None, epoch: float, resume: LstmCheckpoint | None) -> tuple[float, int | None]:
     """(seconds, whole epochs in all) for a grant, as a net's run gets them (net_run.run_limits): the whole epochs
     the grant holds, with GUARD x the grant as a time limit only against a low estimate; a grant of less than an
-    epoch is a time limit alone. No grant (no budget): the recipe's epochs."""
+    epoch is a time limit alone. No grant (no budget): the recipe's epochs; a full grant: the recipe's epochs too
+    (a run continued from within an epoch wants a part epoch more than its whole ones)."""
     if grant is None:
         return math.inf, None
+    if grant.status == "full":
+        return GUARD * grant.work, None
     whole = int(grant.work / epoch + 1e-9)
     if whole < 1:
         return grant.work, None
