@@ -4,6 +4,7 @@ against Kneser-Ney on the same files, within a wall-clock budget: the reference 
     NLTK_DATA=../shared/nltk_data python benchmarks/lstm_reference.py --minutes 28 --out docs/lstm-reference.json
     python benchmarks/lstm_reference.py --corpus DIR_OR_FILE --minutes 10
 
+The same reference is a row of `nnlm reproduce --beyond` (`--beyond-reference`), budgeted as the section's nets.
 Prints each epoch's validation perplexity, then valid and test of the LSTM's best weights beside KN5 built on the
 same corpus (the test ratio to KN5 is what nnlm's reports give for every net), the CPU and the load. Corpus
 options are `nnlm reproduce`'s: Brown by the bengio2003 protocol by default.
@@ -33,6 +34,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=28.0, help="training and validation budget (wall clock)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--size", type=int, default=LstmRecipe.size, help="embedding and LSTM width")
+    ap.add_argument("--epochs", type=int, default=LstmRecipe.epochs, help="the recipe's epochs (or the budget first)")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     args = ap.parse_args()
     guard_outputs(files=[("--out", args.out)], inputs=[args.corpus if args.corpus != "brown" else None])
@@ -51,7 +53,7 @@ def main() -> None:
         loads.append(os.getloadavg()[0])
         print(f"  epoch {epochs:5.2f}: valid {valid:7.1f} (lr {lr:g}, load {loads[-1]:.2f})", flush=True)
 
-    recipe = LstmRecipe(size=args.size)
+    recipe = LstmRecipe(size=args.size, epochs=args.epochs)
     lstm = train_lstm_reference(corpus, args.minutes * 60, recipe, threads=args.threads, progress=progress)
     loads.append(os.getloadavg()[0])
     print(f"LSTM ({recipe.layers} x {recipe.size}, tied, {lstm.parameters:,} parameters): {lstm.epochs:.2f} epochs"

@@ -51,3 +51,21 @@ def test_training_within_a_budget_learns():
     first = ref.train_lstm_reference(corpus, 2.0, recipe, threads=1, progress=lambda *a: seen.append(a))
     assert first.epochs > 1 and seen and first.valid < untrained.valid / 2 and first.test < untrained.test / 2
     assert first.parameters == V * 32 + V + 4 * 32 * (32 + 32 + 2)  # tied: the embedding counted once
+
+
+def test_a_cut_run_continues_where_it_stopped_and_ends_at_its_epochs():
+    """A budget that cuts the run leaves a checkpoint; continuing it counts on its epochs, tokens and seconds, and
+    training ends at the recipe's epochs (finished), not at the budget."""
+    from dataclasses import replace
+
+    corpus = small_corpus()
+    recipe = ref.LstmRecipe(size=16, layers=1, dropout=0.0, batch=8, bptt=20, lr=5.0, epochs=10_000)
+    saved = []
+    cut = ref.train_lstm_reference(corpus, 0.3, recipe, threads=1, save=saved.append)
+    assert saved and not cut.finished and cut.epochs > 0
+    last = saved[-1]
+    assert last.progress.trained == cut.train_tokens and last.best_weights is not None
+    more = int(cut.epochs) + 2
+    whole = ref.train_lstm_reference(corpus, 60.0, replace(recipe, epochs=more), threads=1, resume=last)
+    assert whole.finished and whole.epochs == more and whole.train_tokens > cut.train_tokens
+    assert whole.seconds >= cut.seconds and whole.valid <= cut.valid + 1e-9  # the best weights are kept across calls

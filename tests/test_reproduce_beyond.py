@@ -35,6 +35,7 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
     def call() -> dict:
         logs.clear()
         reproduce(ReproduceRequest(corpus_dir, out, 0.05, "mlp7", False, "x", progress=False, threads=1, beyond=True,
+                                   beyond_reference="none",
                                    beyond_minutes=0.1), log=logs.append)
         return json.loads((out / "results.json").read_text())["rows"]
 
@@ -116,7 +117,7 @@ def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypa
     # 0.5 min: the rows need ~3 s on an idle machine and are planned from speeds measured in the call, so under
     # load the first rows were granted what 0.2 min held and the last was skipped (load ~5; 0.5 is not waited for)
     reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
-                               beyond=True, beyond_minutes=0.5), log=lambda s: None)
+                               beyond=True, beyond_reference="none", beyond_minutes=0.5), log=lambda s: None)
     done = json.loads((out / "results.json").read_text())["rows"]
     deep = done["beyond:deep"]
     assert deep["status"] != "skipped", deep.get("note")
@@ -141,7 +142,7 @@ def test_beyond_section_trains_the_papers_extensions(random_corpus, tmp_path, mo
     monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
     out = tmp_path / "report"
     reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
-                               beyond=True,
+                               beyond=True, beyond_reference="none",
                                beyond_minutes=0.6), log=lambda s: None)  # 0.3 min skipped the last row at load ~4
     done = json.loads((out / "results.json").read_text())["rows"]
     energy, classes = done["beyond:energy-direct"], done["beyond:mlp1-classes"]

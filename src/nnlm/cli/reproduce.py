@@ -48,6 +48,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "class model and the trigram (default: off)")
     p.add_argument("--beyond-minutes", type=T.minutes, default=None,
                    help="wall-clock budget of the --beyond section, apart from Table 1's (default 60; --full: none)")
+    p.add_argument("--beyond-reference", default="last", choices=("first", "last", "none"),
+                   help="the --beyond section's LSTM reference (PyTorch's word_language_model recipe, not an nnlm net, "
+                        "shown beside its nets): planned last among them (default: what the nets leave of the "
+                        "budget), first (its 6 epochs before the nets, if the budget holds them), or none")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, a plain line a minute in a log)")
     p.add_argument("--report-only", action="store_true",
@@ -73,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         report = reproduce(ReproduceRequest(
             args.corpus, args.out, args.budget_minutes, args.models, args.full, command, progress=not args.no_progress,
             threads=args.threads, device=args.device, loss=args.loss, samples=args.samples, hogwild=args.hogwild,
-            table=args.table, beyond=args.beyond, beyond_minutes=args.beyond_minutes, min_count=args.min_count,
+            table=args.table, beyond=args.beyond, beyond_minutes=args.beyond_minutes,
+            beyond_reference=args.beyond_reference, min_count=args.min_count,
             max_vocab=args.max_vocab, heldout=args.heldout))
     except StoppedBySignal as exc:  # the net's run saved a checkpoint; finished rows are in results.json
         raise StoppedBySignal(exc.signum, f"stopped by {exc.name}: finished rows and the training run's checkpoint "

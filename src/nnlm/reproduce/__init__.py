@@ -47,7 +47,8 @@ def reproduce(request: ReproduceRequest, log: Callable[[str], None] = print) -> 
         from nnlm.reproduce.report import write_report
 
         minutes = request.beyond_minutes
-        run_beyond(job, None if request.full and minutes is None else (minutes or DEFAULT_BEYOND_MINUTES))
+        run_beyond(job, None if request.full and minutes is None else (minutes or DEFAULT_BEYOND_MINUTES),
+                   reference=request.beyond_reference)
         write_report(request.out)
     return request.out / "README.md"
 

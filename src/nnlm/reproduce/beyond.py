@@ -6,8 +6,11 @@ of named rows. The section has its own clock and budget, planned like Table 1's 
 that built them, so a second call keeps what is done and continues cut training runs. Each part's
 log-probabilities of valid and test are kept in OUT/beyond/scores, so a resumed mix scores nothing.
 
-Modules: `beyond_rows` (the rows), `section` (its clock and budget), `beyond_nets` (training), `beyond_mixes`
-(parts and mixes), `beyond_report` (the README section).
+The LSTM reference (`beyond_reference`, not an nnlm net) is planned among the nets, first or last as the
+call's `reference` says (or left out), and shown beside them, never mixed.
+
+Modules: `beyond_rows` (the rows), `section` (its clock and budget), `beyond_nets` (training), `beyond_reference`
+(the LSTM reference), `beyond_mixes` (parts and mixes), `beyond_report` and `beyond_plot` (the README section).
 """
 from __future__ import annotations
 
@@ -16,7 +19,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from nnlm.reproduce import beyond_mixes, beyond_nets
-from nnlm.reproduce.beyond_rows import BEYOND_ROWS, MixRow, NetRow, check_rows, mixes_of, nets_of
+from nnlm.reproduce.beyond_rows import (
+    BEYOND_ROWS,
+    DEFAULT_REFERENCE,
+    NetRow,
+    Row,
+    check_rows,
+    mixes_of,
+    trained_of,
+    with_reference,
+)
 from nnlm.reproduce.section import Section
 
 if TYPE_CHECKING:
@@ -25,15 +37,23 @@ if TYPE_CHECKING:
 DEFAULT_BEYOND_MINUTES = 60.0
 
 
-def run_beyond(job: Job, minutes: float | None, rows: Sequence[NetRow | MixRow] | None = None) -> None:
-    """Train the section's nets within `minutes` (None: until early stopping), then fit its mixes."""
-    rows = BEYOND_ROWS if rows is None else tuple(rows)
+def run_beyond(job: Job, minutes: float | None, rows: Sequence[Row] | None = None,
+               reference: str = DEFAULT_REFERENCE) -> None:
+    """Train the section's nets and the LSTM reference (placed `reference`: first, last or none) within
+    `minutes` (None: until early stopping, the reference its recipe's epochs), then fit its mixes."""
+    from nnlm.reproduce.beyond_reference import reference_row
+
+    rows = with_reference(BEYOND_ROWS if rows is None else tuple(rows), reference)
     check_rows(rows)
     section = Section(job, minutes, rows)
-    job.results.call = job.results.call | {"beyond_minutes": minutes, "beyond_rows": [r.id for r in rows]}
+    job.results.call = job.results.call | {"beyond_minutes": minutes, "beyond_rows": [r.id for r in rows],
+                                           "beyond_reference": reference}
     job.results.save()
-    for net in nets_of(rows):
-        beyond_nets.net_row(section, net)
+    for row in trained_of(rows):
+        if isinstance(row, NetRow):
+            beyond_nets.net_row(section, row)
+        else:
+            reference_row(section, row)
     for mix in mixes_of(rows):
         beyond_mixes.mix_row(section, mix)
     took = (time.monotonic() - section.start) / 60

@@ -70,21 +70,28 @@ def twin_entry(section: Section, net: NetRow) -> dict[str, Any] | None:
 
 
 def plan_net(section: Section, net: NetRow) -> planner.Grant | None:
-    """The grant of `net`: greedy, in the rows' order. Unlike Table 1's nets, which share the budget tier by
-    tier, a section net gets all it wants if that is left (after the mixes' reserve), else what is left,
-    and is skipped below MIN_EPOCHS: an ensemble gains from whole nets, and a net cut at half an epoch
-    costs as much time as it adds nothing. The rows after it get what it leaves."""
-    left = section.left()
-    if left is None:
+    """The grant of `net`: greedy, in the rows' order (`section_grant`), its floor MIN_EPOCHS epochs."""
+    if section.left() is None:
         return None
     c, run = section.job.corpus, section_net(section, net)
     need = net_run.need(section.job, run, fresh=True)
     train, valid = planner.epoch_parts(net_run.rates_of(section.job, run), len(c.train), len(c.valid))
-    floor = min(MIN_EPOCHS * (train + valid), need.want)
-    need = replace(need, tiers=(floor, need.want))
+    return section_grant(section, need, train + valid)
+
+
+def section_grant(section: Section, need: planner.Need, epoch_seconds: float) -> planner.Grant | None:
+    """The grant of a row that trains (a net, or the reference: the same rule for both), greedy in the rows'
+    order. Unlike Table 1's nets, which share the budget tier by tier, a section row gets all it wants if that
+    is left (after the mixes' reserve), else what is left, and is skipped below MIN_EPOCHS epochs of
+    `epoch_seconds` (training and its validation): an ensemble gains from whole nets, and a net cut at half an
+    epoch costs as much time as it adds nothing. The rows after it get what it leaves."""
+    left = section.left()
+    if left is None:
+        return None
+    need = replace(need, tiers=(min(MIN_EPOCHS * epoch_seconds, need.want), need.want))
     kept = min(MIX_RESERVE_SECONDS, MIX_RESERVE_SHARE * (section.budget or 0.0))
     reserve = planner.Need("mixes", kept, (0.0,), unit="mixing")
-    return next(g for g in planner.plan(left, [reserve, need]) if g.id == net.id)
+    return next(g for g in planner.plan(left, [reserve, need]) if g.id == need.id)
 
 
 def net_row(section: Section, net: NetRow) -> None:

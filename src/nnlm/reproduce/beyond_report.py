@@ -6,6 +6,7 @@ from typing import Any
 from nnlm.reproduce.beyond_rows import KEY, NGRAM_PARTS, ngram_save_command
 
 Rows = dict[str, dict[str, Any]]
+PLOT = "beyond.png"  # the section's plot, beside README.md (beyond_plot)
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
@@ -36,12 +37,18 @@ def _line(label: str, entry: dict[str, Any], kn5: float | None) -> str:
             f"| {_fmt(test)} | {ratio} | `{entry.get('command', '')}` | {note.strip().replace('|', chr(92) + '|')} |")
 
 
+def section_ids(data: dict[str, Any]) -> list[str]:
+    """The section's row ids in results.json, in the last section call's order (else in the file's)."""
+    rows: Rows = data.get("rows", {})
+    ids = data.get("call", {}).get("beyond_rows") or [k.removeprefix(KEY) for k in rows if k.startswith(KEY)]
+    return [i for i in ids if KEY + i in rows]
+
+
 def section_lines(data: dict[str, Any]) -> list[str]:
     """The section's markdown lines, or [] when the call built no section row."""
     rows: Rows = data.get("rows", {})
     call = data.get("call", {})
-    ids = call.get("beyond_rows") or [k.removeprefix(KEY) for k in rows if k.startswith(KEY)]
-    present = [i for i in ids if KEY + i in rows]
+    present = section_ids(data)
     if not present:
         return []
     kn5 = ((rows.get("kn5") or {}).get("perplexity") or {}).get("test")
@@ -58,12 +65,49 @@ def section_lines(data: dict[str, Any]) -> list[str]:
         "Budget: " + ("none: every net trained until early stopping." if minutes is None
                       else f"{minutes:g} minutes for the section, planned after Table 1 and apart from its budget."),
         *_ngram_parts(rows, present), "",
+        *_reference_lines(rows, present, kn5, call.get("beyond_reference")),
         *best, "",
         "| row | parameters | time | valid | test | ratio to KN5 | command | note |",
         "|---|---|---|---|---|---|---|---|",
         *(_line(i, rows[KEY + i], kn5) for i in present), "",
+        f"![Beyond the paper: test ratios to KN5]({PLOT})", "",
     ]
     return lines
+
+
+def is_reference(entry: dict[str, Any]) -> bool:
+    """The row of a model that is not nnlm's (the LSTM reference): shown, never mixed or counted as a net."""
+    return "reference" in entry
+
+
+def _reference_lines(rows: Rows, ids: list[str], kn5: float | None, place: str | None) -> list[str]:
+    """What the LSTM reference is, how it was budgeted and what it reached (none: no line)."""
+    refs = [i for i in ids if is_reference(rows[KEY + i])]
+    if not refs:
+        return []
+    entry = rows[KEY + refs[0]]
+    p = entry.get("perplexity") or {}
+    where = {"first": "first, before the nets,", "last": "last among the nets, after them,"}.get(place or "", "")
+    r = (entry.get("options") or {}).get("recipe") or {}
+    recipe = (f"{r.get('layers')} LSTM layers of {r.get('size')}, dropout {r.get('dropout')}, SGD at {r.get('lr')}, "
+              f"back-propagation through {r.get('bptt')} steps, {r.get('epochs')} epochs")
+    text = ("**The LSTM reference** (`lstm-reference`; not an nnlm net: no mix names it and it is not counted as "
+            "the best single net) is PyTorch's `word_language_model` example with `--tied` as a user runs it "
+            f"({recipe}), written in nnlm (`nnlm.reproduce.lstm_reference`), trained on the same files on the same "
+            "host and scored by the same perplexity function. Its budget is a section net's: planned "
+            + (f"{where} " if where else "")
+            + "by the nets' rule (all the epochs it wants if they are left, else what is left, skipped below 2 "
+            "epochs)")
+    plan = entry.get("plan") or {}
+    if "work_minutes" in plan:
+        text += f"; it was granted {_time({'seconds': 60 * plan['work_minutes']})} of training ({plan.get('status')})"
+    if p.get("test"):
+        text += (f" and trained {entry.get('epochs', 0):.2f} epochs in {_time(entry)}: "
+                 f"valid {_fmt(p.get('valid'))}, test {_fmt(p['test'])}"
+                 + (f" = **{p['test'] / kn5:.3f} x KN5**" if kn5 else ""))
+    elif entry.get("status") == "skipped":
+        text += f"; it was skipped: {entry.get('note', '')}"
+    return [text + ".", ""]
 
 
 def _ngram_parts(rows: Rows, ids: list[str]) -> list[str]:
@@ -80,7 +124,8 @@ def _best(rows: Rows, ids: list[str]) -> list[str]:
     def valid(i: str) -> float:
         return ((rows[KEY + i].get("perplexity") or {}).get("valid")) or float("inf")
 
-    nets = [i for i in ids if "parts" not in rows[KEY + i] and valid(i) < float("inf")]
+    nets = [i for i in ids if "parts" not in rows[KEY + i] and not is_reference(rows[KEY + i])
+            and valid(i) < float("inf")]
     mixes = [i for i in ids if "parts" in rows[KEY + i] and valid(i) < float("inf")]
     text = []
     for what, group in (("single net", nets), ("mix", mixes)):

@@ -1,8 +1,10 @@
 """The rows of the "Beyond the paper" section, as data: nets to train and mixes of named rows.
 
-A row is a `NetRow` (a preset trained with a seed, a loss and a recipe) or a `MixRow` (named rows
+A row is a `NetRow` (a preset trained with a seed, a loss and a recipe), a `MixRow` (named rows
 averaged with equal weights, or with weights fitted by EM on validation, globally or per
-context-frequency bucket). A mix may name the section's nets, Table 1's nets (`mlp1`) and Table 1's
+context-frequency bucket), or the `ReferenceRow` (the LSTM a user copies today, not an nnlm net:
+trained within the section's budget for comparison, never mixed; `with_reference` places it first
+or last among the nets, or leaves it out). A mix may name the section's nets, Table 1's nets (`mlp1`) and Table 1's
 n-gram rows (`kn5`, `class500-3`, `interpolated`, ...: any row of `table.NGRAM_ROWS`), which are reused,
 not rebuilt. Adding a preset
 to the section is adding a `NetRow` here, and a `MixRow` naming it. Rows are built in list order;
@@ -44,6 +46,21 @@ class NetRow:
 
 
 @dataclass(frozen=True)
+class ReferenceRow:
+    """A model that is not nnlm's, trained on the section's files and planned as its nets are, to compare them
+    with: the LSTM of `nnlm.reproduce.lstm_reference`. No mix names it; it is never the section's best net."""
+
+    id: str
+    label: str
+
+
+LSTM_REFERENCE = ReferenceRow("lstm-reference", "LSTM reference (PyTorch's word_language_model recipe: 2 x 200, "
+                                                "tied; not an nnlm net)")
+REFERENCE_PLACES = ("first", "last", "none")  # before the section's nets, after them, or left out
+DEFAULT_REFERENCE = "last"  # after the nets: it takes nothing the nets of the section had before it was added
+
+
+@dataclass(frozen=True)
 class MixRow:
     """Named rows mixed: `equal` weights (an ensemble), `em` (global) or `em-buckets` (per bucket)."""
 
@@ -73,6 +90,8 @@ def mlp1_seed(seed: int) -> NetRow:
 # MLP1 measured 249.4 / 248.0 test, mixed with the n-grams 226.5 / 226.1 (docs/experiments/beyond.md).
 MLP1_SEEDS = tuple(f"mlp1-seed{s}" for s in range(3))
 NGRAMS = ("kn5", "class500-3", "interpolated")
+
+Row = NetRow | MixRow | ReferenceRow
 
 BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
     mlp1_seed(0),
@@ -137,15 +156,36 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
 )
 
 
-def check_rows(rows: tuple[NetRow | MixRow, ...]) -> None:
-    """Row ids unique; a mix names rows before it (nets of the section) or Table 1's n-gram rows."""
+def check_reference_place(place: str) -> None:
+    if place not in REFERENCE_PLACES:
+        raise NnlmError(f"--beyond-reference must be one of {', '.join(REFERENCE_PLACES)}, got {place!r}")
+
+
+def with_reference(rows: tuple[Row, ...], place: str) -> tuple[Row, ...]:
+    """`rows` with the LSTM reference first among the nets, last among them (before the mixes), or without it."""
+    check_reference_place(place)
+    kept = tuple(r for r in rows if not isinstance(r, ReferenceRow))
+    if place == "none":
+        return kept
+    nets, mixes = tuple(r for r in kept if not isinstance(r, MixRow)), tuple(mixes_of(kept))
+    return (LSTM_REFERENCE, *nets, *mixes) if place == "first" else (*nets, LSTM_REFERENCE, *mixes)
+
+
+def check_rows(rows: tuple[Row, ...]) -> None:
+    """Row ids unique; a mix names rows before it (nets of the section) or Table 1's n-gram rows, never a
+    reference."""
     seen: set[str] = set()
+    references = {r.id for r in rows if isinstance(r, ReferenceRow)}
     for row in rows:
         if row.id in seen or row.id in NGRAM_PARTS:
             raise NnlmError(f"beyond row {row.id!r} is defined twice")
         if isinstance(row, MixRow):
             if row.weighting not in WEIGHTINGS:
                 raise NnlmError(f"beyond row {row.id!r}: weighting {row.weighting!r} is not one of {WEIGHTINGS}")
+            mixed = [p for p in row.parts if p in references]
+            if mixed:
+                raise NnlmError(f"beyond row {row.id!r} mixes {', '.join(mixed)}: a reference is not an nnlm net "
+                                "and is not mixed")
             unknown = [p for p in row.parts if p not in seen and p not in NGRAM_PARTS]
             if unknown or len(row.parts) < 2:
                 raise NnlmError(f"beyond row {row.id!r} mixes {', '.join(unknown) or 'fewer than 2 rows'}: "
@@ -153,9 +193,14 @@ def check_rows(rows: tuple[NetRow | MixRow, ...]) -> None:
         seen.add(row.id)
 
 
-def nets_of(rows: tuple[NetRow | MixRow, ...]) -> list[NetRow]:
+def nets_of(rows: tuple[Row, ...]) -> list[NetRow]:
     return [r for r in rows if isinstance(r, NetRow)]
 
 
-def mixes_of(rows: tuple[NetRow | MixRow, ...]) -> list[MixRow]:
+def trained_of(rows: tuple[Row, ...]) -> list[NetRow | ReferenceRow]:
+    """The rows that train, nets and reference, in the order they are planned (before every mix)."""
+    return [r for r in rows if isinstance(r, (NetRow, ReferenceRow))]
+
+
+def mixes_of(rows: tuple[Row, ...]) -> list[MixRow]:
     return [r for r in rows if isinstance(r, MixRow)]

@@ -10,8 +10,9 @@ is written here after that example's recipe (nothing copied), so the comparison 
     through `bptt` steps (the state carried across windows, detached), plain SGD at rate `lr` with the
     gradient's norm clipped to `clip`, the rate divided by 4 after an epoch that does not improve
     validation; the weights that did best on validation are the ones tested;
-  - within a wall-clock budget for training and validation, like every nnlm row: training stops where the
-    time left is what a validation takes (timed on one window at the start, then on the last validation).
+  - for the recipe's epochs, within a wall-clock budget for training and validation, like every nnlm row:
+    training stops where the time left is what a validation takes (timed on one window at the start, then
+    on the last validation); a run the budget cut can be continued (`LstmCheckpoint`) where it stopped.
 
 Scored as nnlm scores every model (nnlm.lm.perplexity_from_log_probs over every token of a split, markers
 and `<unk>` included): each split is cut into `EVAL_ROWS` contiguous rows, each row starts from a zero state
@@ -20,7 +21,6 @@ predicted exactly once.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -37,7 +37,7 @@ EVAL_WINDOW = 256  # steps scored per call (no gradient: only the memory of the 
 
 @dataclass(frozen=True)
 class LstmRecipe:
-    """The example's defaults with `--tied`, but for the epochs: training runs until the budget ends."""
+    """The example's defaults with `--tied`, and the 6 epochs the issue ran it for."""
     size: int = 200
     layers: int = 2
     dropout: float = 0.2
@@ -46,6 +46,7 @@ class LstmRecipe:
     lr: float = 20.0
     clip: float = 0.25
     seed: int = 1111
+    epochs: int = 6  # the issue's run of the example (`--epochs 6`): training ends here or at the budget
 
 
 class TiedLstm(nn.Module):
@@ -67,15 +68,39 @@ class TiedLstm(nn.Module):
         return torch.log_softmax(self.out(self.drop(hidden)), dim=-1), state
 
 
+
+
+@dataclass
+class LstmProgress:
+    """Where training stands, for a later call to continue it: whole epochs done, the window its current epoch
+    reached (0: an epoch's start), the rate, the best validation perplexity so far, tokens and seconds spent."""
+    epochs_done: int = 0
+    offset: int = 0
+    lr: float = LstmRecipe.lr
+    best: float | None = None
+    trained: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class LstmCheckpoint:
+    """A run to continue: its progress, its weights now and the best weights (None before a validation).
+    The dropout's random state is not kept: a continued run is not the uncut run bit for bit."""
+    progress: LstmProgress
+    weights: dict[str, torch.Tensor]
+    best_weights: dict[str, torch.Tensor] | None
+
+
 @dataclass
 class LstmResult:
     valid: float          # perplexity of the weights tested
     test: float
     train_tokens: int     # tokens trained on (epochs x train, the last one possibly cut)
     epochs: float         # epochs of training (fractional when the budget cut one)
-    seconds: float        # training and validation, wall clock
+    seconds: float        # training and validation, wall clock, over every call that trained the run
     parameters: int
     recipe: dict
+    finished: bool = False  # the recipe's epochs were all trained
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -109,69 +134,115 @@ def split_log_probs(model: TiedLstm, ids: np.ndarray, start: int) -> np.ndarray:
     return out.t().reshape(-1)[:n].numpy()
 
 
-def _epoch(model: TiedLstm, data: torch.Tensor, recipe: LstmRecipe, lr: float, deadline: float) -> int:
-    """One pass over the [T, batch] train rows in bptt windows, until the deadline; returns tokens trained."""
+def _step(model: TiedLstm, inputs: torch.Tensor, targets: torch.Tensor, state, recipe: LstmRecipe, lr: float):
+    """One window of truncated back-propagation and a plain SGD step; the state after it, detached."""
+    model.zero_grad(set_to_none=True)
+    log_probs, state = model(inputs, state)
+    loss = -log_probs.gather(2, targets.unsqueeze(2)).mean()
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), recipe.clip)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(p.grad, alpha=-lr)
+    return tuple(s.detach() for s in state)
+
+
+def _epoch(model: TiedLstm, data: torch.Tensor, recipe: LstmRecipe, lr: float, deadline: float,
+           offset: int = 0) -> tuple[int, int]:
+    """A pass over the [T, batch] train rows in bptt windows from step `offset`, until the deadline:
+    (tokens trained, the step to continue from; 0 when the epoch was finished)."""
     model.train()
     state = None
     trained = 0
-    for at in range(0, data.shape[0] - 1, recipe.bptt):
+    for at in range(offset, data.shape[0] - 1, recipe.bptt):
         if time.monotonic() >= deadline:
-            break
+            return trained, at
         inputs, targets = data[at:at + recipe.bptt], data[at + 1:at + 1 + recipe.bptt]
-        inputs = inputs[:len(targets)]
-        if state is not None:
-            state = tuple(s.detach() for s in state)
-        model.zero_grad(set_to_none=True)
-        log_probs, state = model(inputs, state)
-        loss = -log_probs.gather(2, targets.unsqueeze(2)).mean()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), recipe.clip)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(p.grad, alpha=-lr)
+        state = _step(model, inputs[:len(targets)], targets, state, recipe, lr)
         trained += targets.numel()
-    return trained
+    return trained, 0
+
+
+def measure_rates(corpus: Corpus, recipe: LstmRecipe = LstmRecipe(), windows: int = 8) -> tuple[float, float]:
+    """(training, scoring) tokens per second at the current torch threads, timed on a few windows after one
+    unmeasured warm-up (the planner's estimates; a net's rates are measured so too)."""
+    torch.manual_seed(recipe.seed)
+    model = TiedLstm(len(corpus.vocab), recipe)
+    data = _rows(corpus.split("train"), recipe.batch)
+    steps = min(windows + 1, max((data.shape[0] - 1) // recipe.bptt, 1))
+    t0, timed = 0.0, 0
+    model.train()
+    for i in range(steps):
+        if i == min(1, steps - 1):
+            t0, timed = time.perf_counter(), 0
+        at = i * recipe.bptt
+        targets = data[at + 1:at + 1 + recipe.bptt]
+        _step(model, data[at:at + len(targets)], targets, None, recipe, 0.0)
+        timed += targets.numel()
+    train = timed / max(time.perf_counter() - t0, 1e-9)
+    sample = corpus.split("valid")[:EVAL_ROWS * EVAL_WINDOW]
+    t0 = time.perf_counter()
+    split_log_probs(model, sample, corpus.pad_id)
+    return train, max(len(sample), 1) / max(time.perf_counter() - t0, 1e-9)
+
+
+def epochs_of(progress: LstmProgress, train_tokens: int, recipe: LstmRecipe) -> float:
+    """Epochs trained so far, the current one in part."""
+    steps = max(train_tokens // recipe.batch - 1, 1)
+    return progress.epochs_done + min(progress.offset / steps, 1.0)
 
 
 def train_lstm_reference(corpus: Corpus, budget_seconds: float, recipe: LstmRecipe = LstmRecipe(),
-                         threads: int | None = None, progress=None) -> LstmResult:
-    """Train the reference on `corpus`'s train split within `budget_seconds` (training and validation; the
-    test scoring comes after) and score its best weights on valid and test. `progress(epoch, valid, lr)` is
-    called after each epoch."""
+                         threads: int | None = None, progress=None, resume: LstmCheckpoint | None = None,
+                         save=None, epochs: int | None = None) -> LstmResult:
+    """Train the reference on `corpus`'s train split for the recipe's epochs within `budget_seconds` (training
+    and validation; the test scoring comes after) and score its best weights on valid and test.
+    `progress(epochs, valid, lr)` is called after each validation; `save(LstmCheckpoint)` too, so that a run
+    the budget cut is continued from `resume` by a later call (its seconds and epochs counted on). `epochs`
+    stops it sooner, after that many whole epochs in all (a plan that holds fewer than the recipe's)."""
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(recipe.seed)
     start = corpus.pad_id
     model = TiedLstm(len(corpus.vocab), recipe)
+    state, best_state = LstmProgress(lr=recipe.lr), None
+    if resume is not None:
+        model.load_state_dict(resume.weights)
+        state, best_state = resume.progress, resume.best_weights
     data = _rows(corpus.split("train"), recipe.batch)
     valid_ids = corpus.split("valid")
-    began = time.monotonic()
+    began, before = time.monotonic(), state.seconds
     deadline = began + budget_seconds
     sample = valid_ids[:EVAL_ROWS * EVAL_WINDOW]
     t0 = time.monotonic()
     split_log_probs(model, sample, start)  # a validation's time, from one window: kept free at the budget's end
     validation = (time.monotonic() - t0) * len(valid_ids) / max(len(sample), 1)
-    lr, best, best_state, trained, epochs = recipe.lr, math.inf, None, 0, 0.0
-    while time.monotonic() < deadline - validation:
-        tokens = _epoch(model, data, recipe, lr, deadline - validation)
+    last = recipe.epochs if epochs is None else min(epochs, recipe.epochs)
+    while state.epochs_done < last and time.monotonic() < deadline - validation:
+        tokens, state.offset = _epoch(model, data, recipe, state.lr, deadline - validation, state.offset)
         if tokens == 0:
             break
-        trained += tokens
-        epochs += tokens / data.numel()
+        state.trained += tokens
+        state.epochs_done += state.offset == 0
         t0 = time.monotonic()
         valid = perplexity_from_log_probs(split_log_probs(model, valid_ids, start))
         validation = time.monotonic() - t0
+        if state.best is None or valid < state.best:
+            state.best, best_state = valid, {k: v.clone() for k, v in model.state_dict().items()}
+        elif state.offset == 0:  # a whole epoch that did not improve validation
+            state.lr /= 4.0
+        state.seconds = before + time.monotonic() - began
         if progress is not None:
-            progress(epochs, valid, lr)
-        if valid < best:
-            best, best_state = valid, {k: v.clone() for k, v in model.state_dict().items()}
-        else:
-            lr /= 4.0
-    seconds = time.monotonic() - began
+            progress(epochs_of(state, len(corpus.train), recipe), valid, state.lr)
+        if save is not None:
+            save(LstmCheckpoint(state, model.state_dict(), best_state))
+    state.seconds = before + time.monotonic() - began
     if best_state is not None:
         model.load_state_dict(best_state)
-    else:  # no epoch began within the budget: the untrained net, scored as it is
+        best = state.best
+    else:  # no window was trained within the budget: the untrained net, scored as it is
         best = perplexity_from_log_probs(split_log_probs(model, valid_ids, start))
     test = perplexity_from_log_probs(split_log_probs(model, corpus.split("test"), start))
     parameters = sum(p.numel() for p in model.parameters())
-    return LstmResult(best, test, trained, epochs, seconds, parameters, asdict(recipe))
+    return LstmResult(best, test, state.trained, epochs_of(state, len(corpus.train), recipe), state.seconds,
+                      parameters, asdict(recipe), finished=state.epochs_done >= recipe.epochs)

@@ -10,7 +10,7 @@ from typing import Any
 
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
-from nnlm.reproduce import beyond_report, plan_report, plots, results
+from nnlm.reproduce import beyond_plot, beyond_report, plan_report, plots, results
 from nnlm.reproduce.planner import AS_PLANNED, EXPECTED_EPOCHS
 from nnlm.reproduce.table import Row
 from nnlm.reproduce.tables import PaperTable, get_table
@@ -205,9 +205,11 @@ def write_report(out: Path) -> Path:
         *(table_line(row, rows.get(row.id), best, paper.best_ngram_test) for row in ordered),
         "", *plan_report.plan_lines(rows, nets, call),
         "![learning curves](curves.png)", "", "![test perplexities](perplexities.png)", "",
-        *beyond_report.section_lines(data),  # none without --beyond
+        *(beyond := beyond_report.section_lines(data)),  # none without --beyond
     ]
     atomic_write_text(out / "README.md", "\n".join(lines) + "\n")
     plots.curves(out, rows, nets, name)
     plots.bars(out, rows, ordered, best_id, best, paper.best_ngram_test)
+    if beyond:
+        beyond_plot.ratios(out, data)
     return out / "README.md"

@@ -16,7 +16,8 @@ class ReproduceRequest:
     directory; `budget_minutes`: the whole call's wall-clock budget (None: DEFAULT_BUDGET_MINUTES; `full`:
     none, every net trains to early stopping); `models`: the nets to train (None: the table's default);
     `command`: the command line the report quotes; `table`: 'brown' (Table 1) or 'apnews' (None: brown);
-    `beyond`: then the "Beyond the paper" section, within `beyond_minutes` (default 60; `full`: none);
+    `beyond`: then the "Beyond the paper" section, within `beyond_minutes` (default 60; `full`: none), with
+    the LSTM reference planned `beyond_reference` among its nets ('first', 'last' or 'none': left out);
     `min_count` / `max_vocab` / `heldout`: the vocabulary and the held-out parts of a text corpus, as
     `nnlm train` and `nnlm ngram` take them, for every row; `loss`, `samples`, `hogwild`, `threads`, `device`:
     how the nets train."""
@@ -36,6 +37,7 @@ class ReproduceRequest:
     table: str | None = None
     beyond: bool = False
     beyond_minutes: float | None = None
+    beyond_reference: str = "last"
     min_count: int | None = None
     max_vocab: int | None = None
     heldout: int | None = None
@@ -49,6 +51,9 @@ class ReproduceRequest:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise NnlmError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        from nnlm.reproduce.beyond_rows import check_reference_place
+
+        check_reference_place(self.beyond_reference)
         if self.hogwild is not None and self.hogwild < 1:
             raise NnlmError(f"--hogwild must be at least 1 worker, got {self.hogwild}")
         check_loss(self.loss, self.samples)  # samples None: the trainer's default, min(DEFAULT_SAMPLES, |V|)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from nnlm.lm import LanguageModel
-from nnlm.reproduce.beyond_rows import MixRow, NetRow
+from nnlm.reproduce.beyond_rows import Row
 
 if TYPE_CHECKING:
     from nnlm.reproduce.job import Job
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 class Section:
     """The section's clock and budget, the Table 1 job it follows, and the parts loaded so far."""
 
-    def __init__(self, job: Job, minutes: float | None, rows: Sequence[NetRow | MixRow]) -> None:
+    def __init__(self, job: Job, minutes: float | None, rows: Sequence[Row]) -> None:
         self.job, self.rows = job, tuple(rows)
         self.budget = None if minutes is None else 60.0 * minutes
         self.start = time.monotonic()
