@@ -26,6 +26,11 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   hidden units to carve it out of sums of word features. K numbers a row (not m) because with them the
   direct connections alone can hold any table of K^2 x K class logits (W_c . P[pair]); on gen-2k m-wide rows
   (m = 30 < K = 45) stopped 4% short (docs/recipes.md, "Class-pair features, classes refined by trigrams").
+- `recurrent`: "none" is the feed-forward net; "lstm" or "rnn" (tanh) is the paper's section 6 "recurrent
+  network for longer context" (nnlm.neural.net.recurrent): C(w_{t-1}) enters a recurrent state of `layers`
+  layers of h units that carries the whole text read so far; y = b + U a_t (+ W C(w_{t-1})). n - 1 is then
+  the truncation of back-propagation through time and the window a context row is read over.
+- `tied`: a recurrent net's output weights U are C itself (needs h = m).
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ from nnlm.errors import NnlmError
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
 VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",
-            "energy_shared_v", "class_context")  # optional in a stored config
+            "energy_shared_v", "class_context", "recurrent", "tied")  # optional in a stored config
 # The limits of the architecture, declared once: ModelConfig's fields and the training options that set them
 # (nnlm.neural.run.config.RunOptions: --order, --hidden, ...; run.json's schema) share these.
 VOCAB = Bounds(2, integer=True)
@@ -47,6 +52,7 @@ FEATURES = Bounds(1, 100_000, integer=True)
 LAYERS = Bounds(1, 16, integer=True)
 LOCAL = Bounds(0, 64, integer=True)  # 0: every context word concatenated
 CLASSES = Bounds(2, 1 << 24, integer=True)  # K of the class-factored output and of the class-pair features
+RECURRENT_CELLS = ("none", "lstm", "rnn")  # the feed-forward net, or the recurrent state's cell
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class ModelConfig:
     energy: bool = declare(False, flag=True)
     energy_shared_v: bool = declare(False, flag=True)
     class_context: int = declare(0, bounds=CLASSES, off=0)
+    recurrent: str = declare("none", choices=RECURRENT_CELLS)
+    tied: bool = declare(False, flag=True)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -94,6 +102,10 @@ class ModelConfig:
         net; in general C, b, W, U over |V| rows, H and d, the variants' H_l, d_l, g_l and A, and the class
         factor's b, W, U over K rows, and the K^2 class-pair rows P of K numbers."""
         v, m, h, k = self.vocab_size, self.features, self.hidden, self.input_size
+        if self.recurrent != "none":  # C, b, W over the last word, U unless tied; each layer's gates
+            gates = 4 if self.recurrent == "lstm" else 1
+            cells = sum(gates * h * ((m if layer == 0 else h) + h + 2) for layer in range(self.layers))
+            return v * (m + 1) + (0 if self.tied else v * h) + (v * m if self.direct else 0) + cells
         if self.energy:  # C, b; H over the n-1 context words and H_0 over the output word; d; v (v_w or shared); W
             output = h if self.energy_shared_v else v * h
             return v * (m + 1) + h * (k + m + 1) + output + (v * k if self.direct else 0)
@@ -137,4 +149,11 @@ RULES: tuple[Rule, ...] = (  # (broken, what to say), checked in this order once
     (lambda c: c.class_context > 0 and (c.order < 3 or c.energy or c.output_classes > 0 or c.local > 0),
      lambda c: "--class-context needs n >= 3 (two context words) and the full softmax's NPLM with every context "
                "word concatenated: not --energy, --output-layer classes or --local"),
+    (lambda c: c.recurrent != "none" and (c.hidden == 0 or c.energy or c.output_classes > 0 or c.local > 0
+                                          or c.layer_norm or c.residual or c.class_context > 0),
+     lambda c: f"--recurrent {c.recurrent} needs a hidden state (h > 0) and the full softmax: it does not combine "
+               "with --energy, --output-layer classes, --local, --layer-norm, --residual or --class-context"),
+    (lambda c: c.tied and (c.recurrent == "none" or c.hidden != c.features),
+     lambda c: f"--tied uses C as the output weights U of a recurrent net (--recurrent lstm or rnn) with h = m, "
+               f"got --recurrent {c.recurrent}, h = {c.hidden}, m = {c.features}"),
 )

@@ -1,7 +1,8 @@
 """Named nets: Table 1's (Brown) n, h, m and direct connections for MLP1 ... MLP10, Table 2's AP News
 net (`apnews`), larger nets of the same feed-forward family that go past the paper (`BEYOND`,
 issue 22; docs/experiments/beyond.md), the paper's own proposed extension (`EXTENSIONS`: `energy`, its
-section 5.1 energy-minimization network, docs/experiments/energy.md), and Table 1 nets with the
+section 5.1 energy-minimization network, docs/experiments/energy.md, and its section 6 recurrent net, `lstm`
+and `rnn`, docs/experiments/recurrent-nplm.md), and Table 1 nets with the
 class-factored output layer (`CLASS_OUTPUT`: K = about sqrt(|V|) classes, nnlm.neural.net.class_output;
 docs/experiments/class-output.md).
 
@@ -58,6 +59,10 @@ def has_class_output(name: str) -> bool:
 EXTENSIONS: dict[str, dict[str, Any]] = {
     "energy": dict(order=5, hidden=50, features=60, direct=False, energy=True),
     "energy-direct": dict(order=5, hidden=50, features=60, direct=True, energy=True),
+    # its section 6 "recurrent network for longer context" (nnlm.neural.net.recurrent) in the shape of the LSTM
+    # reference (nnlm.reproduce.lstm_reference): 2 layers of 200, tied, BPTT over 35 steps; `rnn`: tanh cells
+    "lstm": dict(order=36, hidden=200, features=200, direct=False, layers=2, recurrent="lstm", tied=True),
+    "rnn": dict(order=36, hidden=200, features=200, direct=False, layers=2, recurrent="rnn", tied=True),
 }
 
 
@@ -95,4 +100,5 @@ def run_name(preset_name: str, config: ModelConfig) -> str:
     return name + (f"-l{config.layers}" if config.layers > 1 else "") + ("-ln" if config.layer_norm else "") \
         + ("-res" if config.residual else "") + (f"-local{config.local}" if config.local else "") \
         + (f"-classes{config.output_classes}" if config.output_classes else "") \
-        + ("-energy" if config.energy else "") + ("-shared-v" if config.energy_shared_v else "")
+        + ("-energy" if config.energy else "") + ("-shared-v" if config.energy_shared_v else "") \
+        + (f"-{config.recurrent}" if config.recurrent != "none" else "") + ("-tied" if config.tied else "")

@@ -22,7 +22,7 @@ from typing import Any
 
 from nnlm.bounds import SEED_MAX, Bounds, check_choice, check_values, declare
 from nnlm.errors import NnlmError
-from nnlm.neural.net.model_config import CLASSES, FEATURES, HIDDEN, LAYERS, LOCAL, ORDER
+from nnlm.neural.net.model_config import CLASSES, FEATURES, HIDDEN, LAYERS, LOCAL, ORDER, RECURRENT_CELLS
 from nnlm.neural.run.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defaults
 
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.net.sampled builds them); declared here once
@@ -70,7 +70,8 @@ class RunOptions:
     heldout: int | None = option(None, "a text file or stdin: valid and test size in tokens (0: none)", cli=False,
                                  bounds=Bounds(0, integer=True))
     preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
-                                   "energy network, docs/experiments/energy.md), wide-context, deep-context or "
+                                   "energy network, docs/experiments/energy.md), lstm or rnn (its section 6 "
+                                   "recurrent net, docs/experiments/recurrent-nplm.md), wide-context, deep-context or "
                                    "long-context (past the paper, docs/experiments/beyond.md), or mlp1-classes (MLP1 "
                                    "with the class-factored output layer)", required=True)
     order: int | None = option(None, "n, overriding the preset", bounds=ORDER, shown="the preset's")
@@ -94,6 +95,13 @@ class RunOptions:
                                        "overriding the preset", flag=True, shown="the preset's (off but for energy)")
     energy_shared_v: bool | None = option(None, "--energy: one output vector v for every word instead of v_w",
                                           flag=True, shown="off")
+    recurrent: str | None = option(None, "lstm or rnn: the paper's recurrent net for longer context (section 6): "
+                                         "C(w_{t-1}) feeds --layers recurrent layers of h units carrying the "
+                                         "text, trained by truncated back-propagation over n-1 steps; none: the "
+                                         "feed-forward net; overriding the preset", choices=RECURRENT_CELLS,
+                                   shown="the preset's (none but for lstm and rnn)")
+    tied: bool | None = option(None, "--recurrent: the output weights U are C itself (needs h = m)", flag=True,
+                               shown="the preset's")
     output_layer: str | None = option(None, "full: one softmax over V (the paper); classes: P(class | h) x "
                                             "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word",
                                       choices=OUTPUT_LAYERS, shown="the preset's: full, classes for mlp1-classes",

@@ -20,6 +20,7 @@ import torch
 from nnlm.data.corpus import Corpus
 from nnlm.errors import NnlmError
 from nnlm.neural.net.model import NPLM
+from nnlm.neural.net.model_config import ModelConfig
 from nnlm.neural.net.nets import build_net
 from nnlm.neural.run import checkpoint as ck
 from nnlm.neural.run.batches import batch_loss
@@ -47,13 +48,18 @@ class TrainerSpec:
         """Whether it can pull the rows towards their classes (--init-features exchange): one process only."""
         return self.name == "single"
 
-    def trainer_class(self) -> type[Trainer]:
+    def trainer_class(self, config: ModelConfig | None = None) -> type[Trainer]:
+        """Its class; a recurrent net's single process trains by windows of streams (RecurrentTrainer)."""
+        if config is not None and config.recurrent != "none" and self.name == "single":
+            from nnlm.neural.run.recurrent_trainer import RecurrentTrainer
+
+            return RecurrentTrainer
         module, name = self.where.split(":")
         return getattr(importlib.import_module(module), name)
 
     def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None,
               output_layer: str | None = None, energy: bool = False, init_features: str | None = None,
-              row_decay: str | None = None) -> None:
+              row_decay: str | None = None, recurrent: str = "none") -> None:
         """What this trainer cannot do -> one-line NnlmError. Asked once per run, by `prepare` through
         `open_run`: on a new run's resolved options before anything is written, on a resumed run's own."""
         if output_layer == "classes" and not self.takes_class_output:
@@ -65,6 +71,9 @@ class TrainerSpec:
         if row_decay == "exact" and self.name != "single":
             raise NnlmError(f"--row-decay exact keeps each row's bookkeeping in one process, not with --parallel "
                             f"{self.name}")
+        if recurrent != "none" and (self.name != "single" or loss != "full"):
+            raise NnlmError(f"the recurrent net (--recurrent {recurrent}) trains the full softmax in one process, not "
+                            + (f"--parallel {self.name}" if self.name != "single" else f"--loss {loss}"))
         if energy and self.name != "single":
             raise NnlmError(f"the energy network (--energy) trains in one process, not with --parallel {self.name}")
         if self.full_softmax_only and loss != "full":
@@ -108,6 +117,8 @@ def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = Fals
     then adopts the copy its parent laid out in shared memory: `kept_output.share_kept_layout`) keeps a
     copy of the output weights side by side and updates it with the masters in one pass (`KeptLoss`).
     `exact_decay`: RowAdam's exact rule (--row-decay exact), else its lazy one."""
+    if net.config.recurrent != "none":  # (its trainer computes its own loss: nnlm.neural.run.recurrent_trainer)
+        return batch_loss, build_optimizer(net, recipe, lr)
     if net.config.output_classes and recipe.optimizer == "adam":
         from nnlm.neural.net.class_output import ClassRowLoss
         from nnlm.neural.net.sampled import RowAdam
@@ -159,7 +170,8 @@ def prepare(out: Path, request: TrainRequest, resume: bool, device: torch.device
     session = request.session
     run, corpus = open_run(out, request, resume, device, check=lambda run: spec.check(
         run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy,
-        init_features=run.init_features, row_decay=run.row_decay), ties_rows=spec.ties_rows, progress=progress)
+        init_features=run.init_features, row_decay=run.row_decay, recurrent=run.model_config.recurrent),
+        ties_rows=spec.ties_rows, progress=progress)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
     net = build_net(run.model_config, dropout_x=recipe.dropout_x, dropout_h=recipe.dropout_h).to(device)

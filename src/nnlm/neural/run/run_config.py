@@ -221,13 +221,15 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
     here, from the text (nnlm.neural.net.feature_init), and what it compared is returned beside."""
     auto = options.init_features in (None, "auto")
     if auto:
-        can_tie = ties_rows and options.loss == "full" and not (model.energy or model.output_classes or model.local)
+        can_tie = ties_rows and options.loss == "full" and not (model.energy or model.output_classes or model.local
+                                                                or model.recurrent != "none")
         if not can_tie or model.order < 3:
             return dataclasses.replace(options, init_features="random"), model, None
     elif options.init_features == "random":
         return options, model, None
-    if model.energy or model.output_classes:
-        what = "the energy network (--energy)" if model.energy else "--output-layer classes"
+    if model.energy or model.output_classes or model.recurrent != "none":
+        what = ("the energy network (--energy)" if model.energy else "--output-layer classes" if model.output_classes
+                else "the recurrent net (--recurrent)")
         raise NnlmError(f"--init-features exchange ties the full softmax's output rows U and W of each class; "
                         f"{what} has other output rows: choose one of them")
     from nnlm.neural.net.output_clustering import class_count_limit, default_class_count

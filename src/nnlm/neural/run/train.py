@@ -100,7 +100,7 @@ def run_setup(setup: TrainingSetup, spec: TrainerSpec, log: Callable[[str], None
     is nothing left to do)."""
     if nothing_left_to_do(setup, log):
         return setup.state
-    trainer = spec.trainer_class()(setup)
+    trainer = spec.trainer_class(setup.net.config)(setup)
     try:
         with StopRequest() as stop_request:
             return run_epochs(setup.out, setup.run, setup.session, setup.corpus, setup.state, trainer, log, progress,

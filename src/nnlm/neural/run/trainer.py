@@ -124,6 +124,20 @@ class Trainer:
         cores = governor.describe() if governor else threads.thread_count(torch.get_num_threads())
         return f"batch {self.batch}, {cores}, {self.device}"
 
+    def batch_at(self, order: torch.Tensor, b: int) -> Any:
+        """Batch b of the epoch: rows [B, k+1] (context, then target), one gather from the padded stream. A
+        trainer with batches of its own (nnlm.neural.run.recurrent_trainer: windows of streams) overrides
+        this, `examples_in`, `batch_loss` and `update`."""
+        return batch_rows(self.padded, order, b, self.batch, self.window)
+
+    def examples_in(self, rows: Any) -> int:
+        """The examples (predicted tokens) of a batch."""
+        return len(rows)
+
+    def update(self, loss: torch.Tensor, examples_seen: int, examples: int) -> None:
+        """One step of the optimizer on the gradient of `loss`."""
+        update(self.net, self.optimizer, loss, examples_seen, examples)
+
     def batch_loss(self, rows: torch.Tensor, step: int) -> tuple[torch.Tensor, float]:
         """The loss to differentiate here, and this process's part of the batch's summed -log P."""
         loss = self.loss_fn(self.net, rows[:, :self.k], rows[:, self.k], self.run.bf16)
@@ -187,23 +201,24 @@ class Trainer:
     def _batches(self, state: TrainingState, order: torch.Tensor, clock: Clock, save: Callable[[], None],
                  bar: Silent) -> bool:
         while state["batch"] < self.n_batches:
-            rows = batch_rows(self.padded, order, state["batch"], self.batch, self.window)
+            rows = self.batch_at(order, state["batch"])
             loss, part = self.batch_loss(rows, state["step"])
             total, out_of_time, save_due = self.agree(
                 [part, float(self.writer and clock.out_of_time()) + float(clock.signalled()),
                  float(self.writer and clock.save_due())])
-            value = total / len(rows)
+            examples = self.examples_in(rows)
+            value = total / examples
             if (what := diverged(value, self.explode_at)) is not None:
                 raise TrainingDiverged(divergence_message(self.out, state, what, self.run))
-            update(self.net, self.optimizer, loss, state["examples"], len(rows))
+            self.update(loss, state["examples"], examples)
             state["step"] += 1
             state["batch"] += 1
-            state["examples"] += len(rows)
-            state["loss_sum"] += value * len(rows)
-            state["loss_count"] += len(rows)
+            state["examples"] += examples
+            state["loss_sum"] += value * examples
+            state["loss_count"] += examples
             if state["batch"] % CHECK_THREADS_EVERY == 0:
                 threads.check()  # other processes' load may have changed (a clock read unless due)
-            bar.update(len(rows))
+            bar.update(examples)
             if state["batch"] % 20 == 0:
                 left = ("" if clock.budget is None
                         else f", budget left {max(clock.budget - clock.elapsed(), 0) / 60:.1f} min")
