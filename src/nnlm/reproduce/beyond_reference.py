@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
-from nnlm.neural import checkpoint as ck
+from nnlm.neural.run import checkpoint as ck
 from nnlm.reproduce import planner
 from nnlm.reproduce.beyond_nets import section_grant
 from nnlm.reproduce.beyond_rows import ReferenceRow, row_key
