@@ -26,6 +26,9 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   hidden units to carve it out of sums of word features. K numbers a row (not m) because with them the
   direct connections alone can hold any table of K^2 x K class logits (W_c . P[pair]); on gen-2k m-wide rows
   (m = 30 < K = 45) stopped 4% short (docs/recipes.md, "Class-pair features, classes refined by trigrams").
+- `output_tree`: 0 is the paper's softmax over V; B >= 2 makes the output layer a tree of words with at most
+  B children a node, P(w | h) the product of the softmaxes along w's path (nnlm.neural.net.tree_output): about
+  (B - 1) log_B |V| rows per word. Its |V| - 1 rows live in the |V| rows of b, W, U (the count is the paper's).
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ from nnlm.errors import NnlmError
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
 VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",
-            "energy_shared_v", "class_context")  # optional in a stored config
+            "energy_shared_v", "class_context", "output_tree")  # optional in a stored config
 # The limits of the architecture, declared once: ModelConfig's fields and the training options that set them
 # (nnlm.neural.run.config.RunOptions: --order, --hidden, ...; run.json's schema) share these.
 VOCAB = Bounds(2, integer=True)
@@ -47,6 +50,7 @@ FEATURES = Bounds(1, 100_000, integer=True)
 LAYERS = Bounds(1, 16, integer=True)
 LOCAL = Bounds(0, 64, integer=True)  # 0: every context word concatenated
 CLASSES = Bounds(2, 1 << 24, integer=True)  # K of the class-factored output and of the class-pair features
+BRANCHING = Bounds(2, 1024, integer=True)  # B of the tree output layer: children of a node at most
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class ModelConfig:
     energy: bool = declare(False, flag=True)
     energy_shared_v: bool = declare(False, flag=True)
     class_context: int = declare(0, bounds=CLASSES, off=0)
+    output_tree: int = declare(0, bounds=BRANCHING, off=0)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -134,7 +139,10 @@ RULES: tuple[Rule, ...] = (  # (broken, what to say), checked in this order once
                "--layers, --layer-norm, --residual or --local"),
     (lambda c: c.energy and c.output_classes > 0,
      lambda c: "--energy and --output-layer classes are two different output layers: choose one"),
-    (lambda c: c.class_context > 0 and (c.order < 3 or c.energy or c.output_classes > 0 or c.local > 0),
+    (lambda c: c.output_tree > 0 and (c.energy or c.output_classes > 0),
+     lambda c: "--output-layer tree is an output layer of its own: not with --energy or --output-layer classes"),
+    (lambda c: c.class_context > 0 and (c.order < 3 or c.energy or c.output_classes > 0 or c.local > 0
+                                                     or c.output_tree > 0),
      lambda c: "--class-context needs n >= 3 (two context words) and the full softmax's NPLM with every context "
-               "word concatenated: not --energy, --output-layer classes or --local"),
+               "word concatenated: not --energy, --output-layer classes or tree, or --local"),
 )
