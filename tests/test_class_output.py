@@ -189,7 +189,7 @@ def test_frequency_classes_and_an_explicit_k(random_corpus, tmp_path):
 @pytest.mark.parametrize("options,fragment", [
     ({"loss": "sampled"}, "--loss sampled samples the full softmax; --output-layer classes"),
     ({"bf16": True}, "--bf16 applies to the full softmax"),
-    ({"output_layer": "full", "output_classes": 5}, "--output-classes applies to --output-layer classes only"),
+    ({"output_layer": "full", "output_classes": 5}, "--output-classes applies to --output-layer classes or tree only"),
     ({"output_layer": None, "output_clustering": "frequency"}, "--output-clustering applies to --output-layer"),
     ({"output_classes": 500}, "--output-classes 500: the exchange clustering of this corpus can make at most"),
 ])

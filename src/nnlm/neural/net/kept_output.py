@@ -287,4 +287,5 @@ def keeps_output(net: NPLM, optimizer: str, one_process: bool) -> bool:
     """Whether a full-softmax run takes the kept path: the paper's SGD, one CPU process, a word output
     layer with a product (W or U)."""
     return (one_process and optimizer == "paper-sgd" and not net.config.output_classes
-            and not net.config.energy and (net.W is not None or net.U is not None) and net.b.device.type == "cpu")
+            and not net.config.output_tree and not net.config.energy
+            and (net.W is not None or net.U is not None) and net.b.device.type == "cpu")

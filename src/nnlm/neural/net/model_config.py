@@ -31,6 +31,9 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   layers of h units that carries the whole text read so far; y = b + U a_t (+ W C(w_{t-1})). n - 1 is then
   the truncation of back-propagation through time and the window a context row is read over.
 - `tied`: a recurrent net's output weights U are C itself (needs h = m).
+- `output_tree`: 0 is the paper's softmax over V; B >= 2 makes the output layer a tree of words with at most
+  B children a node, P(w | h) the product of the softmaxes along w's path (nnlm.neural.net.tree_output): about
+  (B - 1) log_B |V| rows per word. Its |V| - 1 rows live in the |V| rows of b, W, U (the count is the paper's).
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ from nnlm.errors import NnlmError
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
 VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",
-            "energy_shared_v", "class_context", "recurrent", "tied")  # optional in a stored config
+            "energy_shared_v", "class_context", "recurrent", "tied", "output_tree")  # optional in a stored config
 # The limits of the architecture, declared once: ModelConfig's fields and the training options that set them
 # (nnlm.neural.run.config.RunOptions: --order, --hidden, ...; run.json's schema) share these.
 VOCAB = Bounds(2, integer=True)
@@ -53,6 +56,7 @@ LAYERS = Bounds(1, 16, integer=True)
 LOCAL = Bounds(0, 64, integer=True)  # 0: every context word concatenated
 CLASSES = Bounds(2, 1 << 24, integer=True)  # K of the class-factored output and of the class-pair features
 RECURRENT_CELLS = ("none", "lstm", "rnn")  # the feed-forward net, or the recurrent state's cell
+BRANCHING = Bounds(2, 1024, integer=True)  # B of the tree output layer: children of a node at most
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class ModelConfig:
     class_context: int = declare(0, bounds=CLASSES, off=0)
     recurrent: str = declare("none", choices=RECURRENT_CELLS)
     tied: bool = declare(False, flag=True)
+    output_tree: int = declare(0, bounds=BRANCHING, off=0)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -146,13 +151,16 @@ RULES: tuple[Rule, ...] = (  # (broken, what to say), checked in this order once
                "--layers, --layer-norm, --residual or --local"),
     (lambda c: c.energy and c.output_classes > 0,
      lambda c: "--energy and --output-layer classes are two different output layers: choose one"),
-    (lambda c: c.class_context > 0 and (c.order < 3 or c.energy or c.output_classes > 0 or c.local > 0),
+    (lambda c: c.output_tree > 0 and (c.energy or c.output_classes > 0),
+     lambda c: "--output-layer tree is an output layer of its own: not with --energy or --output-layer classes"),
+    (lambda c: c.class_context > 0 and (c.order < 3 or c.energy or c.output_classes > 0 or c.local > 0
+                                                     or c.output_tree > 0),
      lambda c: "--class-context needs n >= 3 (two context words) and the full softmax's NPLM with every context "
-               "word concatenated: not --energy, --output-layer classes or --local"),
-    (lambda c: c.recurrent != "none" and (c.hidden == 0 or c.energy or c.output_classes > 0 or c.local > 0
-                                          or c.layer_norm or c.residual or c.class_context > 0),
+               "word concatenated: not --energy, --output-layer classes or tree, or --local"),
+    (lambda c: c.recurrent != "none" and (c.hidden == 0 or c.energy or c.output_classes > 0 or c.output_tree
+                                          or c.local > 0 or c.layer_norm or c.residual or c.class_context > 0),
      lambda c: f"--recurrent {c.recurrent} needs a hidden state (h > 0) and the full softmax: it does not combine "
-               "with --energy, --output-layer classes, --local, --layer-norm, --residual or --class-context"),
+               "with --energy, --output-layer classes or tree, --local, --layer-norm, --residual or --class-context"),
     (lambda c: c.tied and (c.recurrent == "none" or c.hidden != c.features),
      lambda c: f"--tied uses C as the output weights U of a recurrent net (--recurrent lstm or rnn) with h = m, "
                f"got --recurrent {c.recurrent}, h = {c.hidden}, m = {c.features}"),

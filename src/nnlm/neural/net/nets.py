@@ -1,7 +1,8 @@
 """Which net a ModelConfig describes, and its LanguageModel adapter: the one place that chooses between the
 NPLM with the paper's softmax over V (nnlm.neural.net.model), its class-factored version (`output_classes` > 0,
-nnlm.neural.net.class_output), the section 5.1 energy network (`energy`, nnlm.neural.net.energy) and the
-section 6 recurrent net (`recurrent`, nnlm.neural.net.recurrent). Every place
+nnlm.neural.net.class_output), its tree output layer (`output_tree`, nnlm.neural.net.tree_output), the
+section 5.1 energy network (`energy`, nnlm.neural.net.energy) and the section 6 recurrent net (`recurrent`,
+nnlm.neural.net.recurrent). Every place
 that builds a net from a config (training, parallel ranks, loading) asks here, so each kind goes through
 the same training loop, checkpoints and commands without knowing which it is.
 """
@@ -34,13 +35,17 @@ def build_net(config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.
         from nnlm.neural.net.class_output import ClassNPLM
 
         return ClassNPLM(config, dropout_x, dropout_h)
+    if config.output_tree:
+        from nnlm.neural.net.tree_output import TreeNPLM
+
+        return TreeNPLM(config, dropout_x, dropout_h)
     return NPLM(config, dropout_x, dropout_h)
 
 
 def language_model(net: nn.Module, vocab: Vocabulary, pad_token: str, device: str | torch.device = "cpu",
                    scoring: Scoring = EXACT) -> LanguageModel:
     """`net` (from `build_net`) behind the LanguageModel interface, scoring by `scoring` (nnlm.neural.lm.scoring):
-    NeuralLM, ClassNeuralLM (always exact fp32 scoring), EnergyLM or RecurrentLM."""
+    NeuralLM, ClassNeuralLM / TreeNeuralLM (always exact fp32 scoring), EnergyLM or RecurrentLM."""
     if net.config.recurrent != "none":
         from nnlm.neural.lm.recurrent_lm import RecurrentLM
 
@@ -53,4 +58,8 @@ def language_model(net: nn.Module, vocab: Vocabulary, pad_token: str, device: st
         from nnlm.neural.lm.class_lm import ClassNeuralLM
 
         return ClassNeuralLM(net, vocab, pad_token, device, scoring)
+    if net.config.output_tree:
+        from nnlm.neural.lm.class_lm import TreeNeuralLM
+
+        return TreeNeuralLM(net, vocab, pad_token, device, scoring)
     return NeuralLM(net, vocab, pad_token, device, scoring)

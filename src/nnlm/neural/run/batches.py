@@ -30,11 +30,16 @@ def batch_loss(net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: b
     and all weights stay fp32: it saves the passes over [B, |V|] that autocast with an fp32 log-softmax,
     which it replaced, made) or in fp32 (the same function as autograd through `net` and
     F.cross_entropy, up to rounding, 1.16x its step for MLP1 with Adam on one thread).
-    A class-factored output layer (nnlm.neural.net.class_output) has its own loss, always fp32."""
+    A class-factored output layer (nnlm.neural.net.class_output) has its own loss, always fp32, as has a tree
+    one (nnlm.neural.net.tree_output)."""
     if net.config.output_classes:
         from nnlm.neural.net.class_output import class_output_loss
 
         return class_output_loss(net, contexts, targets)
+    if net.config.output_tree:
+        from nnlm.neural.net.tree_output import tree_output_loss
+
+        return tree_output_loss(net, contexts, targets)
     if (net.W is None and net.H is None) or net.config.energy:  # (y = b: no product; energy: its own logits)
         return F.cross_entropy(net(contexts), targets)
     zs, ws = net.output_operands(contexts)

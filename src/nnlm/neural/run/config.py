@@ -22,11 +22,20 @@ from typing import Any
 
 from nnlm.bounds import SEED_MAX, Bounds, check_choice, check_values, declare
 from nnlm.errors import NnlmError
-from nnlm.neural.net.model_config import CLASSES, FEATURES, HIDDEN, LAYERS, LOCAL, ORDER, RECURRENT_CELLS
+from nnlm.neural.net.model_config import (
+    BRANCHING,
+    CLASSES,
+    FEATURES,
+    HIDDEN,
+    LAYERS,
+    LOCAL,
+    ORDER,
+    RECURRENT_CELLS,
+)
 from nnlm.neural.run.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defaults
 
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.net.sampled builds them); declared here once
-OUTPUT_LAYERS = ("full", "classes")
+OUTPUT_LAYERS = ("full", "classes", "tree")
 CLUSTERINGS = ("exchange", "frequency")  # nnlm.neural.net.output_clustering.CLUSTERINGS, repeated (numpy-free)
 ROW_DECAYS = ("touched", "exact")  # nnlm.neural.net.sampled.RowAdam's two rules for the rows a batch did not touch
 INIT_FEATURES = ("auto", "random", "exchange")  # nnlm.neural.net.feature_init
@@ -103,14 +112,19 @@ class RunOptions:
     tied: bool | None = option(None, "--recurrent: the output weights U are C itself (needs h = m)", flag=True,
                                shown="the preset's")
     output_layer: str | None = option(None, "full: one softmax over V (the paper); classes: P(class | h) x "
-                                            "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word",
+                                            "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word; tree: the "
+                                            "product of exact softmaxes down a word tree, O((B-1) log_B |V|)",
                                       choices=OUTPUT_LAYERS, shown="the preset's: full, classes for mlp1-classes",
                                       stored_choices=OUTPUT_LAYERS)
-    output_classes: int | None = option(None, "--output-layer classes: the number of word classes K",
+    output_classes: int | None = option(None, "--output-layer classes (or tree with exchange clustering): the "
+                                              "number of word classes K",
                                         bounds=CLASSES, metavar="K", shown="about sqrt(|V|)")
-    output_clustering: str | None = option(None, "--output-layer classes: exchange (the class-based n-gram's "
-                                                 "clustering of train) or frequency (bins of equal token mass)",
+    output_clustering: str | None = option(None, "--output-layer classes / tree: exchange (the class-based "
+                                                 "n-gram's clustering of train; tree: nested classes of classes) "
+                                                 "or frequency (bins of equal token mass; tree: Huffman's)",
                                            choices=CLUSTERINGS, shown="exchange")
+    tree_branching: int | None = option(None, "--output-layer tree: at most B children a node (2: binary)",
+                                        bounds=BRANCHING, metavar="B", shown="2")
     row_decay: str | None = option(None, "--loss sampled / nce or --output-layer classes (Adam on the rows a batch "
                                          "touched): touched: a row's weight decay and moments move only at the "
                                          "steps that touch it (torch's SparseAdam); exact: dense AdamW's weight "
@@ -187,9 +201,9 @@ class RunOptions:
         self.check_output_layer()
         self.check_init_features()
         if self.row_decay is not None and (RECIPES[recipe].optimizer != "adam" or (
-                self.loss == "full" and self.asked_output_layer() != "classes")):
+                self.loss == "full" and self.asked_output_layer() not in ("classes", "tree"))):
             raise NnlmError("--row-decay applies to the runs that update only the rows a batch touched: --loss "
-                            "sampled or nce, or --output-layer classes, with an Adam recipe")
+                            "sampled or nce, or --output-layer classes or tree, with an Adam recipe")
         if self.loss != "full" and RECIPES[recipe].optimizer != "adam":
             raise NnlmError(f"--loss {self.loss} trains with the modern recipe (Adam on the touched rows), "
                             f"not {recipe!r}")
@@ -230,14 +244,20 @@ class RunOptions:
         from nnlm.neural.net.presets import has_class_output
 
         classes = self.output_layer == "classes" or (self.output_layer is None and has_class_output(self.preset))
-        if not classes:
-            self.refuse_given(("output_classes", "output_clustering"), "--output-layer classes")
+        tree = self.output_layer == "tree"
+        if not tree:
+            self.refuse_given(("tree_branching",), "--output-layer tree")
+        if not (classes or tree):
+            self.refuse_given(("output_classes", "output_clustering"), "--output-layer classes or tree")
             return
+        if tree and self.output_clustering == "frequency":
+            self.refuse_given(("output_classes",), "--output-layer classes, or tree with exchange clustering,")
+        layer = "classes" if classes else "tree"
         if self.loss != "full":
-            raise NnlmError(f"--loss {self.loss} samples the full softmax; --output-layer classes computes its two "
+            raise NnlmError(f"--loss {self.loss} samples the full softmax; --output-layer {layer} computes its "
                             "exact softmaxes instead: choose one of them")
         if self.bf16:
-            raise NnlmError("--bf16 applies to the full softmax's output layer; the class-factored one trains in "
+            raise NnlmError(f"--bf16 applies to the full softmax's output layer; --output-layer {layer} trains in "
                             "fp32 (its products are small)")
 
 

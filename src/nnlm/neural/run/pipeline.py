@@ -62,6 +62,8 @@ class TrainerSpec:
               row_decay: str | None = None, recurrent: str = "none") -> None:
         """What this trainer cannot do -> one-line NnlmError. Asked once per run, by `prepare` through
         `open_run`: on a new run's resolved options before anything is written, on a resumed run's own."""
+        if output_layer == "tree" and self.name != "single":
+            raise NnlmError(f"--output-layer tree trains in one process, not with --parallel {self.name}")
         if output_layer == "classes" and not self.takes_class_output:
             raise NnlmError(f"--parallel {self.name} slices the full softmax's output rows over the ranks; "
                             "--output-layer classes trains in one process or with --parallel hogwild or ddp")
@@ -119,7 +121,7 @@ def full_loss(net: torch.nn.Module, recipe: Recipe, lr: float, bf16: bool = Fals
     `exact_decay`: RowAdam's exact rule (--row-decay exact), else its lazy one."""
     if net.config.recurrent != "none":  # (its trainer computes its own loss: nnlm.neural.run.recurrent_trainer)
         return batch_loss, build_optimizer(net, recipe, lr)
-    if net.config.output_classes and recipe.optimizer == "adam":
+    if (net.config.output_classes or net.config.output_tree) and recipe.optimizer == "adam":  # (the tree too)
         from nnlm.neural.net.class_output import ClassRowLoss
         from nnlm.neural.net.sampled import RowAdam
 
@@ -182,6 +184,11 @@ def prepare(out: Path, request: TrainRequest, resume: bool, device: torch.device
         from nnlm.neural.net.output_clustering import output_classes
 
         net.set_classes(output_classes(run.output_clustering, corpus.train, words, net.config.output_classes))
+    if state is None and net.config.output_tree:  # a fresh tree net: the run's tree
+        from nnlm.neural.net.output_tree import word_tree
+
+        net.set_tree(word_tree(run.output_clustering, corpus.train, words, net.config.output_tree, run.output_classes,
+                               progress))
     if run.init_features == "exchange":  # the classes start a fresh net's rows, and hold every run's near them
         from nnlm.neural.net import feature_init as fi
         from nnlm.neural.net.kept_output import KeptLoss

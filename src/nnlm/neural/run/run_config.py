@@ -101,8 +101,10 @@ def model_config(run: dict[str, Any] | RunOptions, vocab_size: int) -> ModelConf
     base = preset(values["preset"], vocab_size)
     picks = {k: values[k] for k in ("order", "hidden", "features", "direct", *VARIANTS)
              if values.get(k) is not None and k != "class_context"}  # (a flag; its K: `resolve_init_features`)
-    if values.get("output_layer") == "full":
+    if values.get("output_layer") in ("full", "tree"):
         picks["output_classes"] = 0
+    if values.get("output_layer") == "tree":
+        picks["output_tree"] = values.get("tree_branching") or 2
     elif values.get("output_layer") == "classes" or base.output_classes:
         from nnlm.neural.net.output_clustering import default_class_count
 
@@ -198,6 +200,8 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
     """The output layer's options as run.json stores them: full, or classes with K and the clustering
     (a default K the clustering cannot make -- more classes than train has distinct words -- is lowered;
     an explicit one is refused). A class-factored layer trains in fp32."""
+    if model.output_tree:
+        return resolve_output_tree(options, model, corpus), model
     if not model.output_classes:
         return dataclasses.replace(options, output_layer="full"), model
     from nnlm.neural.net.output_clustering import CLUSTERINGS, class_count_limit
@@ -213,6 +217,22 @@ def resolve_output_layer(options: RunOptions, model: ModelConfig, corpus: Corpus
                                output_clustering=clustering, bf16=False), model
 
 
+def resolve_output_tree(options: RunOptions, model: ModelConfig, corpus: Corpus) -> RunOptions:
+    """--output-layer tree as run.json stores it: B, the clustering and (exchange) the classes' K, a default K
+    lowered to what the clustering can make, an explicit one refused past it. fp32, like the classes."""
+    from nnlm.neural.net.output_clustering import CLUSTERINGS, class_count_limit, default_class_count
+
+    clustering, k = options.output_clustering or CLUSTERINGS[0], None
+    if clustering == "exchange":
+        limit = class_count_limit(clustering, corpus.train, model.vocab_size)
+        if options.output_classes is not None and options.output_classes > limit:
+            raise NnlmError(f"--output-classes {options.output_classes}: the exchange clustering of this corpus "
+                            f"can make at most {limit} classes")
+        k = options.output_classes or min(limit, default_class_count(model.vocab_size))
+    return dataclasses.replace(options, output_layer="tree", output_classes=k, output_clustering=clustering,
+                               tree_branching=model.output_tree, bf16=False)
+
+
 def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpus, ties_rows: bool = True,
                           progress: bool = False) -> tuple[RunOptions, ModelConfig, dict[str, float] | None]:
     """--init-features as run.json stores it: random, or exchange with K (default about sqrt(|V|), lowered to
@@ -222,14 +242,15 @@ def resolve_init_features(options: RunOptions, model: ModelConfig, corpus: Corpu
     auto = options.init_features in (None, "auto")
     if auto:
         can_tie = ties_rows and options.loss == "full" and not (model.energy or model.output_classes or model.local
-                                                                or model.recurrent != "none")
+                                                                or model.recurrent != "none" or model.output_tree)
         if not can_tie or model.order < 3:
             return dataclasses.replace(options, init_features="random"), model, None
     elif options.init_features == "random":
         return options, model, None
-    if model.energy or model.output_classes or model.recurrent != "none":
-        what = ("the energy network (--energy)" if model.energy else "--output-layer classes" if model.output_classes
-                else "the recurrent net (--recurrent)")
+    if model.energy or model.output_classes or model.output_tree or model.recurrent != "none":
+        layer = "tree" if model.output_tree else "classes"
+        what = ("the energy network (--energy)" if model.energy else f"--output-layer {layer}"
+                if model.output_classes or model.output_tree else "the recurrent net (--recurrent)")
         raise NnlmError(f"--init-features exchange ties the full softmax's output rows U and W of each class; "
                         f"{what} has other output rows: choose one of them")
     from nnlm.neural.net.output_clustering import class_count_limit, default_class_count

@@ -184,6 +184,8 @@ def start_line(run: Run, corpus: Corpus, trainer: Trainer) -> str:
             + (f"{run.loss} loss with {run.samples} samples, " if run.loss != "full" else "")
             + (f"class-factored output ({config.output_classes} {run.output_clustering} classes), "
                if config.output_classes else "")
+            + (f"tree output (branching {config.output_tree}, {run.output_clustering} tree), "
+               if config.output_tree else "")
             + tied_rows_text(run)
             + trainer.describe())
 
