@@ -226,3 +226,19 @@ def test_the_commands_use_it(random_corpus, tmp_path, capsys):
     assert code == 0, err
     code, _, err = cli("score", run_dir, "--split", "valid", "--unnormalized")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--unnormalized: this model's tree" in err
+
+
+@pytest.mark.parametrize("branching", [2, 5])
+def test_the_compiled_scores_are_the_torch_ones(branching):
+    """Exact scoring without a gradient takes the compiled loop (nnlm.neural.net.tree_kernel); with one, the
+    torch ops: the same log-probabilities, to float32 rounding."""
+    rng = np.random.default_rng(branching)
+    torch.manual_seed(branching)
+    net = TreeNPLM(ModelConfig(vocab_size=300, order=4, hidden=7, features=5, direct=True, output_tree=branching))
+    net.set_tree(random_tree(300, branching, rng))
+    net.eval()
+    x = net.features(torch.as_tensor(rng.integers(0, 300, (100, 3))))
+    targets = torch.as_tensor(rng.integers(0, 300, 100))
+    with torch.no_grad():
+        compiled = net.target_log_probs_from_features(x, targets)
+    torch.testing.assert_close(compiled, net.target_log_probs_from_features(x, targets).detach(), rtol=0, atol=2e-6)

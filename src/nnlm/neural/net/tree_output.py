@@ -86,9 +86,14 @@ class TreeNPLM(NPLM):
         b, weights = self.b, [w for w in (self.W, self.U) if w is not None]
         if rows_only is not None:
             b, weights, rows = _touched_leaves(self, rows_only, rows)
-        y = b[rows]
-        for z, w in zip(zs, weights, strict=True):  # (a product and a sum: torch.bmm of [1, K] x [K, 1] matrices
-            y = y + (w[rows] * z.index_select(0, token)[:, None, :]).sum(2)  # took 2x the step in its backward)
+        from nnlm.neural.net import tree_kernel  # (numba: imported where used)
+
+        if tree_kernel.applies([b, *weights, *zs]):  # exact scoring: one compiled pass (tree_kernel)
+            y = tree_kernel.decision_scores(b, weights, zs, rows, token)
+        else:  # a product and a sum (torch.bmm of [1, K] x [K, 1] matrices took 2x the step in its backward)
+            y = b[rows]
+            for z, w in zip(zs, weights, strict=True):
+                y = y + (w[rows] * z.index_select(0, token)[:, None, :]).sum(2)
         return torch.zeros(len(targets), dtype=y.dtype, device=y.device).index_add_(
             0, token, self._chosen_log_probs(y, node, slot))
 
