@@ -63,6 +63,20 @@ def test_reference_row_in_the_report_then_kept_then_left_out(section):
     assert "lstm-reference" not in (section.out / "README.md").read_text()
 
 
+def test_the_reference_beside_the_nets_has_the_sections_budget(section):
+    """`beside`: a second process trains it for the section's budget while the nets train; the parent puts its
+    row; the report says how it was budgeted."""
+    rows, logs = section("beside", 0.3)
+    ref = rows[KEY]
+    assert ref["status"] == "done" and ref["epochs"] == 2 and ref["plan"]["beside"], ref.get("note")
+    assert 0 < ref["plan"]["work_minutes"] <= 0.3 and rows["beyond:mlp7-seed0"]["perplexity"]["test"] > 0
+    assert any("beside the nets, in a process of its own" in x for x in logs)
+    assert sum("valid" in x and x.endswith("[lstm-reference]") for x in logs) == 2  # its two validations
+    assert "it trained beside them, in a process of its own" in (section.out / "README.md").read_text()
+    _, logs = section("beside", 0.3)
+    assert any(x.startswith("[beyond 1/3] LSTM reference") and x.endswith("done already") for x in logs)
+
+
 def test_a_cut_reference_is_continued(section):
     """Wanting more epochs than the budget holds, the row is shortened; the next call continues its run."""
     from dataclasses import replace
@@ -85,7 +99,7 @@ def test_reference_places_and_checks(tmp_path):
     assert with_reference(with_reference(rows, "last"), "none") == rows
     with pytest.raises(NnlmError, match="a reference is not an nnlm net"):
         check_rows((*nets, LSTM_REFERENCE, MixRow("m", "m", ("a", "lstm-reference"), "em")))
-    with pytest.raises(NnlmError, match="--beyond-reference must be one of first, last, none"):
+    with pytest.raises(NnlmError, match="--beyond-reference must be one of beside, first, last, none"):
         ReproduceRequest("brown", tmp_path / "r", beyond=True, beyond_reference="middle")
     proc = run_nnlm("reproduce", "--beyond", "--beyond-reference", "middle", "--out", tmp_path / "r2")
     assert_one_line_error(proc, "--beyond-reference")

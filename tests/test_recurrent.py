@@ -156,12 +156,41 @@ def test_a_mixture_with_kn_sums_to_one_and_scores(random_corpus):
     assert np.allclose(mix.distribution(contexts).sum(axis=1), 1.0)
 
 
+def test_the_sampled_loss_at_every_word_is_the_softmax_cross_entropy():
+    """With K = |V| samples and no self-normalization term, the recurrent net's sampled loss (its operands'
+    rows gathered through autograd) is the exact cross-entropy, and so are its gradients."""
+    from nnlm.neural.net.sampled import SampledLoss, proposal
+    from nnlm.neural.net.softmax_loss import softmax_cross_entropy
+
+    lm = recurrent_lm("lstm", 1, 4, 3, True, False)
+    net, targets = lm.net, torch.tensor([1, 5, 5, 0, 11])
+    a, x, _ = net.read(torch.tensor([[10, 2, 3, 4, 7]]), np.zeros((1, 5), dtype=bool))
+    zs = [z.reshape(5, -1) for z in net.output_operands(a, x)]
+    sampled = SampledLoss("sampled", proposal(np.arange(V), V), V, alpha=0.0)
+    losses = [sampled.output_loss(zs, net.output_weights(), net.b, targets),
+              softmax_cross_entropy(zs, net.output_weights(), net.b, targets, torch.float32)]
+    grads = [torch.autograd.grad(loss, [net.C, net.U, net.W, net.b], retain_graph=True) for loss in losses]
+    assert losses[0].item() == pytest.approx(losses[1].item(), rel=1e-5)
+    assert all(torch.allclose(g, h, atol=1e-6) for g, h in zip(*grads, strict=True))
+
+
+def test_a_sampled_recurrent_run_learns_and_scores_exactly(random_corpus, tmp_path, capsys):
+    from nnlm.cli import main
+
+    corpus, out = tmp_path / "rand", tmp_path / "sampled"
+    assert main(train_args(corpus, out, "--epochs", "2", "--loss", "sampled", "--samples", "6", "--json")) == 0
+    best = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["best"]["valid_ppl"]
+    import nnlm
+    assert best < len(random_corpus.vocab)
+    assert perplexity(nnlm.load(str(out)), nnlm.load_corpus(str(corpus), use_cache=False), "valid") == \
+        pytest.approx(best, rel=1e-6)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--recurrent", "gru"], "invalid choice: 'gru'"),
     (["--tied", "--hidden", "6"], "--tied uses C as the output weights U of a recurrent net"),
     (["--preset", "mlp1", "--tied"], "--tied uses C as the output weights U of a recurrent net"),
-    (["--loss", "sampled"], "trains the full softmax in one process, not --loss sampled"),
-    (["--parallel", "hogwild"], "trains the full softmax in one process, not --parallel hogwild"),
+    (["--parallel", "hogwild"], "trains in one process, not --parallel hogwild"),
     (["--energy", "--layers", "1"], "--recurrent lstm needs a hidden state (h > 0) and the full softmax"),
     (["--hidden", "0", "--no-tied", "--layers", "1"], "--recurrent lstm needs a hidden state"),
     (["--init-features", "exchange"], "the recurrent net (--recurrent) has other output rows"),

@@ -48,10 +48,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "class model and the trigram (default: off)")
     p.add_argument("--beyond-minutes", type=T.minutes, default=None,
                    help="wall-clock budget of the --beyond section, apart from Table 1's (default 60; --full: none)")
-    p.add_argument("--beyond-reference", default="last", choices=("first", "last", "none"),
+    p.add_argument("--beyond-reference", default="beside", choices=("beside", "first", "last", "none"),
                    help="the --beyond section's LSTM reference (PyTorch's word_language_model recipe, not an nnlm net, "
-                        "shown beside its nets): planned last among them (default: what the nets leave of the "
-                        "budget), first (its 6 epochs before the nets, if the budget holds them), or none")
+                        "shown beside its nets): beside them in a process of its own for the section's budget "
+                        "(default; the nets on one thread), planned last among them (what they leave), first (its "
+                        "6 epochs before them, if the budget holds them), or none")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress on stderr (default: a bar on a terminal, a plain line a minute in a log)")
     p.add_argument("--report-only", action="store_true",

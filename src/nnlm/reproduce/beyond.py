@@ -6,8 +6,9 @@ of named rows. The section has its own clock and budget, planned like Table 1's 
 that built them, so a second call keeps what is done and continues cut training runs. Each part's
 log-probabilities of valid and test are kept in OUT/beyond/scores, so a resumed mix scores nothing.
 
-The LSTM reference (`beyond_reference`, not an nnlm net) is planned among the nets, first or last as the
-call's `reference` says (or left out), and shown beside them, never mixed.
+The LSTM reference (`beyond_reference`, not an nnlm net) trains beside the nets in a process of its own for the
+section's budget (`reference_lane`; the default), or is planned among them, first or last, as the call's
+`reference` says (or left out); it is shown beside them, never mixed.
 
 Modules: `beyond_rows` (the rows), `section` (its clock and budget), `beyond_nets` (training), `beyond_reference`
 (the LSTM reference), `beyond_mixes` (parts and mixes), `beyond_report` and `beyond_plot` (the README section).
@@ -23,6 +24,7 @@ from nnlm.reproduce.beyond_rows import (
     BEYOND_ROWS,
     DEFAULT_REFERENCE,
     NetRow,
+    ReferenceRow,
     Row,
     check_rows,
     mixes_of,
@@ -41,7 +43,7 @@ def run_beyond(job: Job, minutes: float | None, rows: Sequence[Row] | None = Non
                reference: str = DEFAULT_REFERENCE) -> None:
     """Train the section's nets and the LSTM reference (placed `reference`: first, last or none) within
     `minutes` (None: until early stopping, the reference its recipe's epochs), then fit its mixes."""
-    from nnlm.reproduce.beyond_reference import reference_row
+    from nnlm.reproduce.beyond_reference import finish_beside, reference_row, start_beside
 
     rows = with_reference(BEYOND_ROWS if rows is None else tuple(rows), reference)
     check_rows(rows)
@@ -49,11 +51,15 @@ def run_beyond(job: Job, minutes: float | None, rows: Sequence[Row] | None = Non
     job.results.call = job.results.call | {"beyond_minutes": minutes, "beyond_rows": [r.id for r in rows],
                                            "beyond_reference": reference}
     job.results.save()
+    beside = [r for r in trained_of(rows) if isinstance(r, ReferenceRow)] if reference == "beside" else []
+    lanes = [start_beside(section, r) for r in beside]  # (its own process, on the other core)
     for row in trained_of(rows):
         if isinstance(row, NetRow):
             beyond_nets.net_row(section, row)
-        else:
+        elif row not in beside:
             reference_row(section, row)
+    for row, lane in zip(beside, lanes, strict=True):
+        finish_beside(section, row, lane)
     for mix in mixes_of(rows):
         beyond_mixes.mix_row(section, mix)
     took = (time.monotonic() - section.start) / 60

@@ -69,6 +69,11 @@ def twin_entry(section: Section, net: NetRow) -> dict[str, Any] | None:
     return entry if entry.get("options") == {k: v for k, v in mine.items() if k not in ("preset", "seed")} else None
 
 
+def mix_reserve(section: Section) -> float:
+    """The seconds kept from the trained rows for the mixes after them."""
+    return min(MIX_RESERVE_SECONDS, MIX_RESERVE_SHARE * (section.budget or 0.0))
+
+
 def plan_net(section: Section, net: NetRow) -> planner.Grant | None:
     """The grant of `net`: greedy, in the rows' order (`section_grant`), its floor MIN_EPOCHS epochs."""
     if section.left() is None:
@@ -89,8 +94,7 @@ def section_grant(section: Section, need: planner.Need, epoch_seconds: float) ->
     if left is None:
         return None
     need = replace(need, tiers=(min(MIN_EPOCHS * epoch_seconds, need.want), need.want))
-    kept = min(MIX_RESERVE_SECONDS, MIX_RESERVE_SHARE * (section.budget or 0.0))
-    reserve = planner.Need("mixes", kept, (0.0,), unit="mixing")
+    reserve = planner.Need("mixes", mix_reserve(section), (0.0,), unit="mixing")
     return next(g for g in planner.plan(left, [reserve, need]) if g.id == need.id)
 
 

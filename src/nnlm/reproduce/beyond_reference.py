@@ -15,47 +15,33 @@ no scores are kept for mixing. It trains on the CPU whatever the call's --device
 """
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnlm.errors import NnlmError
-from nnlm.io import atomic_write_text
-from nnlm.neural.run import checkpoint as ck
 from nnlm.reproduce import planner
 from nnlm.reproduce.beyond_nets import section_grant
 from nnlm.reproduce.beyond_rows import ReferenceRow, row_key
 from nnlm.reproduce.lstm_reference import (
     LstmCheckpoint,
-    LstmProgress,
     LstmRecipe,
     TiedLstm,
     epochs_of,
+    load_checkpoint,
     measure_rates,
+    save_checkpoint,
     train_lstm_reference,
 )
 from nnlm.reproduce.net_run import GUARD
 from nnlm.reproduce.results import RowResult, options_tag
 
 if TYPE_CHECKING:
+    from nnlm.reproduce.reference_lane import Lane
     from nnlm.reproduce.section import Section
 
 RECIPE = LstmRecipe()  # the example's, with --tied and 6 epochs
-PROGRESS, WEIGHTS, BEST = "progress.json", "weights.safetensors", "best.safetensors"
-TIED = ("out.weight", "embed.weight")  # the output weights are the embedding's: saved once, restored from it
-
-
-def _untied(weights: dict) -> dict:
-    return {k: v for k, v in weights.items() if k != TIED[0]}
-
-
-def _tied(weights: dict) -> dict:
-    return weights | {TIED[0]: weights[TIED[1]]}
-
-
 def options_of() -> dict[str, Any]:
     """The row's results key: which reference, and its recipe (another recipe is another row)."""
     return {"reference": "lstm", "recipe": asdict(RECIPE)}
@@ -63,29 +49,6 @@ def options_of() -> dict[str, Any]:
 
 def run_dir(section: Section) -> Path:
     return section.job.out / "runs" / f"lstm-reference-{options_tag(options_of())}"
-
-
-def load_checkpoint(where: Path) -> LstmCheckpoint | None:
-    """The run an earlier call left (None: none), checked as a training run's files are."""
-    if not (where / PROGRESS).exists():
-        return None
-    data = ck.read_json(where / PROGRESS, "LSTM reference progress")
-    try:
-        progress = LstmProgress(**data)
-    except TypeError:
-        raise NnlmError(f"{where / PROGRESS} is not an LSTM reference's progress; remove {where}") from None
-    weights = _tied(ck.load_tensors(where / WEIGHTS)[0])
-    best = _tied(ck.load_tensors(where / BEST)[0]) if progress.best is not None else None
-    return LstmCheckpoint(progress, weights, best)
-
-
-def save_checkpoint(where: Path, checkpoint: LstmCheckpoint) -> None:
-    """Weights first, progress last (atomically each): the progress file names a state whose weights exist."""
-    where.mkdir(parents=True, exist_ok=True)
-    ck.save_tensors(where / WEIGHTS, _untied(checkpoint.weights))
-    if checkpoint.best_weights is not None:
-        ck.save_tensors(where / BEST, _untied(checkpoint.best_weights))
-    atomic_write_text(where / PROGRESS, json.dumps(asdict(checkpoint.progress), indent=1) + "\n")
 
 
 def need(section: Section, resume: LstmCheckpoint | None) -> tuple[planner.Need, float]:
@@ -142,7 +105,6 @@ def reference_row(section: Section, row: ReferenceRow) -> None:
         wanted, epoch = need(section, resume)
         grant = section_grant(section, wanted, epoch)
     section.announce(row.label, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
-    extra = {"reference": "lstm", "run": str(where.relative_to(job.out))}
     plan = None if grant is None else grant.to_dict()
     if grant is not None:
         job.log(f"    plan: {grant.reason}")
@@ -152,7 +114,8 @@ def reference_row(section: Section, row: ReferenceRow) -> None:
             return
         parameters = sum(p.numel() for p in TiedLstm(len(job.corpus.vocab), RECIPE).parameters())
         job.results.put(key, RowResult({}, parameters, 0.0, "skipped", grant.reason, options, plan,
-                                       extra | {"command": command(section, 0.0)}))
+                                       {"reference": "lstm", "run": str(where.relative_to(job.out)),
+                                        "command": command(section, 0.0)}))
         return
     log = section.row_log(row.id)
     if resume is not None:
@@ -162,12 +125,48 @@ def reference_row(section: Section, row: ReferenceRow) -> None:
     result = train_lstm_reference(job.corpus, budget, RECIPE, resume=resume, epochs=epochs,
                                   progress=lambda e, v, lr: log(f"epoch {e:.2f}: valid {v:.1f} (lr {lr:g})"),
                                   save=lambda checkpoint: save_checkpoint(where, checkpoint))
-    note = f"{result.epochs:.2f} of its recipe's {RECIPE.epochs} epochs"
-    if not result.finished:
+    put_result(section, row, result.as_dict(), plan, None if grant is None else grant.work)
+
+
+def put_result(section: Section, row: ReferenceRow, result: dict[str, Any], plan: dict | None,
+               budget: float | None) -> None:
+    """The reference's row in results.json from its `LstmResult.as_dict()`, planned `plan` with `budget` seconds
+    of training (None: no budget)."""
+    job, where = section.job, run_dir(section)
+    note = f"{result['epochs']:.2f} of its recipe's {RECIPE.epochs} epochs"
+    if not result["finished"]:
         note = f"shortened: {note}, all the budget held"
-    job.results.put(key, RowResult({"train": None, "valid": result.valid, "test": result.test}, result.parameters,
-                                   result.seconds, "done" if result.finished else "shortened", note, options, plan,
-                                   extra | {"epochs": round(result.epochs, 2), "finished": result.finished,
-                                            "command": command(section, result.seconds / 60 if grant is None
-                                                               else grant.work / 60)}))
-    job.log(f"    valid {result.valid:.1f}  test {result.test:.1f}  ({note})")
+    minutes = result["seconds"] / 60 if budget is None or not math.isfinite(budget) else budget / 60
+    job.results.put(row_key(row.id), RowResult({"train": None, "valid": result["valid"], "test": result["test"]},
+                                               result["parameters"], result["seconds"],
+                                               "done" if result["finished"] else "shortened", note, options_of(), plan,
+                                               {"reference": "lstm", "run": str(where.relative_to(job.out)),
+                                                "epochs": round(result["epochs"], 2), "finished": result["finished"],
+                                                "command": command(section, minutes)}))
+    job.log(f"    valid {result['valid']:.1f}  test {result['test']:.1f}  ({note})")
+
+
+def start_beside(section: Section, row: ReferenceRow) -> Lane | None:
+    """`--beyond-reference beside`: the reference's process started before the nets, for the section's budget
+    less the mixes' reserve (None: done by an earlier call)."""
+    from nnlm.reproduce import reference_lane
+    from nnlm.reproduce.beyond_nets import mix_reserve
+
+    if not section.job.results.pending(row_key(row.id), options_of()):
+        section.announce(row.label, "done already")
+        return None
+    lane = reference_lane.start(section, mix_reserve(section), run_dir(section), RECIPE)
+    minutes = f"{lane.seconds / 60:.1f} min" if math.isfinite(lane.seconds) else "its recipe's epochs"
+    section.announce(row.label, f"beside the nets, in a process of its own on one thread, for {minutes}")
+    return lane
+
+
+def finish_beside(section: Section, row: ReferenceRow, lane: Lane | None) -> None:
+    """After the nets: the reference's process joined and its row put."""
+    from nnlm.reproduce import reference_lane
+
+    if lane is None:
+        return
+    result = reference_lane.finish(section, lane)
+    plan = {"beside": True} | ({"work_minutes": lane.seconds / 60} if math.isfinite(lane.seconds) else {})
+    put_result(section, row, result, plan, lane.seconds)

@@ -94,12 +94,19 @@ def _reference_lines(rows: Rows, ids: list[str], kn5: float | None, place: str |
     text = ("**The LSTM reference** (`lstm-reference`; not an nnlm net: no mix names it and it is not counted as "
             "the best single net) is PyTorch's `word_language_model` example with `--tied` as a user runs it "
             f"({recipe}), written in nnlm (`nnlm.reproduce.lstm_reference`), trained on the same files on the same "
-            "host and scored by the same perplexity function. Its budget is a section net's: planned "
-            + (f"{where} " if where else "")
-            + "by the nets' rule (all the epochs it wants if they are left, else what is left, skipped below 2 "
-            "epochs)")
+            "host and scored by the same perplexity function. ")
     plan = entry.get("plan") or {}
-    if "work_minutes" in plan:
+    if plan.get("beside"):
+        text += ("Its budget is the one the nets share: it trained beside them, in a process of its own on one "
+                 "thread, for the section's budget less the mixes' reserve (its test scoring included), while the "
+                 "nets trained one after another on one thread")
+    else:
+        text += ("Its budget is a section net's: planned " + (f"{where} " if where else "")
+                 + "by the nets' rule (all the epochs it wants if they are left, else what is left, skipped below 2 "
+                 "epochs)")
+    if plan.get("beside") and "work_minutes" in plan:
+        text += f" ({_time({'seconds': 60 * plan['work_minutes']})})"
+    elif "work_minutes" in plan:
         text += f"; it was granted {_time({'seconds': 60 * plan['work_minutes']})} of training ({plan.get('status')})"
     if p.get("test"):
         text += (f" and trained {entry.get('epochs', 0):.2f} epochs in {_time(entry)}: "

@@ -4,10 +4,10 @@ A row is a `NetRow` (a preset trained with a seed, a loss and a recipe), a `MixR
 averaged with equal weights, or with weights fitted by EM on validation, globally or per
 context-frequency bucket), or the `ReferenceRow` (the LSTM a user copies today, not an nnlm net:
 trained within the section's budget for comparison, never mixed; `with_reference` places it first
-or last among the nets, or leaves it out). A mix may name the section's nets, Table 1's nets (`mlp1`) and Table 1's
-n-gram rows (`kn5`, `class500-3`, `interpolated`, ...: any row of `table.NGRAM_ROWS`), which are reused,
-not rebuilt. Adding a preset
-to the section is adding a `NetRow` here, and a `MixRow` naming it. Rows are built in list order;
+(also where it trains beside the nets) or last among the nets, or leaves it out). A mix may name the
+section's nets, Table 1's nets (`mlp1`) and Table 1's n-gram rows (`kn5`, `class500-3`, `interpolated`,
+...: any row of `table.NGRAM_ROWS`), which are reused, not rebuilt. Adding a preset to the section is
+adding a `NetRow` here, and a `MixRow` naming it. Rows are built in list order;
 the nets before the mixes, in the order the budget should favour them.
 """
 from __future__ import annotations
@@ -56,8 +56,9 @@ class ReferenceRow:
 
 LSTM_REFERENCE = ReferenceRow("lstm-reference", "LSTM reference (PyTorch's word_language_model recipe: 2 x 200, "
                                                 "tied; not an nnlm net)")
-REFERENCE_PLACES = ("first", "last", "none")  # before the section's nets, after them, or left out
-DEFAULT_REFERENCE = "last"  # after the nets: it takes nothing the nets of the section had before it was added
+# beside the nets (a process of its own for the section's budget), before them, after them, or left out
+REFERENCE_PLACES = ("beside", "first", "last", "none")
+DEFAULT_REFERENCE = "beside"  # the budget the nets share, on a core of its own: the nets keep theirs
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def with_reference(rows: tuple[Row, ...], place: str) -> tuple[Row, ...]:
     if place == "none":
         return kept
     nets, mixes = tuple(r for r in kept if not isinstance(r, MixRow)), tuple(mixes_of(kept))
-    return (LSTM_REFERENCE, *nets, *mixes) if place == "first" else (*nets, LSTM_REFERENCE, *mixes)
+    return (LSTM_REFERENCE, *nets, *mixes) if place in ("first", "beside") else (*nets, LSTM_REFERENCE, *mixes)
 
 
 def check_rows(rows: tuple[Row, ...]) -> None:

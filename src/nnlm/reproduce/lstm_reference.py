@@ -21,15 +21,20 @@ predicted exactly once.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from nnlm.data.corpus import Corpus
+from nnlm.errors import NnlmError
+from nnlm.io import atomic_write_text
 from nnlm.lm import perplexity_from_log_probs
+from nnlm.neural.run import checkpoint as ck
 
 EVAL_ROWS = 10   # rows a split is cut into for scoring (the example's evaluation batch)
 EVAL_WINDOW = 256  # steps scored per call (no gradient: only the memory of the logits bounds it)
@@ -246,3 +251,39 @@ def train_lstm_reference(corpus: Corpus, budget_seconds: float, recipe: LstmReci
     parameters = sum(p.numel() for p in model.parameters())
     return LstmResult(best, test, state.trained, epochs_of(state, len(corpus.train), recipe), state.seconds,
                       parameters, asdict(recipe), finished=state.epochs_done >= recipe.epochs)
+
+
+# A run kept on disk (the --beyond row continues it): weights in safetensors, progress in JSON.
+PROGRESS, WEIGHTS, BEST = "progress.json", "weights.safetensors", "best.safetensors"
+TIED = ("out.weight", "embed.weight")  # the output weights are the embedding's: saved once, restored from it
+
+
+def _untied(weights: dict) -> dict:
+    return {k: v for k, v in weights.items() if k != TIED[0]}
+
+
+def _tied(weights: dict) -> dict:
+    return weights | {TIED[0]: weights[TIED[1]]}
+
+
+def load_checkpoint(where: Path) -> LstmCheckpoint | None:
+    """The run an earlier call left (None: none), checked as a training run's files are."""
+    if not (where / PROGRESS).exists():
+        return None
+    data = ck.read_json(where / PROGRESS, "LSTM reference progress")
+    try:
+        progress = LstmProgress(**data)
+    except TypeError:
+        raise NnlmError(f"{where / PROGRESS} is not an LSTM reference's progress; remove {where}") from None
+    weights = _tied(ck.load_tensors(where / WEIGHTS)[0])
+    best = _tied(ck.load_tensors(where / BEST)[0]) if progress.best is not None else None
+    return LstmCheckpoint(progress, weights, best)
+
+
+def save_checkpoint(where: Path, checkpoint: LstmCheckpoint) -> None:
+    """Weights first, progress last (atomically each): the progress file names a state whose weights exist."""
+    where.mkdir(parents=True, exist_ok=True)
+    ck.save_tensors(where / WEIGHTS, _untied(checkpoint.weights))
+    if checkpoint.best_weights is not None:
+        ck.save_tensors(where / BEST, _untied(checkpoint.best_weights))
+    atomic_write_text(where / PROGRESS, json.dumps(asdict(checkpoint.progress), indent=1) + "\n")

@@ -79,6 +79,12 @@ def scoring_rate(net: str, corpus: Corpus, device: str, shape: dict | None = Non
         lm = language_model(new_net(config, corpus), corpus.vocab, corpus.pad_token, device=device)
     valid = corpus.split("valid")
     n = min(len(valid), SCORE_TOKENS)
+    if config.recurrent != "none":  # a recurrent net reads a split as streams: timed on the slice so read
+        from nnlm.lm import stream_log_probs
+
+        t0 = time.perf_counter()
+        stream_log_probs(lm, valid[:n].astype(np.int64))
+        return finite(n / (time.perf_counter() - t0)), "stream"
     start = corpus.split_offset("valid")
     ctx = contexts(corpus.stream(), np.arange(start, start + n), config.order - 1, corpus.pad_id)
     targets = valid[:n].astype(np.int64)
@@ -106,6 +112,8 @@ def training_rate(net: str, corpus: Corpus, device: str, loss: str, samples: int
         model = new_net(model_config(run, len(corpus.vocab)), corpus, recipe.dropout_x, recipe.dropout_h).to(dev)
         loss_fn, optimizer = build_loss(run, model, corpus, dev, recipe.lr)
         k, batch = model.config.order - 1, run["batch_size"]
+        if model.config.recurrent != "none":
+            return recurrent_training_rate(model, loss_fn, optimizer, corpus, run["loss"], batch, bf16, dev)
         padded = padded_stream(corpus.train[: batch * (TRAIN_BATCHES + 2)], k, corpus.pad_id, dev)
         seen, t0 = 0, 0.0
         for i, (ctx, targets) in enumerate(epoch_batches(padded, k, batch, 0, 0)):
@@ -143,3 +151,24 @@ def from_history(history: list[dict], valid_tokens: int, last: int = 3) -> Rates
     training = max(sum(b["elapsed_seconds"] - a["elapsed_seconds"] - b["valid_seconds"] for a, b in pairs), tick)
     validating = max(sum(b["valid_seconds"] for _, b in pairs), tick)
     return Rates(train=finite(examples / training), score=finite(len(pairs) * valid_tokens / validating), path="run")
+
+
+def recurrent_training_rate(net, loss_fn, optimizer, corpus: Corpus, loss: str, batch: int, bf16: bool,
+                            device: torch.device) -> float:
+    """Training tokens per second of a recurrent net: a few windows of its trainer's streams (the same step)."""
+    from nnlm.neural.run.recurrent_trainer import clipped_update, streams, window_loss
+
+    k = net.config.order - 1
+    rows = max(1, -(-batch // k))
+    inputs, targets, resets = streams(corpus.train[: rows * k * (TRAIN_BATCHES + 2)], corpus.pad_id, rows, device)
+    carry, seen, t0 = None, 0, 0.0
+    for i in range(TRAIN_BATCHES + 2):
+        if i == 2:
+            t0, seen = time.perf_counter(), 0
+        window = slice(i * k, (i + 1) * k)
+        value, carry = window_loss(net, loss_fn, loss, inputs[:, window], targets[:, window], resets[:, window],
+                                   carry, bf16)
+        carry = carry.detach()
+        clipped_update(net, optimizer, value, seen, rows * k)
+        seen += rows * k
+    return finite(seen / (time.perf_counter() - t0)) if t0 else 1e-9

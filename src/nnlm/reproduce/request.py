@@ -17,7 +17,8 @@ class ReproduceRequest:
     none, every net trains to early stopping); `models`: the nets to train (None: the table's default);
     `command`: the command line the report quotes; `table`: 'brown' (Table 1) or 'apnews' (None: brown);
     `beyond`: then the "Beyond the paper" section, within `beyond_minutes` (default 60; `full`: none), with
-    the LSTM reference planned `beyond_reference` among its nets ('first', 'last' or 'none': left out);
+    the LSTM reference `beyond_reference`: 'beside' its nets (a process of its own for the section's budget),
+    planned 'first' or 'last' among them, or 'none' (left out);
     `min_count` / `max_vocab` / `heldout`: the vocabulary and the held-out parts of a text corpus, as
     `nnlm train` and `nnlm ngram` take them, for every row; `loss`, `samples`, `hogwild`, `threads`, `device`:
     how the nets train."""
@@ -37,7 +38,7 @@ class ReproduceRequest:
     table: str | None = None
     beyond: bool = False
     beyond_minutes: float | None = None
-    beyond_reference: str = "last"
+    beyond_reference: str = "beside"
     min_count: int | None = None
     max_vocab: int | None = None
     heldout: int | None = None

@@ -141,6 +141,22 @@ class SampledLoss:
             y_s = y_s.expand(len(targets), -1)
         return self.objective(y_t, y_s, self.log_p[targets], self.log_p[sample], targets[:, None] == sample[None, :])
 
+    def output_loss(self, zs: list[torch.Tensor], ws: list[torch.Tensor], b: torch.Tensor,
+                    targets: torch.Tensor) -> torch.Tensor:
+        """The loss of an output layer y = b + sum_j zs[j] ws[j]^T given as operands (a recurrent net's: its
+        features come out of the cell, not from C rows this loss could gather), at the rows of the batch's
+        targets and one sample. The rows are gathered through autograd, so the net's own dense optimizer
+        updates them; tied weights (ws[j] is C) get both gradients."""
+        sample = self.draw()
+        out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
+        t_at, s_at = out_where[:len(targets)], out_where[len(targets):]
+        z = torch.cat(zs, 1)
+        w = torch.cat([wi.index_select(0, out_ids) for wi in ws], 1)
+        rows_b = b.index_select(0, out_ids)
+        y_t = rows_b.index_select(0, t_at) + (z * w.index_select(0, t_at)).sum(1)
+        y_s = torch.addmm(rows_b.index_select(0, s_at), z, w.index_select(0, s_at).t())
+        return self.objective(y_t, y_s, self.log_p[targets], self.log_p[sample], targets[:, None] == sample[None, :])
+
     def objective(self, y_t: torch.Tensor, y_s: torch.Tensor, log_p_t: torch.Tensor, log_p_s: torch.Tensor,
                   hits: torch.Tensor) -> torch.Tensor:
         """Mean over the batch, from the target scores [B], the sample scores [B, K], the log inclusion

@@ -73,9 +73,9 @@ class TrainerSpec:
         if row_decay == "exact" and self.name != "single":
             raise NnlmError(f"--row-decay exact keeps each row's bookkeeping in one process, not with --parallel "
                             f"{self.name}")
-        if recurrent != "none" and (self.name != "single" or loss != "full"):
-            raise NnlmError(f"the recurrent net (--recurrent {recurrent}) trains the full softmax in one process, not "
-                            + (f"--parallel {self.name}" if self.name != "single" else f"--loss {loss}"))
+        if recurrent != "none" and self.name != "single":
+            raise NnlmError(f"the recurrent net (--recurrent {recurrent}) trains in one process, not --parallel "
+                            f"{self.name}")
         if energy and self.name != "single":
             raise NnlmError(f"the energy network (--energy) trains in one process, not with --parallel {self.name}")
         if self.full_softmax_only and loss != "full":
@@ -154,6 +154,8 @@ def build_loss(run: Run | dict[str, Any], net: NPLM, corpus: Corpus, device: tor
                                                           run.samples).to(device)
     with torch.no_grad():
         net.b.copy_(initial_bias(corpus.train, words) * (-1.0 if energy else 1.0))
+    if net.config.recurrent != "none":  # (its trainer calls loss.output_loss; the rows reach Adam through autograd)
+        return loss, build_optimizer(net, run.training_recipe, lr)
     return loss, RowAdam(net, loss, lr, run.training_recipe.weight_decay, exact_decay=exact_decay)
 
 

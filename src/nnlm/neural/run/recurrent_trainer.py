@@ -45,6 +45,39 @@ class CarriedOptimizer:
         return getattr(self.optimizer, name)
 
 
+def streams(ids: np.ndarray, pad_id: int, rows: int, device: torch.device
+            ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """`ids` cut into `rows` contiguous streams side by side: (inputs [R, L] (each target's previous word, the
+    pad before the first), targets [R, L], resets [R, L] (an input that starts a text: the state is zeroed
+    before it)). The last len % rows tokens are left out."""
+    length = len(ids) // rows
+    ids = ids[:rows * length].astype(np.int64)
+    before = np.concatenate([[pad_id], ids[:-1]]).reshape(rows, length)
+    return (torch.as_tensor(before, device=device), torch.as_tensor(ids.reshape(rows, length), device=device),
+            before == pad_id)
+
+
+def window_loss(net: nn.Module, loss_fn: Any, loss: str, inputs: torch.Tensor, targets: torch.Tensor,
+                resets: np.ndarray, carry: torch.Tensor | None, bf16: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the mean loss of a window of the streams, the state after it) read from `carry`: the full softmax's
+    cross-entropy, or the sampled / nce loss at its sampled rows (nnlm.neural.net.sampled)."""
+    a, x, after = net.read(inputs, resets, carry)
+    zs = [z.reshape(-1, z.shape[-1]) for z in net.output_operands(a, x)]
+    targets = targets.reshape(-1)
+    if loss != "full":
+        return loss_fn.output_loss(zs, net.output_weights(), net.b, targets), after
+    return softmax_cross_entropy(zs, net.output_weights(), net.b, targets,
+                                 torch.bfloat16 if bf16 else torch.float32), after
+
+
+def clipped_update(net: nn.Module, optimizer: Any, loss: torch.Tensor, examples_seen: int, examples: int) -> None:
+    """The recipe's step on the gradient of `loss`, its norm clipped to GRADIENT_CLIP first."""
+    net.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(net.parameters(), GRADIENT_CLIP)
+    optimizer.step(examples_seen, examples)
+
+
 class RecurrentTrainer(Trainer):
     """The single process, with windows of contiguous streams as its batches (module docstring)."""
 
@@ -52,13 +85,8 @@ class RecurrentTrainer(Trainer):
         super().__init__(setup)
         corpus, steps = setup.corpus, self.k
         self.rows = max(1, math.ceil(self.run.batch_size / steps))
-        ids = corpus.train.astype(np.int64)
-        length = len(ids) // self.rows  # (the last len % rows tokens are not trained on)
-        targets = ids[:self.rows * length].reshape(self.rows, length)
-        before = np.concatenate([[corpus.pad_id], ids[:self.rows * length - 1]]).reshape(self.rows, length)
-        self.inputs = torch.as_tensor(before, device=self.device)
-        self.targets = torch.as_tensor(targets, device=self.device)
-        self.resets = before == corpus.pad_id
+        self.inputs, self.targets, self.resets = streams(corpus.train, corpus.pad_id, self.rows, self.device)
+        length = self.inputs.shape[1]
         self.n_examples, self.batch = self.rows * length, self.rows * steps
         self.n_batches = math.ceil(length / steps)
         self.carry: torch.Tensor | None = None
@@ -84,16 +112,10 @@ class RecurrentTrainer(Trainer):
         return self.rows * len(range(*window.indices(self.inputs.shape[1])))
 
     def batch_loss(self, window: slice, step: int) -> tuple[torch.Tensor, float]:
-        net = self.net
-        a, x, after = net.read(self.inputs[:, window], self.resets[:, window], self.carry)
+        loss, after = window_loss(self.net, self.loss_fn, self.run.loss, self.inputs[:, window],
+                                  self.targets[:, window], self.resets[:, window], self.carry, self.run.bf16)
         self.carry = after.detach()
-        zs = [z.reshape(-1, z.shape[-1]) for z in net.output_operands(a, x)]
-        loss = softmax_cross_entropy(zs, net.output_weights(), net.b, self.targets[:, window].reshape(-1),
-                                     torch.bfloat16 if self.run.bf16 else torch.float32)
         return loss, float(loss.detach()) * self.examples_in(window)
 
     def update(self, loss: torch.Tensor, examples_seen: int, examples: int) -> None:
-        self.net.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.net.parameters(), GRADIENT_CLIP)
-        self.optimizer.step(examples_seen, examples)
+        clipped_update(self.net, self.optimizer, loss, examples_seen, examples)
