@@ -36,8 +36,10 @@ def options_of(section: Section, net: NetRow) -> dict[str, Any]:
 
 def section_net(section: Section, net: NetRow) -> NetRun:
     """A section net as a NetRun: its preset, seed and recipe; its speeds are its preset's with its loss."""
-    return NetRun(net.id, net.preset, net.loss, options_of(section, net), rates_key=f"{net.preset}/{net.loss}",
-                  request=net.request())
+    training = {k: v for k, v in (("samples", net.samples), ("batch_size", net.batch_size)) if v is not None}
+    key = "/".join([net.preset, net.loss, *(f"{k}={v}" for k, v in training.items())])
+    return NetRun(net.id, net.preset, net.loss, options_of(section, net), rates_key=key, request=net.request(),
+                  training=training or None)
 
 
 def run_dir(section: Section, net: NetRow) -> Path:
@@ -49,8 +51,8 @@ def command(section: Section, net: NetRow) -> str:
     job = section.job
     words = ["nnlm", "train", "--preset", net.preset, "--loss", net.loss]
     for key, value in net.request().items():  # what the run is trained with: seed, and recipe, dropout, n named
-        words += [f"--{key}", f"{value:g}" if isinstance(value, float) else str(value)]
-    if job.samples:
+        words += [f"--{key.replace('_', '-')}", f"{value:g}" if isinstance(value, float) else str(value)]
+    if job.samples and net.samples is None:
         words += ["--samples", str(job.samples)]
     if job.threads:
         words += ["--threads", str(job.threads)]

@@ -37,11 +37,14 @@ class NetRow:
     twin: str = ""
     dropout: float | None = None  # None: the recipe's
     order: int | None = None  # n; None: the preset's
+    samples: int | None = None  # the sampled loss's samples; None: the call's
+    batch_size: int | None = None  # None: nnlm train's default
 
     def request(self) -> dict[str, Any]:
         """What the row asks `nnlm train` for beside its preset and loss: its seed, and its recipe,
-        dropout and order where it names them."""
-        named = {"recipe": self.recipe, "dropout": self.dropout, "order": self.order}
+        dropout, order, samples and batch size where it names them."""
+        named = {"recipe": self.recipe, "dropout": self.dropout, "order": self.order, "samples": self.samples,
+                 "batch_size": self.batch_size}
         return {"seed": self.seed} | {k: v for k, v in named.items() if v is not None}
 
 

@@ -33,6 +33,7 @@ class NetRun:
     rates_key: str
     request: dict[str, Any] = field(default_factory=dict)
     shape: dict[str, Any] | None = None
+    training: dict[str, Any] | None = None  # training options its speeds depend on (samples, batch_size)
 
     def run_dir(self, out: Path) -> Path:
         return out / "runs" / f"{self.id}-{options_tag(self.options)}"
@@ -49,8 +50,9 @@ def parameters(job: Job, run: NetRun) -> int:
 def rates_of(job: Job, run: NetRun, fresh: bool = False) -> planner.Rates:
     """The net's measured rates in the shape it trains with; `fresh` re-measures (the load may have changed)."""
     if fresh or run.rates_key not in job.rates:
+        timed = (run.shape or {}) | (run.training or {})
         job.rates[run.rates_key] = rates.measure(run.preset, job.corpus, job.device_name(), job.threads, run.loss,
-                                                 job.samples, run.shape)
+                                                 timed.get("samples", job.samples), timed or None)
     return job.rates[run.rates_key]
 
 
@@ -94,7 +96,8 @@ def train(job: Job, run: NetRun, session: dict[str, Any], log, resume: bool | No
 
     where = run.run_dir(job.out)
     options = {"corpus": job.corpus_source, "preset": run.preset, "loss": run.loss, **run.request}
-    if job.samples is not None and options["loss"] != "full":  # (a shape may train the full softmax)
+    if job.samples is not None and options["loss"] != "full" and "samples" not in run.request:  # (a shape may
+        # train the full softmax; a section row may name its own samples)
         options["samples"] = job.samples
     request = TrainRequest.of(options | {"device": job.device, "epochs": MAX_EPOCHS, "threads": job.threads}
                               | session)

@@ -28,7 +28,7 @@ from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState
-from nnlm.neural.lm.scoring import EXACT, Scoring, score_rows
+from nnlm.neural.lm.scoring import EXACT, Scoring, exact_block, score_rows
 from nnlm.neural.net.recurrent import RecurrentNPLM
 
 __all__ = ["RecurrentLM"]
@@ -98,14 +98,20 @@ class RecurrentLM(LanguageModel):
         v = self.net.config.vocab_size
         rows = score_rows(v)
         out = np.empty(len(a) if targets is not None else (len(a), v), dtype=np.float64)
+        if targets is not None and len(a):  # log P: the exact fp32 path of every net (scoring.exact_block)
+            weights = torch.cat([*self.net.output_weights(), self.net.b[:, None]], dim=1)
+            flat = torch.empty(v * min(rows, len(a)), dtype=weights.dtype, device=weights.device)
+            ones = torch.ones(min(rows, len(a)), 1, dtype=weights.dtype, device=weights.device)
+            for lo in range(0, len(a), rows):
+                threads.check()
+                zs = self.net.output_operands(a[lo:lo + rows], x[lo:lo + rows])
+                z = torch.cat([*zs, ones[:len(zs[0])]], dim=1)
+                out[lo:lo + len(z)] = exact_block(weights, z, targets[lo:lo + rows], flat)[0].double().cpu().numpy()
+            return out
         for lo in range(0, len(a), rows):
             threads.check()
             y = self.net.logits(a[lo:lo + rows], x[lo:lo + rows])
-            if targets is None:
-                out[lo:lo + len(y)] = torch.softmax(y.double(), dim=1).cpu().numpy()
-            else:
-                picked = y.gather(1, targets[lo:lo + rows, None])[:, 0]
-                out[lo:lo + len(y)] = (picked - torch.logsumexp(y, dim=1)).double().cpu().numpy()
+            out[lo:lo + len(y)] = torch.softmax(y.double(), dim=1).cpu().numpy()
         return out
 
     def _ids(self, ids: np.ndarray) -> torch.Tensor:

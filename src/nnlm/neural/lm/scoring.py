@@ -97,8 +97,6 @@ def exact_scores(net, weights: torch.Tensor, ctx: torch.Tensor, targets: torch.T
     then max, subtract, exp and sum from memory, `SHIFT_EVERY_COLUMN`, scored a Brown MLP1 pass 1.5x
     slower: docs/performance.md, "Scoring: neural nets, exact".) The same formula as `logits_from_features`, its
     products summed in one (fp32 rounding)."""
-    from nnlm.neural.lm.direct_tables import SAFE_SUM
-
     v, n = len(net.b), len(ctx)
     out = torch.empty(n, dtype=torch.float64)
     log_z = None if targets is None else torch.empty(n, dtype=torch.float64)
@@ -109,34 +107,49 @@ def exact_scores(net, weights: torch.Tensor, ctx: torch.Tensor, targets: torch.T
         x = net.embed(ctx[lo:lo + rows], table)
         zs, _ = net.output_operands_from_features(x)
         z = torch.cat([*zs, ones[:len(x)]], dim=1)
-        if SHIFT_EVERY_COLUMN or v <= V_SLICE:
-            y = flat[:v * len(x)].view(v, len(x))  # contiguous whatever the block's length
-            torch.mm(weights, z.t(), out=y)
-            picked = None if targets is None else y.gather(0, targets[None, lo:lo + rows])[0]
-        if SHIFT_EVERY_COLUMN:
-            top = y.amax(dim=0, keepdim=True)
-            lse = y.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
-        else:
-            if v <= V_SLICE:
-                lse = y.exp_().sum(dim=0)
-            else:  # the product a slice of V at a time, each slice exponentiated and summed while cached
-                picked = None if targets is None else (weights[targets[lo:lo + rows]] * z).sum(dim=1)
-                lse = torch.zeros(len(x), dtype=weights.dtype, device=weights.device)
-                for start in range(0, v, V_SLICE):
-                    part = weights[start:start + V_SLICE]
-                    y = flat[:len(part) * len(x)].view(len(part), len(x))
-                    torch.mm(part, z.t(), out=y)
-                    lse += y.exp_().sum(dim=0)
-            redo = ~((lse > SAFE_SUM[0]) & (lse < SAFE_SUM[1]))  # (NaN included)
-            lse.log_()
-            if bool(redo.any()):
-                again = weights @ z[redo].t()
-                top = again.amax(dim=0, keepdim=True)
-                lse[redo] = again.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
-        out[lo:lo + len(x)] = (lse if picked is None else picked - lse).double().cpu()
+        scores, lse = exact_block(weights, z, None if targets is None else targets[lo:lo + rows], flat)
+        out[lo:lo + len(x)] = scores.double().cpu()
         if log_z is not None:  # log Z comes free with log P
             log_z[lo:lo + len(x)] = lse.double().cpu()
     return out.numpy(), None if log_z is None else log_z.numpy()
+
+
+def exact_block(weights: torch.Tensor, z: torch.Tensor, targets: torch.Tensor | None, flat: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log P(targets), log Z) [rows] of one block of output operands z [rows, K + 1] (a column of ones last,
+    for b) against `weights` [|V|, K + 1], by `exact_scores`' rule; with targets None, (log Z, log Z). `flat`:
+    a buffer of at least |V| x rows (or V_SLICE x rows) values, reused across blocks. Every net whose output
+    is y = b + sum_j z_j w_j^T scores its exact fp32 pass here (the feed-forward nets through `exact_scores`,
+    the recurrent net from its cell's outputs)."""
+    from nnlm.neural.lm.direct_tables import SAFE_SUM
+
+    v, n = len(weights), len(z)
+    picked = None
+    if SHIFT_EVERY_COLUMN or v <= V_SLICE:
+        y = flat[:v * n].view(v, n)  # contiguous whatever the block's length
+        torch.mm(weights, z.t(), out=y)
+        picked = None if targets is None else y.gather(0, targets[None, :])[0]
+    if SHIFT_EVERY_COLUMN:
+        top = y.amax(dim=0, keepdim=True)
+        lse = y.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
+    else:
+        if v <= V_SLICE:
+            lse = y.exp_().sum(dim=0)
+        else:  # the product a slice of V at a time, each slice exponentiated and summed while cached
+            picked = None if targets is None else (weights[targets] * z).sum(dim=1)
+            lse = torch.zeros(n, dtype=weights.dtype, device=weights.device)
+            for start in range(0, v, V_SLICE):
+                part = weights[start:start + V_SLICE]
+                y = flat[:len(part) * n].view(len(part), n)
+                torch.mm(part, z.t(), out=y)
+                lse += y.exp_().sum(dim=0)
+        redo = ~((lse > SAFE_SUM[0]) & (lse < SAFE_SUM[1]))  # (NaN included)
+        lse.log_()
+        if bool(redo.any()):
+            again = weights @ z[redo].t()
+            top = again.amax(dim=0, keepdim=True)
+            lse[redo] = again.sub_(top).exp_().sum(dim=0).log_().add_(top[0])
+    return (lse if picked is None else picked - lse), lse
 
 
 def softmax_scores(net, ctx: torch.Tensor, targets: torch.Tensor, table: torch.Tensor, rows: int,
