@@ -28,11 +28,14 @@ from torch import nn
 from nnlm.errors import NnlmError
 from nnlm.neural.net.model import NPLM
 from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.normalized_output import NormalizedOutput
 
 
-class ClassNPLM(NPLM):
+class ClassNPLM(NormalizedOutput, NPLM):
     """The NPLM with a class-factored output layer (module docstring). Its classes start as
     contiguous blocks of ids, until `set_classes` puts the run's clustering in (before training)."""
+
+    layer_name = "a class-factored output layer"
 
     def __init__(self, config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.0) -> None:
         if not config.output_classes:
@@ -177,18 +180,6 @@ class ClassNPLM(NPLM):
         class_lp = torch.log_softmax(self.class_logits(zs, n), dim=1) - sums.log()
         log_probs = y - top + class_lp.index_select(1, self.class_of_row)
         return log_probs.index_select(1, self.row_of_word)
-
-    def forward(self, contexts: torch.Tensor) -> torch.Tensor:
-        """log P [N, |V|] of the next word (normalized: softmax of it is itself exponentiated)."""
-        return self.log_probs_from_features(self.features(contexts))
-
-    def expected_features(self, contexts: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:
-        """sum_i C(i) P(i | context), [N, m]: the paper's feature vector for a word outside V."""
-        log_probs = self.log_probs_from_features(self.features(contexts) if x is None else x)
-        return log_probs.double().exp().to(self.C.dtype) @ self.C
-
-    def target_logits(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        raise NnlmError("a class-factored output layer has no single score per word to read unnormalized")
 
 
 def _layout_after_load(net: ClassNPLM, _keys) -> None:

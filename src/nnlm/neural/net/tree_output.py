@@ -23,15 +23,18 @@ from torch import nn
 from nnlm.errors import NnlmError
 from nnlm.neural.net.model import NPLM, NPLMParameters
 from nnlm.neural.net.model_config import ModelConfig
+from nnlm.neural.net.normalized_output import NormalizedOutput
 from nnlm.neural.net.output_tree import balanced_tree, node_slots, tree_layout
 
 LAYOUT = ("node_rows", "node_mask", "path_start", "path_node", "path_slot", "level_child", "level_parent",
           "level_edge")  # the layout's tensors: non-persistent buffers, recomputed from tree_parent
 
 
-class TreeNPLM(NPLM):
+class TreeNPLM(NormalizedOutput, NPLM):
     """The NPLM with a tree output layer (module docstring). It starts with a balanced tree over the word
     ids, until `set_tree` puts the run's in (before training)."""
+
+    layer_name = "a tree output layer"
 
     def __init__(self, config: ModelConfig, dropout_x: float = 0.0, dropout_h: float = 0.0) -> None:
         if not config.output_tree:
@@ -118,18 +121,6 @@ class TreeNPLM(NPLM):
             child = self.level_child[lo:hi]
             node_lp[:, child] = node_lp[:, self.level_parent[lo:hi]] + edges[:, self.level_edge[lo:hi]]
         return node_lp[:, :self.config.vocab_size]
-
-    def forward(self, contexts: torch.Tensor) -> torch.Tensor:
-        """log P [N, |V|] of the next word (normalized: softmax of it is itself exponentiated)."""
-        return self.log_probs_from_features(self.features(contexts))
-
-    def expected_features(self, contexts: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:
-        """sum_i C(i) P(i | context), [N, m]: the paper's feature vector for a word outside V."""
-        log_probs = self.log_probs_from_features(self.features(contexts) if x is None else x)
-        return log_probs.double().exp().to(self.C.dtype) @ self.C
-
-    def target_logits(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        raise NnlmError("a tree output layer has no single score per word to read unnormalized")
 
 
 def _touched_leaves(net: TreeNPLM, rows_only, rows: torch.Tensor):
