@@ -158,3 +158,28 @@ def test_beyond_section_trains_the_papers_extensions(random_corpus, tmp_path, mo
     parts = [r["perplexity"]["valid"] for r in (energy, classes, done["beyond:mlp7-seed0"])]
     assert done["beyond:ext"]["perplexity"]["valid"] < max(parts)
     assert sum(done["beyond:ext"]["mean_weights"]) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_beyond_section_trains_the_recurrent_row(random_corpus, tmp_path, monkeypatch):
+    """The section's recurrent row (its own samples and batch size, in its run, its command and its speeds'
+    key) trains on streams, scores and mixes with an n-gram row."""
+    from dataclasses import replace
+
+    import nnlm.reproduce.beyond as beyond
+
+    mine = {r.id: r for r in BEYOND_ROWS if isinstance(r, NetRow)}
+    lstm = replace(mine["lstm"], samples=6, batch_size=40)
+    rows = (lstm, MixRow("lstm-kn", "recurrent + KN5, EM", ("lstm", "kn5"), "em"))
+    monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
+    monkeypatch.setitem(beyond.beyond_nets.__dict__, "MIN_EPOCHS", 1)
+    out = tmp_path / "report"
+    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
+                               beyond=True, beyond_reference="none", beyond_minutes=1.0), log=lambda s: None)
+    done = json.loads((out / "results.json").read_text())["rows"]
+    row = done["beyond:lstm"]
+    assert row["status"] != "skipped", row.get("note")
+    run = json.loads((out / row["run"] / "run.json").read_text())
+    assert run["model"]["recurrent"] == "lstm" and run["samples"] == 6 and run["batch_size"] == 40
+    assert "--samples 6 --batch-size 40" in row["command"] and row["options"]["samples"] == 6
+    assert done["beyond:lstm-kn"]["perplexity"]["valid"] < max(row["perplexity"]["valid"],
+                                                                done["kn5"]["perplexity"]["valid"])

@@ -98,14 +98,21 @@ NGRAMS = ("kn5", "class500-3", "interpolated")
 Row = NetRow | MixRow | ReferenceRow
 
 BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
+    # the paper's section-6 recurrent net (issue 51): 2 LSTM layers of 200 fed by C and tied to it, trained with the
+    # sampled loss (512 words; 4x the full softmax's tokens/s), 20 streams of 35 steps as the LSTM reference;
+    # first, as the row the budget should favour: one Brown epoch took it to valid 295.8, four to 237.5
+    # (docs/experiments/recurrent-nplm.md)
+    NetRow("lstm", "recurrent NPLM (2 LSTM layers of 200, tied, sampled loss)", "lstm", dropout=0.3, samples=512,
+           batch_size=700),
     mlp1_seed(0),
+    # long-context (below) seeing 31 words back, with dropout 0.2: valid 243.1 against 255.5 at n = 12 (n = 16:
+    # 250.5, n = 24: 245.6; dropout 0.3 at n = 16: 253.0), the best feed-forward net (docs/experiments/beyond.md):
+    # before n = 12, so that a slower host builds it first
+    NetRow("long-context-n32", "long-context, n = 32, dropout 0.2", "long-context", dropout=0.2, order=32),
     # presets.BEYOND: the 4 nearest words concatenated, the older ones as one learned sum (Sun & Iyyer 2021),
     # h = 200, m = 100, recipe sampled-large; long-context n = 12 (deep-context and wide-context, n = 9, left
     # the section for the time of the longer contexts: docs/experiments/beyond.md has their figures)
     NetRow("long-context", "long-context (n = 12, 2 residual layer-normed hidden layers)", "long-context"),
-    # the same seeing 31 words back, with dropout 0.2: valid 243.1 against 255.5 at n = 12 (n = 16: 250.5,
-    # n = 24: 245.6; dropout 0.3 at n = 16: 253.0), the best single net (docs/experiments/beyond.md)
-    NetRow("long-context-n32", "long-context, n = 32, dropout 0.2", "long-context", dropout=0.2, order=32),
     mlp1_seed(1),
     # the paper's own extensions (section 5; issue 35): its energy network with MLP1's direct connections,
     # and MLP1 with the class-factored output layer (both factors exact softmaxes: the full softmax's loss)
@@ -147,6 +154,14 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
             "long-context-n32", "energy-direct", "mlp1-classes", *NGRAM_PARTS), "em-buckets"),
     MixRow("n32-ngrams-em", "long-context n = 32 + KN5 + class c = 500 + trigram, EM by context frequency",
            ("long-context-n32", *NGRAMS), "em-buckets"),
+    MixRow("lstm-ngrams-em", "recurrent NPLM + KN5 + class c = 500 + trigram, EM by context frequency",
+           ("lstm", *NGRAMS), "em-buckets"),
+    MixRow("lstm-n32-allngrams-em", "recurrent NPLM + long-context n = 32 + every n-gram of Table 1, EM by context "
+           "frequency", ("lstm", "long-context-n32", *NGRAM_PARTS), "em-buckets"),
+    MixRow("lstm-nets-allngrams-em", "recurrent NPLM + 4 long-context + n = 32 + energy-direct + class-factored "
+           "MLP1 + every n-gram of Table 1, EM by context frequency",
+           ("lstm", "long-context", "long-context-seed1", "long-context-dropout", "long-context-dropout-seed1",
+            "long-context-n32", "energy-direct", "mlp1-classes", *NGRAM_PARTS), "em-buckets"),
     MixRow("ens-mlp1x2", "ensemble of 2 MLP1 (seeds 0-1), equal weights", MLP1_SEEDS[:2], "equal"),
     MixRow("ens-mlp1x3", "ensemble of 3 MLP1 (seeds 0-2), equal weights", MLP1_SEEDS[:3], "equal"),
     MixRow("mlp1-ngrams-em", "MLP1 + KN5 + class c = 500 + trigram, EM by context frequency",
