@@ -136,6 +136,8 @@ def test_training_resumes_exactly_and_every_command_takes_the_run(random_corpus,
     assert main(["score", str(whole), str(text)]) == 0
     assert main(["generate", str(whole), "--tokens", "5", "--seed", "1"]) == 0
     capsys.readouterr()
+    assert main(["score", str(whole), str(text), "--oov-vector"]) == 2
+    assert "--oov-vector applies to the feed-forward nets only, not to the recurrent net" in capsys.readouterr().err
     assert main(["mix", str(whole), "kn:3", "--corpus", str(corpus), "--json"]) == 0
     mixed = json.loads(capsys.readouterr().out)
     assert 0 < mixed["perplexity"]["valid"] < best

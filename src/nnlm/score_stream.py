@@ -315,5 +315,9 @@ def require_oov_vector(model: LanguageModel):
     from nnlm.capabilities import ScoresUnknownWords
 
     if not isinstance(model, ScoresUnknownWords):
+        what = getattr(getattr(model, "config", None), "recurrent", "none")
+        if what != "none":  # a neural model, but its state is read from C(w) of words in V only
+            raise NnlmError(f"--oov-vector applies to the feed-forward nets only, not to the recurrent net "
+                            f"(--recurrent {what})")
         raise NnlmError(f"--oov-vector applies to neural models only, not to {type(model).__name__}")
     return model
