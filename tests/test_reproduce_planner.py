@@ -231,5 +231,5 @@ def test_a_net_is_planned_with_the_scoring_rate_of_its_path():
     plain, tables = Rates(20_000, 1_500, "plain"), Rates(20_000, 12_000, "tables")
     needs = {r.path: net_need("apnews", r, *sizes, floor_epochs=0.1) for r in (plain, tables)}
     assert needs["plain"].fixed == pytest.approx(8 * needs["tables"].fixed)
-    assert by_id(plan(30 * 60, [needs["plain"]]))["apnews"].status == "skipped"
-    assert by_id(plan(30 * 60, [needs["tables"]]))["apnews"].status != "skipped"
+    assert by_id(plan(20 * 60, [needs["plain"]]))["apnews"].status == "skipped"
+    assert by_id(plan(20 * 60, [needs["tables"]]))["apnews"].status != "skipped"

@@ -128,13 +128,14 @@ def epoch_parts(rates: Rates, train_tokens: int, valid_tokens: int) -> tuple[flo
 
 def net_need(net: str, rates: Rates, train_tokens: int, valid_tokens: int, test_tokens: int,
              done_epochs: float = 0.0, floor_epochs: float = NET_TIERS[0]) -> Need:
-    """A net's cost: scoring valid and test after training (fixed); whole epochs of training, each
-    with its validation (work). Whole epochs, because a run cut mid-epoch validates the part epoch
+    """A net's cost: scoring test after training (fixed: valid's scores of the best weights are kept by the
+    trainer beside them, `checkpoint.keep_valid_scores`, and read back instead of a second pass); whole epochs
+    of training, each with its validation (work). Whole epochs, because a run cut mid-epoch validates the part epoch
     too: its floor is such a part epoch (half an epoch of training and a validation), the last resort.
     A run continued from an earlier call wants only the epochs it has not had. `floor_epochs` is the
     part epoch a table counts as a row at all (an AP-News-sized epoch is 17 Brown epochs)."""
     train, valid = epoch_parts(rates, train_tokens, valid_tokens)
-    fixed = SAFETY * (valid_tokens + test_tokens) / rates.score
+    fixed = SAFETY * test_tokens / rates.score
     floor = floor_epochs * train + valid
     want = max(EXPECTED_EPOCHS - done_epochs, NET_TIERS[1])
     epoch = train + valid
