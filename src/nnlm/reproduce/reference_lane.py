@@ -10,13 +10,16 @@ nets keep theirs: the same budget, on the same host, in the same report. Each si
 The child is a `multiprocessing` spawn of `train_beside`: it trains and saves as `beyond_reference`'s row does
 (continuing a run an earlier call cut), writes its result as JSON in its run directory and its progress lines
 to a log there; the parent collects both when the nets are done (`finish`) and puts the row in results.json
-itself, so only one process ever writes it. The child is a daemon: it ends with the call.
+itself, so only one process ever writes it. The child is a daemon: it ends with the call (Ctrl-C is left to
+the parent, which saves its nets and exits; a child whose parent was killed ends at its next save).
 """
 from __future__ import annotations
 
 import json
 import math
 import multiprocessing
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,9 +38,11 @@ RESULT, LOG = "result.json", "lane.log"
 def train_beside(corpus: Corpus, where: Path, budget_seconds: float, recipe: LstmRecipe) -> None:
     """The child: the reference (`recipe`) trained within `budget_seconds` (training, validations and the test
     scoring) on one thread, continuing `where`'s run if an earlier call left one; its result written to `where`."""
-    from nnlm.reproduce.lstm_reference import load_checkpoint, measure_rates, save_checkpoint, train_lstm_reference
+    from nnlm.reproduce.lstm_reference import load_checkpoint, measure_rates, train_lstm_reference
     from nnlm.threads import govern
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this child with it
+    parent = os.getppid()
     govern(requested=1, device="cpu")
     where.mkdir(parents=True, exist_ok=True)
     (where / RESULT).unlink(missing_ok=True)
@@ -51,8 +56,18 @@ def train_beside(corpus: Corpus, where: Path, budget_seconds: float, recipe: Lst
 
     result = train_lstm_reference(corpus, max(budget_seconds - testing, 0.0), recipe,
                                   resume=load_checkpoint(where), progress=progress,
-                                  save=lambda checkpoint: save_checkpoint(where, checkpoint))
+                                  save=lambda checkpoint: saved(where, checkpoint, parent))
     atomic_write_text(where / RESULT, json.dumps(result.as_dict(), indent=1) + "\n")
+
+
+def saved(where: Path, checkpoint, parent: int) -> None:
+    """Save, then end here if the call that started this child is gone (killed without a chance to end it): its
+    next call continues the run from what was just saved, and no orphan trains beside it meanwhile."""
+    from nnlm.reproduce.lstm_reference import save_checkpoint
+
+    save_checkpoint(where, checkpoint)
+    if os.getppid() != parent:
+        raise SystemExit(0)
 
 
 @dataclass
