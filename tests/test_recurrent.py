@@ -182,6 +182,9 @@ def test_a_sampled_recurrent_run_learns_and_scores_exactly(random_corpus, tmp_pa
     corpus, out = tmp_path / "rand", tmp_path / "sampled"
     assert main(train_args(corpus, out, "--epochs", "2", "--loss", "sampled", "--samples", "6", "--json")) == 0
     best = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["best"]["valid_ppl"]
+    assert main(["eval", str(out), "--split", "valid"]) == 0  # (no log Z for a sampled recurrent run: normalized)
+    assert main(["eval", str(out), "--log-z"]) == 2 and "a recurrent net is scored normalized only" in \
+        capsys.readouterr().err
     import nnlm
     assert best < len(random_corpus.vocab)
     assert perplexity(nnlm.load(str(out)), nnlm.load_corpus(str(corpus), use_cache=False), "valid") == \

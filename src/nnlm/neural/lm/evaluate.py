@@ -53,7 +53,11 @@ def evaluate_run(run_dir: str | Path, splits: list[str], device: str = "cpu", lo
     lm = load_neural(run_dir, device=device, scoring=Scoring(precision=precision))
     run, _, config = read_run(Path(run_dir))
     corpus = load_recorded_corpus(run)
-    want_log_z = log_z or run.get("loss", "full") != "full"
+    recurrent = config.recurrent != "none"
+    if recurrent and log_z:
+        raise NnlmError("--log-z reads a feed-forward net's unnormalized scores; a recurrent net is scored "
+                        "normalized only")
+    want_log_z = not recurrent and (log_z or run.get("loss", "full") != "full")
     started = time.perf_counter()
     ppl, stats = {}, None
     for split in splits:
