@@ -34,7 +34,7 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
 
     def call() -> dict:
         logs.clear()
-        reproduce(ReproduceRequest(corpus_dir, out, 0.05, "mlp7", False, "x", progress=False, threads=1, beyond=True,
+        reproduce(ReproduceRequest(corpus_dir, out, 0.15, "mlp7", False, "x", progress=False, threads=1, beyond=True,
                                    beyond_reference="none",
                                    beyond_minutes=0.1), log=logs.append)
         return json.loads((out / "results.json").read_text())["rows"]
@@ -49,6 +49,7 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
     assert rows["beyond:ens2"]["weights"] == [[0.5, 0.5]]
     # EM fitted on validation does no worse there than equal weights; per bucket, the weights sum to 1
     assert rows["beyond:ens2-em"]["perplexity"]["valid"] <= rows["beyond:ens2"]["perplexity"]["valid"] + 1e-9
+    assert rows["beyond:ens2-ngrams"]["status"] != "skipped", rows["beyond:ens2-ngrams"].get("note")
     buckets = np.array(rows["beyond:ens2-ngrams"]["weights"])
     assert buckets.shape[0] > 1 and buckets.shape[1] == 4 and np.allclose(buckets.sum(axis=1), 1.0)
     assert rows["beyond:with-class"]["status"] == "skipped" and "class500-3" in rows["beyond:with-class"]["note"]
@@ -172,6 +173,7 @@ def test_beyond_section_trains_the_recurrent_row(random_corpus, tmp_path, monkey
     rows = (lstm, MixRow("lstm-kn", "recurrent + KN5, EM", ("lstm", "kn5"), "em"))
     monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
     monkeypatch.setitem(beyond.beyond_nets.__dict__, "MIN_EPOCHS", 1)
+    monkeypatch.setattr(beyond.beyond_nets.planner, "EXPECTED_EPOCHS", 1)  # one epoch is all it asks for
     out = tmp_path / "report"
     reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
                                beyond=True, beyond_reference="none", beyond_minutes=1.0), log=lambda s: None)

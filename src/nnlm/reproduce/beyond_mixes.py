@@ -76,6 +76,10 @@ def part_scores(section: Section, part: str, split: str) -> np.ndarray:
     entry = part_entry(section, part)
     cached = part if part in NGRAM_PARTS else entry.get("twin", row_key(part))  # Table 1 scored it in this call?
     lp = job.cached_scores(cached, split)
+    if lp is None and split == "valid" and "run" in entry:  # a net's best weights keep their valid scores
+        from nnlm.neural.run.checkpoint import kept_valid_scores
+
+        lp = kept_valid_scores(job.out / entry["run"], len(job.corpus.valid))
     if lp is None:
         from nnlm.threads import govern
 
