@@ -159,7 +159,7 @@ def test_a_mixture_with_kn_sums_to_one_and_scores(random_corpus):
 @pytest.mark.parametrize("args, message", [
     (["--recurrent", "gru"], "invalid choice: 'gru'"),
     (["--tied", "--hidden", "6"], "--tied uses C as the output weights U of a recurrent net"),
-    (["--preset", "mlp1", "--tied"], "--tied uses C as the output weights U of a recurrent net"),
+    (["--preset", "mlp1", "--tied", "--hidden", "0"], "--tied uses C as the output weights U of the full softmax's"),
     (["--loss", "sampled"], "trains the full softmax in one process, not --loss sampled"),
     (["--parallel", "hogwild"], "trains the full softmax in one process, not --parallel hogwild"),
     (["--energy", "--layers", "1"], "--recurrent lstm needs a hidden state (h > 0) and the full softmax"),

@@ -109,8 +109,8 @@ class RunOptions:
                                          "text, trained by truncated back-propagation over n-1 steps; none: the "
                                          "feed-forward net; overriding the preset", choices=RECURRENT_CELLS,
                                    shown="the preset's (none but for lstm and rnn)")
-    tied: bool | None = option(None, "--recurrent: the output weights U are C itself (needs h = m)", flag=True,
-                               shown="the preset's")
+    tied: bool | None = option(None, "output weights U = C (recurrent: h = m; feed-forward: Q projects h to m)",
+                               flag=True, shown="the preset's")
     output_layer: str | None = option(None, "full: one softmax over V (the paper); classes: P(class | h) x "
                                             "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word; tree: the "
                                             "product of exact softmaxes down a word tree, O((B-1) log_B |V|)",
