@@ -80,9 +80,9 @@ class RunOptions:
                                  bounds=Bounds(0, integer=True))
     preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
                                    "energy network, docs/experiments/energy.md), lstm or rnn (its section 6 "
-                                   "recurrent net, docs/experiments/recurrent-nplm.md), wide-context, deep-context or "
-                                   "long-context (past the paper, docs/experiments/beyond.md), or mlp1-classes (MLP1 "
-                                   "with the class-factored output layer)", required=True)
+                                   "recurrent net, docs/experiments/recurrent-nplm.md), wide-context, deep-context, "
+                                   "long-context or long-context-32-tied (past the paper, docs/experiments/beyond.md, "
+                                   "ff-net.md), or mlp1-classes (MLP1 with the class-factored output)", required=True)
     order: int | None = option(None, "n, overriding the preset", bounds=ORDER, shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset",
                                 bounds=HIDDEN, shown="the preset's")
