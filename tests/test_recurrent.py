@@ -194,7 +194,7 @@ def test_a_sampled_recurrent_run_learns_and_scores_exactly(random_corpus, tmp_pa
 @pytest.mark.parametrize("args, message", [
     (["--recurrent", "gru"], "invalid choice: 'gru'"),
     (["--tied", "--hidden", "6"], "--tied uses C as the output weights U of a recurrent net"),
-    (["--preset", "mlp1", "--tied"], "--tied uses C as the output weights U of a recurrent net"),
+    (["--preset", "mlp1", "--tied", "--hidden", "0"], "--tied uses C as the output weights U of the full softmax's"),
     (["--parallel", "hogwild"], "trains in one process, not --parallel hogwild"),
     (["--energy", "--layers", "1"], "--recurrent lstm needs a hidden state (h > 0) and the full softmax"),
     (["--hidden", "0", "--no-tied", "--layers", "1"], "--recurrent lstm needs a hidden state"),

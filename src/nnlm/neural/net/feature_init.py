@@ -143,7 +143,9 @@ def feature_classes(train: np.ndarray, vocab_size: int, n_classes: int, clusteri
 
 
 def tied_parameters(net: torch.nn.Module) -> list[torch.nn.Parameter]:
-    return [p for p in (getattr(net, name, None) for name in TIED) if p is not None]
+    """C, U, W (those the net has; a net with tied output weights has U = C, counted once)."""
+    found = [p for p in (getattr(net, name, None) for name in TIED) if p is not None]
+    return [p for i, p in enumerate(found) if all(p is not q for q in found[:i])]
 
 
 def tie_rows_to_classes(net: torch.nn.Module, classes: np.ndarray, seed: int, scale: float = INIT_SCALE) -> None:

@@ -285,7 +285,7 @@ def share_kept_layout(net: NPLM, dtype: torch.dtype) -> torch.Tensor:
 
 def keeps_output(net: NPLM, optimizer: str, one_process: bool) -> bool:
     """Whether a full-softmax run takes the kept path: the paper's SGD, one CPU process, a word output
-    layer with a product (W or U)."""
+    layer with a product (W or U) of its own (not tied: U = C is also the input's, which autograd updates)."""
     return (one_process and optimizer == "paper-sgd" and not net.config.output_classes
-            and not net.config.output_tree and not net.config.energy
+            and not net.config.output_tree and not net.config.energy and not net.config.tied
             and (net.W is not None or net.U is not None) and net.b.device.type == "cpu")

@@ -49,10 +49,14 @@ class NPLMParameters(nn.Module):
         self.C = nn.Parameter(torch.empty(v, m))
         self.b = nn.Parameter(torch.empty(rows))
         self.W = nn.Parameter(torch.empty(rows, k)) if config.direct else None
+        self.Q = None  # tied with h != m: the projection of the last hidden layer onto the features
         if h > 0:
             self.H = nn.Parameter(torch.empty(h, k))
             self.d = nn.Parameter(torch.empty(h))
-            self.U = nn.Parameter(torch.empty(rows, h))
+            if config.tied:  # U is C (`__getattr__`; not a parameter of its own: saved, decayed, updated as C)
+                self.Q = nn.Parameter(torch.empty(m, h)) if h != m else None
+            else:
+                self.U = nn.Parameter(torch.empty(rows, h))
         else:
             self.H = self.d = self.U = None
         for layer in range(2, config.layers + 1):  # the deeper hidden layers: H2, d2, H3, d3, ...
@@ -68,13 +72,21 @@ class NPLMParameters(nn.Module):
             self.register_buffer("context_class", torch.zeros(config.vocab_size + 1, dtype=torch.int64))
             self.register_load_state_dict_post_hook(_check_context_classes)
 
+    def __getattr__(self, name: str):
+        """nn.Module's (parameters, buffers, submodules), and U = C itself when tied (whatever replaced C)."""
+        config = self.__dict__.get("config")
+        if name == "U" and config is not None and config.tied:
+            name = "C"
+        return super().__getattr__(name)
+
     def deeper_layers(self) -> list[tuple[nn.Parameter, nn.Parameter]]:
         """(H_l, d_l) of the hidden layers after the first."""
         return [(getattr(self, f"H{k}"), getattr(self, f"d{k}")) for k in range(2, self.config.layers + 1)]
 
     def decayed_parameters(self) -> list[nn.Parameter]:
         """Weights and C: what the paper's weight decay applies to (not the biases b, d, nor gains and A)."""
-        return ([p for p in (self.C, self.W, self.H, self.U, self.P) if p is not None]
+        return ([p for p in (self.C, self.W, self.H, None if self.config.tied else self.U, self.Q, self.P)
+                 if p is not None]
                 + [H for H, _ in self.deeper_layers()])
 
     def bias_parameters(self) -> list[nn.Parameter]:
@@ -119,7 +131,8 @@ class NPLMParameters(nn.Module):
 
     def hidden_output(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
         """The last hidden layer's output: a_1 = tanh(d + H x), then a_l = tanh(d_l + H_l a_{l-1})
-        (+ a_{l-1} when residual); with layer norm, H_l a is normalised and scaled by g_l before d_l.
+        (+ a_{l-1} when residual); with layer norm, H_l a is normalised and scaled by g_l before d_l;
+        tied with h != m, projected onto the features (Q a), the width of U = C.
         `dropout`: on every layer's output (training only)."""
         layers = [(self.H, self.d)] + self.deeper_layers()
         a = x
@@ -131,7 +144,7 @@ class NPLMParameters(nn.Module):
             if dropout and self.dropout_h > 0:
                 out = seeded_dropout(out, self.dropout_h)
             a = a + out if self.config.residual and index > 0 else out
-        return a
+        return a if self.Q is None else a @ self.Q.t()
 
     def hidden_from_preactivation(self, z: torch.Tensor) -> torch.Tensor:
         """`hidden_output` (eval mode) from the first layer's H x [N, h] already summed: what a stepped
@@ -143,7 +156,7 @@ class NPLMParameters(nn.Module):
             else:
                 out = torch.tanh(torch.addmm(d, a, H.t()))
             a = a + out if self.config.residual else out
-        return a
+        return a if self.Q is None else a @ self.Q.t()
 
     def output_operands_from_features(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """(zs, ws) with y = b + sum_j zs[j] ws[j]^T: x with W, the hidden output with U; dropout on x and
@@ -187,7 +200,7 @@ class NPLM(NPLMParameters):
         with torch.no_grad():
             self.C.uniform_(-0.1, 0.1)
             self.b.zero_()
-            for weight in (self.W, self.H, self.U):
+            for weight in (self.W, self.H, None if self.config.tied else self.U, self.Q):
                 if weight is not None:
                     bound = 1.0 / math.sqrt(weight.shape[1])
                     weight.uniform_(-bound, bound)

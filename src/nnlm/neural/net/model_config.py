@@ -30,7 +30,9 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   network for longer context" (nnlm.neural.net.recurrent): C(w_{t-1}) enters a recurrent state of `layers`
   layers of h units that carries the whole text read so far; y = b + U a_t (+ W C(w_{t-1})). n - 1 is then
   the truncation of back-propagation through time and the window a context row is read over.
-- `tied`: a recurrent net's output weights U are C itself (needs h = m).
+- `tied`: the output weights U are C itself (Press & Wolf 2017): a word's input features are its output row.
+  A recurrent net needs h = m; the feed-forward NPLM (full softmax, hidden layer) with h != m ends its hidden
+  layers with a learned projection Q (m x h, no bias), so y = b + W x + C Q a: |V| h parameters fewer.
 - `output_tree`: 0 is the paper's softmax over V; B >= 2 makes the output layer a tree of words with at most
   B children a node, P(w | h) the product of the softmaxes along w's path (nnlm.neural.net.tree_output): about
   (B - 1) log_B |V| rows per word. Its |V| - 1 rows live in the |V| rows of b, W, U (the count is the paper's).
@@ -115,6 +117,8 @@ class ModelConfig:
             output = h if self.energy_shared_v else v * h
             return v * (m + 1) + h * (k + m + 1) + output + (v * k if self.direct else 0)
         count = v * (m + 1 + h) + h * (k + 1) + (v * k if self.direct else 0)
+        if self.tied:  # U is C; h != m: the projection Q onto the features
+            count += (m * h if h != m else 0) - v * h
         if h:
             count += (self.layers - 1) * (h * h + h) + (self.layers * h if self.layer_norm else 0)
         if self.output_classes:
@@ -161,7 +165,11 @@ RULES: tuple[Rule, ...] = (  # (broken, what to say), checked in this order once
                                           or c.local > 0 or c.layer_norm or c.residual or c.class_context > 0),
      lambda c: f"--recurrent {c.recurrent} needs a hidden state (h > 0) and the full softmax: it does not combine "
                "with --energy, --output-layer classes or tree, --local, --layer-norm, --residual or --class-context"),
-    (lambda c: c.tied and (c.recurrent == "none" or c.hidden != c.features),
-     lambda c: f"--tied uses C as the output weights U of a recurrent net (--recurrent lstm or rnn) with h = m, "
-               f"got --recurrent {c.recurrent}, h = {c.hidden}, m = {c.features}"),
+    (lambda c: c.tied and c.recurrent != "none" and c.hidden != c.features,
+     lambda c: f"--tied uses C as the output weights U of a recurrent net (--recurrent {c.recurrent}) with h = m, "
+               f"got h = {c.hidden}, m = {c.features}"),
+    (lambda c: c.tied and c.recurrent == "none" and (c.hidden == 0 or c.energy or c.output_classes > 0
+                                                     or c.output_tree > 0),
+     lambda c: "--tied uses C as the output weights U of the full softmax's hidden layer: it needs h > 0 and does "
+               "not combine with --energy or --output-layer classes or tree"),
 )

@@ -35,13 +35,17 @@ PRESETS["apnews"] = (6, 60, 100, True)  # Table 2's net (AP News), mixed with th
 # (docs/experiments/beyond.md, "single nets"). With --loss sampled they train with recipe `sampled-large`.
 # wide-context: n = 9 with the 4 nearest words concatenated and the 4 older ones as one learned weighted
 # sum (--local 4), h = 200, m = 100; deep-context: the same with two hidden layers, layer norm, residual;
-# long-context: deep-context seeing 11 words back (the 7 older ones as the learned sum).
+# long-context: deep-context seeing 11 words back (the 7 older ones as the learned sum); long-context-32-tied:
+# long-context seeing 31 words back with tied output weights, U = C through a projection of the hidden layer onto
+# the m features (docs/experiments/ff-net.md; trained with --dropout 0.2 there).
 BEYOND: dict[str, dict[str, Any]] = {
     "wide-context": dict(order=9, hidden=200, features=100, direct=True, local=4),
     "deep-context": dict(order=9, hidden=200, features=100, direct=True, local=4, layers=2, layer_norm=True,
                          residual=True),
     "long-context": dict(order=12, hidden=200, features=100, direct=True, local=4, layers=2, layer_norm=True,
                          residual=True),
+    "long-context-32-tied": dict(order=32, hidden=200, features=100, direct=True, local=4, layers=2,
+                                 layer_norm=True, residual=True, tied=True),
 }
 
 # A Table 1 net with the class-factored output layer: name -> the net it factors.

@@ -121,16 +121,36 @@ class SampledLoss:
 
     def __call__(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor, bf16: bool = False) -> torch.Tensor:
         self.touched = []
+        if net.config.tied:
+            return self._tied(net, contexts, targets)
         words, where = torch.unique(contexts, return_inverse=True)
         vectors = self._rows(net, "C", words).index_select(0, where.flatten()).view(*contexts.shape, -1)
         x = net.context_input(vectors)
         inputs, _ = net.output_operands_from_features(x)  # [x if W, hidden output if H], with the net's dropout
         sample = self.draw()
         out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
-        t_at, s_at = out_where[:len(targets)], out_where[len(targets):]
-        # one [B, K_in] x [K_in, K] product for W x + U a(x) at the samples' rows
         names = (["W"] if net.W is not None else []) + (["U"] if net.H is not None else [])
         weights = [self._rows(net, name, out_ids) for name in names]
+        return self._scores(net, inputs, weights, out_ids, out_where, targets, sample)
+
+    def _tied(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss of a tied net (U = C): one leaf of C's rows for the context words and the output words
+        together, so that RowAdam updates each row of C once a step with the sum of both gradients."""
+        sample = self.draw()
+        out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
+        words, where = torch.unique(torch.cat([contexts.flatten(), out_ids]), return_inverse=True)
+        rows = self._rows(net, "C", words)
+        vectors = rows.index_select(0, where[:contexts.numel()]).view(*contexts.shape, -1)
+        inputs, _ = net.output_operands_from_features(net.context_input(vectors))
+        weights = ([self._rows(net, "W", out_ids)] if net.W is not None else []) \
+            + [rows.index_select(0, where[contexts.numel():])]
+        return self._scores(net, inputs, weights, out_ids, out_where, targets, sample)
+
+    def _scores(self, net: NPLM, inputs: list[torch.Tensor], weights: list[torch.Tensor], out_ids: torch.Tensor,
+                out_where: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
+        """The objective from the output operands (`inputs` with their gathered `weights`, rows `out_ids`)."""
+        t_at, s_at = out_where[:len(targets)], out_where[len(targets):]
+        # one [B, K_in] x [K_in, K] product for W x + U a(x) at the samples' rows
         b = self._rows(net, "b", out_ids)
         y_t, y_s = b.index_select(0, t_at), b.index_select(0, s_at)
         if inputs:

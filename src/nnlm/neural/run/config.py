@@ -80,9 +80,9 @@ class RunOptions:
                                  bounds=Bounds(0, integer=True))
     preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
                                    "energy network, docs/experiments/energy.md), lstm or rnn (its section 6 "
-                                   "recurrent net, docs/experiments/recurrent-nplm.md), wide-context, deep-context or "
-                                   "long-context (past the paper, docs/experiments/beyond.md), or mlp1-classes (MLP1 "
-                                   "with the class-factored output layer)", required=True)
+                                   "recurrent net, docs/experiments/recurrent-nplm.md), wide-context, deep-context, "
+                                   "long-context or long-context-32-tied (past the paper, docs/experiments/beyond.md, "
+                                   "ff-net.md), or mlp1-classes (MLP1 with the class-factored output)", required=True)
     order: int | None = option(None, "n, overriding the preset", bounds=ORDER, shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset",
                                 bounds=HIDDEN, shown="the preset's")
@@ -109,8 +109,8 @@ class RunOptions:
                                          "text, trained by truncated back-propagation over n-1 steps; none: the "
                                          "feed-forward net; overriding the preset", choices=RECURRENT_CELLS,
                                    shown="the preset's (none but for lstm and rnn)")
-    tied: bool | None = option(None, "--recurrent: the output weights U are C itself (needs h = m)", flag=True,
-                               shown="the preset's")
+    tied: bool | None = option(None, "output weights U = C (recurrent: h = m; feed-forward: Q projects h to m)",
+                               flag=True, shown="the preset's")
     output_layer: str | None = option(None, "full: one softmax over V (the paper); classes: P(class | h) x "
                                             "P(w | class, h), two exact softmaxes, O(K + |V|/K) per word; tree: the "
                                             "product of exact softmaxes down a word tree, O((B-1) log_B |V|)",

@@ -59,7 +59,7 @@ class TrainerSpec:
 
     def check(self, loss: str, device: str = "cpu", lr_schedule: str | None = None,
               output_layer: str | None = None, energy: bool = False, init_features: str | None = None,
-              row_decay: str | None = None, recurrent: str = "none") -> None:
+              row_decay: str | None = None, recurrent: str = "none", tied: bool = False) -> None:
         """What this trainer cannot do -> one-line NnlmError. Asked once per run, by `prepare` through
         `open_run`: on a new run's resolved options before anything is written, on a resumed run's own."""
         if output_layer == "tree" and self.name != "single":
@@ -76,6 +76,9 @@ class TrainerSpec:
         if recurrent != "none" and self.name != "single":
             raise NnlmError(f"the recurrent net (--recurrent {recurrent}) trains in one process, not --parallel "
                             f"{self.name}")
+        if tied and recurrent == "none" and self.name == "vocab":
+            raise NnlmError("--tied shares C (every word) with the output rows U, which --parallel vocab slices over "
+                            "the ranks: train it in one process or with --parallel hogwild or ddp")
         if energy and self.name != "single":
             raise NnlmError(f"the energy network (--energy) trains in one process, not with --parallel {self.name}")
         if self.full_softmax_only and loss != "full":
@@ -174,7 +177,8 @@ def prepare(out: Path, request: TrainRequest, resume: bool, device: torch.device
     session = request.session
     run, corpus = open_run(out, request, resume, device, check=lambda run: spec.check(
         run.loss, session.device, run.training_recipe.lr_schedule, run.output_layer, energy=run.model_config.energy,
-        init_features=run.init_features, row_decay=run.row_decay, recurrent=run.model_config.recurrent),
+        init_features=run.init_features, row_decay=run.row_decay, recurrent=run.model_config.recurrent,
+        tied=run.model_config.tied),
         ties_rows=spec.ties_rows, progress=progress)
     recipe = run.training_recipe
     torch.manual_seed(run.seed)
