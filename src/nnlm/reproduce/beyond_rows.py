@@ -165,8 +165,8 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
            "frequency", ("lstm", "long-context-n32", *NGRAM_PARTS), "em-buckets"),
     MixRow("lstm-tied-allngrams-em", "recurrent NPLM + tied long-context n = 32 + every n-gram of Table 1, EM by "
            "context frequency", ("lstm", "long-context-32-tied", *NGRAM_PARTS), "em-buckets"),
-    MixRow("lstm-nets-allngrams-em", "recurrent NPLM + tied n = 32 + 4 long-context + n = 32 + energy-direct + class-factored "
-           "MLP1 + every n-gram of Table 1, EM by context frequency",
+    MixRow("lstm-nets-allngrams-em", "recurrent NPLM + tied n = 32 + 4 long-context + n = 32 + energy-direct + "
+           "class-factored MLP1 + every n-gram of Table 1, EM by context frequency",
            ("lstm", "long-context-32-tied", "long-context", "long-context-seed1", "long-context-dropout",
             "long-context-dropout-seed1", "long-context-n32", "energy-direct", "mlp1-classes", *NGRAM_PARTS),
            "em-buckets"),
