@@ -77,9 +77,7 @@ def part_scores(section: Section, part: str, split: str) -> np.ndarray:
     cached = part if part in NGRAM_PARTS else entry.get("twin", row_key(part))  # Table 1 scored it in this call?
     lp = job.cached_scores(cached, split)
     if lp is None and split == "valid" and "run" in entry:  # a net's best weights keep their valid scores
-        from nnlm.neural.run.checkpoint import kept_valid_scores
-
-        lp = kept_valid_scores(job.out / entry["run"], len(job.corpus.valid))
+        lp = job.kept_valid_scores(cached, job.out / entry["run"])
     if lp is None:
         from nnlm.threads import govern
 

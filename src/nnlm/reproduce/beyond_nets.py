@@ -141,8 +141,7 @@ def train_and_score(section: Section, net: NetRow, grant: planner.Grant | None) 
     state = net_run.train(job, run, net_run.limits(job, run, grant), section.row_log(net.id))
     model = load_neural(where, device=job.device_name())
     govern(requested=job.threads, device=job.device_name())
-    if (best := ck.kept_valid_scores(where, len(job.corpus.valid))) is not None:
-        job.keep_scores(key, "valid", best)  # the best epoch's validation: these weights' scores, not a second pass
+    job.kept_valid_scores(key, where)  # the best epoch's validation, not a second pass
     ppl = {"train": None} | job.evaluate(key, model, ("valid", "test"))
     for split in ("valid", "test"):
         save_scores(section, net.id, split, job.scored(key, model, split))

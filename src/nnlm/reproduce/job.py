@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -116,6 +117,15 @@ class Job:
     def keep_scores(self, key: str, split: str, log_probs: np.ndarray) -> None:
         """log P of a split under a model, computed elsewhere on the same path (a run's best validation)."""
         self._scored[key, split] = log_probs
+
+    def kept_valid_scores(self, key: str, run_dir: Path) -> np.ndarray | None:
+        """valid's log P under a trained net, kept by its run beside its best weights (nnlm.neural.run.checkpoint:
+        these weights' scores, bit for bit), now kept here for `key` too; None if the run kept none for them."""
+        from nnlm.neural.run.checkpoint import kept_valid_scores
+
+        if (scores := kept_valid_scores(run_dir, len(self.corpus.valid))) is not None:
+            self.keep_scores(key, "valid", scores)
+        return scores
 
     def cached_scores(self, key: str, split: str) -> np.ndarray | None:
         """log P of a split under a model already scored in this call, else None (nothing is computed)."""

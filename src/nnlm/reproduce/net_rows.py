@@ -165,8 +165,7 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> La
     model = trained(job, net)
     govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
     later = job.budget is not None  # the train split is scored at the end, if the budget allows
-    if (best := ck.kept_valid_scores(run.run_dir(job.out), len(job.corpus.valid))) is not None:
-        job.keep_scores(net, "valid", best)  # the best epoch's validation: these weights' scores, bit for bit
+    job.kept_valid_scores(net, run.run_dir(job.out))  # the best epoch's validation, not a second pass
     ppl, scoring = {"train": None}, {}
     for split in ("valid", "test") if later else ("train", "valid", "test"):  # timed: the plan's estimate vs actual
         t0 = time.perf_counter()

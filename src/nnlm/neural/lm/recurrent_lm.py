@@ -28,7 +28,7 @@ from nnlm import threads
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
 from nnlm.lm import LOG10_E, LanguageModel, LMState
-from nnlm.neural.lm.scoring import EXACT, Scoring, exact_block, score_rows
+from nnlm.neural.lm.scoring import EXACT, Scoring, exact_pass, score_rows
 from nnlm.neural.net.recurrent import RecurrentNPLM
 
 __all__ = ["RecurrentLM"]
@@ -97,17 +97,11 @@ class RecurrentLM(LanguageModel):
         [N, |V|]; in blocks (memory bounded, threads re-checked per block)."""
         v = self.net.config.vocab_size
         rows = score_rows(v)
-        out = np.empty(len(a) if targets is not None else (len(a), v), dtype=np.float64)
-        if targets is not None and len(a):  # log P: the exact fp32 path of every net (scoring.exact_block)
+        if targets is not None:  # log P: the exact fp32 pass of every net (scoring.exact_pass)
             weights = torch.cat([*self.net.output_weights(), self.net.b[:, None]], dim=1)
-            flat = torch.empty(v * min(rows, len(a)), dtype=weights.dtype, device=weights.device)
-            ones = torch.ones(min(rows, len(a)), 1, dtype=weights.dtype, device=weights.device)
-            for lo in range(0, len(a), rows):
-                threads.check()
-                zs = self.net.output_operands(a[lo:lo + rows], x[lo:lo + rows])
-                z = torch.cat([*zs, ones[:len(zs[0])]], dim=1)
-                out[lo:lo + len(z)] = exact_block(weights, z, targets[lo:lo + rows], flat)[0].double().cpu().numpy()
-            return out
+            return exact_pass(weights, lambda lo, hi: self.net.output_operands(a[lo:hi], x[lo:hi]), len(a),
+                              targets, rows)[0]
+        out = np.empty((len(a), v), dtype=np.float64)
         for lo in range(0, len(a), rows):
             threads.check()
             y = self.net.logits(a[lo:lo + rows], x[lo:lo + rows])

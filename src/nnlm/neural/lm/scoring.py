@@ -29,6 +29,7 @@ of V), `softmax_scores` (bf16 product, or fp32 for a net whose y is b alone) and
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,20 +98,31 @@ def exact_scores(net, weights: torch.Tensor, ctx: torch.Tensor, targets: torch.T
     then max, subtract, exp and sum from memory, `SHIFT_EVERY_COLUMN`, scored a Brown MLP1 pass 1.5x
     slower: docs/performance.md, "Scoring: neural nets, exact".) The same formula as `logits_from_features`, its
     products summed in one (fp32 rounding)."""
-    v, n = len(net.b), len(ctx)
+    def operands(lo: int, hi: int) -> list[torch.Tensor]:
+        return net.output_operands_from_features(net.embed(ctx[lo:hi], table))[0]
+
+    return exact_pass(weights, operands, len(ctx), targets, rows)
+
+
+def exact_pass(weights: torch.Tensor, operands: Callable[[int, int], list[torch.Tensor]], n: int,
+               targets: torch.Tensor | None, rows: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """`exact_scores`' pass over n positions, `rows` a block: operands(lo, hi) gives the block's zs (y = b + sum_j
+    zs[j] ws[j]^T, `weights` = [ws..., b] side by side); each block scored by `exact_block`. Every net whose
+    output is such a product scores its exact fp32 pass here: the feed-forward nets from their contexts, the
+    recurrent net from its cell's outputs."""
+    v = len(weights)
     out = torch.empty(n, dtype=torch.float64)
     log_z = None if targets is None else torch.empty(n, dtype=torch.float64)
     flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
     ones = torch.ones(min(rows, n), 1, dtype=weights.dtype, device=weights.device)
     for lo in range(0, n, rows):
         threads.check()
-        x = net.embed(ctx[lo:lo + rows], table)
-        zs, _ = net.output_operands_from_features(x)
-        z = torch.cat([*zs, ones[:len(x)]], dim=1)
+        zs = operands(lo, lo + rows)
+        z = torch.cat([*zs, ones[:len(zs[0])]], dim=1)
         scores, lse = exact_block(weights, z, None if targets is None else targets[lo:lo + rows], flat)
-        out[lo:lo + len(x)] = scores.double().cpu()
+        out[lo:lo + len(z)] = scores.double().cpu()
         if log_z is not None:  # log Z comes free with log P
-            log_z[lo:lo + len(x)] = lse.double().cpu()
+            log_z[lo:lo + len(z)] = lse.double().cpu()
     return out.numpy(), None if log_z is None else log_z.numpy()
 
 
@@ -118,9 +130,7 @@ def exact_block(weights: torch.Tensor, z: torch.Tensor, targets: torch.Tensor | 
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log P(targets), log Z) [rows] of one block of output operands z [rows, K + 1] (a column of ones last,
     for b) against `weights` [|V|, K + 1], by `exact_scores`' rule; with targets None, (log Z, log Z). `flat`:
-    a buffer of at least |V| x rows (or V_SLICE x rows) values, reused across blocks. Every net whose output
-    is y = b + sum_j z_j w_j^T scores its exact fp32 pass here (the feed-forward nets through `exact_scores`,
-    the recurrent net from its cell's outputs)."""
+    a buffer of at least |V| x rows (or V_SLICE x rows) values, reused across blocks (`exact_pass`)."""
     from nnlm.neural.lm.direct_tables import SAFE_SUM
 
     v, n = len(weights), len(z)

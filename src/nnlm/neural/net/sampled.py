@@ -127,39 +127,22 @@ class SampledLoss:
         vectors = self._rows(net, "C", words).index_select(0, where.flatten()).view(*contexts.shape, -1)
         x = net.context_input(vectors)
         inputs, _ = net.output_operands_from_features(x)  # [x if W, hidden output if H], with the net's dropout
-        sample = self.draw()
-        out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
+        sample, out_ids, out_where = self._output_rows(targets)
         names = (["W"] if net.W is not None else []) + (["U"] if net.H is not None else [])
         weights = [self._rows(net, name, out_ids) for name in names]
-        return self._scores(net, inputs, weights, out_ids, out_where, targets, sample)
+        return self._scores(self._rows(net, "b", out_ids), inputs, weights, out_where, targets, sample)
 
     def _tied(self, net: NPLM, contexts: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The loss of a tied net (U = C): one leaf of C's rows for the context words and the output words
         together, so that RowAdam updates each row of C once a step with the sum of both gradients."""
-        sample = self.draw()
-        out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
+        sample, out_ids, out_where = self._output_rows(targets)
         words, where = torch.unique(torch.cat([contexts.flatten(), out_ids]), return_inverse=True)
         rows = self._rows(net, "C", words)
         vectors = rows.index_select(0, where[:contexts.numel()]).view(*contexts.shape, -1)
         inputs, _ = net.output_operands_from_features(net.context_input(vectors))
         weights = ([self._rows(net, "W", out_ids)] if net.W is not None else []) \
             + [rows.index_select(0, where[contexts.numel():])]
-        return self._scores(net, inputs, weights, out_ids, out_where, targets, sample)
-
-    def _scores(self, net: NPLM, inputs: list[torch.Tensor], weights: list[torch.Tensor], out_ids: torch.Tensor,
-                out_where: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
-        """The objective from the output operands (`inputs` with their gathered `weights`, rows `out_ids`)."""
-        t_at, s_at = out_where[:len(targets)], out_where[len(targets):]
-        # one [B, K_in] x [K_in, K] product for W x + U a(x) at the samples' rows
-        b = self._rows(net, "b", out_ids)
-        y_t, y_s = b.index_select(0, t_at), b.index_select(0, s_at)
-        if inputs:
-            inputs, weights = torch.cat(inputs, 1), torch.cat(weights, 1)
-            y_t = y_t + (inputs * weights.index_select(0, t_at)).sum(1)
-            y_s = torch.addmm(y_s, inputs, weights.index_select(0, s_at).t())
-        else:
-            y_s = y_s.expand(len(targets), -1)
-        return self.objective(y_t, y_s, self.log_p[targets], self.log_p[sample], targets[:, None] == sample[None, :])
+        return self._scores(self._rows(net, "b", out_ids), inputs, weights, out_where, targets, sample)
 
     def output_loss(self, zs: list[torch.Tensor], ws: list[torch.Tensor], b: torch.Tensor,
                     targets: torch.Tensor) -> torch.Tensor:
@@ -167,14 +150,28 @@ class SampledLoss:
         features come out of the cell, not from C rows this loss could gather), at the rows of the batch's
         targets and one sample. The rows are gathered through autograd, so the net's own dense optimizer
         updates them; tied weights (ws[j] is C) get both gradients."""
+        sample, out_ids, out_where = self._output_rows(targets)
+        return self._scores(b.index_select(0, out_ids), zs, [w.index_select(0, out_ids) for w in ws], out_where,
+                            targets, sample)
+
+    def _output_rows(self, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(the sample, the distinct output rows of the targets and the sample, each one's place among them)."""
         sample = self.draw()
         out_ids, out_where = torch.unique(torch.cat([targets, sample]), return_inverse=True)
+        return sample, out_ids, out_where
+
+    def _scores(self, b: torch.Tensor, inputs: list[torch.Tensor], weights: list[torch.Tensor],
+                out_where: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
+        """The objective from the output rows' b, the output operands `inputs` and their rows `weights`."""
         t_at, s_at = out_where[:len(targets)], out_where[len(targets):]
-        z = torch.cat(zs, 1)
-        w = torch.cat([wi.index_select(0, out_ids) for wi in ws], 1)
-        rows_b = b.index_select(0, out_ids)
-        y_t = rows_b.index_select(0, t_at) + (z * w.index_select(0, t_at)).sum(1)
-        y_s = torch.addmm(rows_b.index_select(0, s_at), z, w.index_select(0, s_at).t())
+        # one [B, K_in] x [K_in, K] product for W x + U a(x) at the samples' rows
+        y_t, y_s = b.index_select(0, t_at), b.index_select(0, s_at)
+        if inputs:
+            inputs, weights = torch.cat(inputs, 1), torch.cat(weights, 1)
+            y_t = y_t + (inputs * weights.index_select(0, t_at)).sum(1)
+            y_s = torch.addmm(y_s, inputs, weights.index_select(0, s_at).t())
+        else:
+            y_s = y_s.expand(len(targets), -1)
         return self.objective(y_t, y_s, self.log_p[targets], self.log_p[sample], targets[:, None] == sample[None, :])
 
     def objective(self, y_t: torch.Tensor, y_s: torch.Tensor, log_p_t: torch.Tensor, log_p_s: torch.Tensor,
