@@ -21,6 +21,17 @@ ROWS = (
 )
 
 
+def section_rows(tmp_path, monkeypatch, rows, minutes: float):
+    """Table 1 (MLP7, 0.05 min) then the section with `rows` and no reference within `minutes`: (its --out,
+    results.json's rows)."""
+    import nnlm.reproduce.beyond as beyond
+
+    monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
+    out = tmp_path / "report"
+    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
+                               beyond=True, beyond_reference="none", beyond_minutes=minutes), log=lambda s: None)
+    return out, json.loads((out / "results.json").read_text())["rows"]
+
 def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypatch):
     import nnlm.reproduce.beyond as beyond
     from nnlm.lm import contexts
@@ -107,19 +118,14 @@ def test_rows_are_checked():
 
 def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypatch):
     """A row naming a preset past Table 1 (presets.BEYOND: --local, --layers, ...) trains and mixes."""
-    import nnlm.reproduce.beyond as beyond
 
     rows = (NetRow("mlp7-seed0", "MLP7, seed 0", "mlp7", twin="mlp7"),
             NetRow("deep", "deep-context", "deep-context"),
             NetRow("mlp7-dropout", "MLP7, dropout 0.3", "mlp7", dropout=0.3, order=4),
             MixRow("deep-mlp7", "deep-context + MLP7, EM", ("deep", "mlp7-seed0"), "em"))
-    monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
-    out = tmp_path / "report"
     # 0.5 min: the rows need ~3 s on an idle machine and are planned from speeds measured in the call, so under
     # load the first rows were granted what 0.2 min held and the last was skipped (load ~5; 0.5 is not waited for)
-    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
-                               beyond=True, beyond_reference="none", beyond_minutes=0.5), log=lambda s: None)
-    done = json.loads((out / "results.json").read_text())["rows"]
+    out, done = section_rows(tmp_path, monkeypatch, rows, 0.5)
     deep = done["beyond:deep"]
     assert deep["status"] != "skipped", deep.get("note")
     run = json.loads((out / deep["run"] / "run.json").read_text())
@@ -135,17 +141,11 @@ def test_beyond_section_trains_a_beyond_preset(random_corpus, tmp_path, monkeypa
 def test_beyond_section_trains_the_papers_extensions(random_corpus, tmp_path, monkeypatch):
     """The section's rows for the paper's section-5 extensions (the energy network with direct connections,
     MLP1 with the class-factored output trained with the full softmax's loss) train, score and mix."""
-    import nnlm.reproduce.beyond as beyond
 
     mine = {r.id: r for r in BEYOND_ROWS if isinstance(r, NetRow)}
     rows = (NetRow("mlp7-seed0", "MLP7, seed 0", "mlp7", twin="mlp7"), mine["energy-direct"], mine["mlp1-classes"],
             MixRow("ext", "energy + classes + MLP7, EM", ("energy-direct", "mlp1-classes", "mlp7-seed0"), "em"))
-    monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
-    out = tmp_path / "report"
-    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
-                               beyond=True, beyond_reference="none",
-                               beyond_minutes=0.6), log=lambda s: None)  # 0.3 min skipped the last row at load ~4
-    done = json.loads((out / "results.json").read_text())["rows"]
+    out, done = section_rows(tmp_path, monkeypatch, rows, 0.6)  # 0.3 min skipped the last row at load ~4
     energy, classes = done["beyond:energy-direct"], done["beyond:mlp1-classes"]
     for row in (energy, classes):
         assert row["status"] != "skipped", row.get("note")
@@ -171,13 +171,9 @@ def test_beyond_section_trains_the_recurrent_row(random_corpus, tmp_path, monkey
     mine = {r.id: r for r in BEYOND_ROWS if isinstance(r, NetRow)}
     lstm = replace(mine["lstm"], samples=6, batch_size=40)
     rows = (lstm, MixRow("lstm-kn", "recurrent + KN5, EM", ("lstm", "kn5"), "em"))
-    monkeypatch.setattr(beyond, "BEYOND_ROWS", rows)
     monkeypatch.setitem(beyond.beyond_nets.__dict__, "MIN_EPOCHS", 1)
     monkeypatch.setattr(beyond.beyond_nets.planner, "EXPECTED_EPOCHS", 1)  # one epoch is all it asks for
-    out = tmp_path / "report"
-    reproduce(ReproduceRequest(str(tmp_path / "rand"), out, 0.05, "mlp7", False, "x", progress=False, threads=1,
-                               beyond=True, beyond_reference="none", beyond_minutes=1.0), log=lambda s: None)
-    done = json.loads((out / "results.json").read_text())["rows"]
+    out, done = section_rows(tmp_path, monkeypatch, rows, 1.0)
     row = done["beyond:lstm"]
     assert row["status"] != "skipped", row.get("note")
     run = json.loads((out / row["run"] / "run.json").read_text())
