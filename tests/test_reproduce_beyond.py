@@ -66,6 +66,9 @@ def test_beyond_section_end_to_end_then_resume(random_corpus, tmp_path, monkeypa
     assert rows["beyond:with-class"]["status"] == "skipped" and "class500-3" in rows["beyond:with-class"]["note"]
     text = (out / "README.md").read_text()
     assert "## Beyond the paper" in text and "`nnlm train --preset mlp7 --loss sampled --seed 1" in text
+    built = sum(row["status"] not in ("skipped", "not applicable") for key, row in rows.items()
+                if key.startswith("beyond:"))
+    assert f"Section built at `{rows['beyond:mlp7-seed1']['commit']}` ({built} rows)." in text
     assert "`nnlm mix runs/mlp7-seed0 runs/mlp7-seed1 ngrams/kn5 ngrams/interpolated --weights em-buckets`" in text
     assert ("saved once by `nnlm ngram --kind interpolated --order 3 --save ngrams/interpolated`, `nnlm ngram --kind "
             "kn --order 3 --save ngrams/kn3`, `nnlm ngram --kind kn --order 5 --save ngrams/kn5`.") in text

@@ -56,7 +56,9 @@ def section_lines(data: dict[str, Any]) -> list[str]:
     best = _best(rows, present)
     lines = [
         "## Beyond the paper", "",
-        "Nets of the same feed-forward family trained with other seeds (or presets), ensembles of them (their "
+        _commit_line(rows, present), "",
+        "Nets past the paper (a recurrent NPLM, deeper and wider feed-forward nets, the paper's section-5 "
+        "extensions), nets of Table 1's shapes trained with other seeds, ensembles of them (their "
         "probabilities averaged), and mixtures with Table 1's Kneser-Ney 5-gram, class-based trigram (c = 500) and "
         "deleted-interpolation trigram (or with every n-gram row of Table 1, where the row says so), the weights "
         "fitted by EM on validation, one set per context-frequency bucket "
@@ -73,6 +75,19 @@ def section_lines(data: dict[str, Any]) -> list[str]:
         f"![Beyond the paper: test ratios to KN5]({PLOT})", "",
     ]
     return lines
+
+
+def _commit_line(rows: Rows, ids: list[str]) -> str:
+    """The commit(s) whose code built the section's rows (Table 1's line names those of its own rows: a section
+    added to a finished Table 1 may come from a later commit)."""
+    built: dict[str, int] = {}
+    for i in ids:
+        if rows[KEY + i].get("status") not in ("skipped", "not applicable"):
+            sha = rows[KEY + i].get("commit", "unrecorded")
+            built[sha] = built.get(sha, 0) + 1
+    if not built:
+        return "Commit: no row of the section was built."
+    return "Section built at " + ", ".join(f"`{sha}` ({n} rows)" for sha, n in built.items()) + "."
 
 
 def is_reference(entry: dict[str, Any]) -> bool:
