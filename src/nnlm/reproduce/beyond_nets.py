@@ -5,13 +5,14 @@ another name (MLP1 with seed 0 and the call's loss) is Table 1's row, reused. A 
 from __future__ import annotations
 
 import shlex
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnlm.neural.run import checkpoint as ck
 from nnlm.neural.run.recipes import default_recipe
-from nnlm.reproduce import net_run, planner
+from nnlm.reproduce import net_run, planner, rates
 from nnlm.reproduce.beyond_mixes import SPLITS, part_scores, save_scores
 from nnlm.reproduce.beyond_rows import NetRow, row_key
 from nnlm.reproduce.net_run import MAX_EPOCHS, NetRun
@@ -124,6 +125,31 @@ def net_row(section: Section, net: NetRow) -> None:
     train_and_score(section, net, grant)
 
 
+def continue_in_grant(section: Section, net: NetRow, run: NetRun, grant: planner.Grant | None,
+                      state: dict[str, Any], started: float) -> dict[str, Any]:
+    """A run that stopped at the whole epochs its grant was converted to, with the grant's time left (its
+    speeds, timed on a slice, were low: the recurrent net's scoring is timed on one text, and the 60-minute
+    run's LSTM stopped at 10 epochs after 30.8 of its 49.7 minutes) trains on for the whole epochs the rest
+    holds at its own speed (`rates.from_history`), within the same grant: the rows after it keep what the
+    plan left them. Its final state."""
+    job, c = section.job, section.job.corpus
+    while grant is not None and not state["finished"] and str(state["stop_reason"]).startswith("reached"):
+        seen = rates.from_history(state["history"], len(c.valid))
+        if seen is None or state["epoch"] >= MAX_EPOCHS:
+            break
+        train, valid = planner.epoch_parts(seen, len(c.train), len(c.valid))
+        left = grant.work - (time.monotonic() - started)
+        more = int(left / (train + valid))
+        if more < 1:
+            break
+        epochs = min(state["epoch"] + more, MAX_EPOCHS)
+        job.log(f"    {left / 60:.1f} min of its grant left after {state['epoch']} epochs: continued to {epochs} at "
+                f"the speed they measured ({seen.train:,.0f} training, {seen.score:,.0f} scoring tokens/s)")
+        limits = {"epochs": epochs, "time_budget": round((state["elapsed"] + net_run.GUARD * left) / 60, 2)}
+        state = net_run.train(job, run, limits, section.row_log(net.id), resume=True)
+    return state
+
+
 def train_and_score(section: Section, net: NetRow, grant: planner.Grant | None) -> None:
     from nnlm.neural.run.checkpoint import load_neural
 
@@ -138,7 +164,9 @@ def train_and_score(section: Section, net: NetRow, grant: planner.Grant | None) 
         job.results.put(key, RowResult({}, params, 0.0, "skipped", grant.reason, options, grant.to_dict(), extra))
         job.log(f"    {grant.reason}")
         return
+    started = time.monotonic()
     state = net_run.train(job, run, net_run.limits(job, run, grant), section.row_log(net.id))
+    state = continue_in_grant(section, net, run, grant, state, started)
     model = load_neural(where, device=job.device_name())
     govern(requested=job.threads, device=job.device_name())
     job.kept_valid_scores(key, where)  # the best epoch's validation, not a second pass
