@@ -186,7 +186,7 @@ def test_beyond_section_trains_the_recurrent_row(random_corpus, tmp_path, monkey
                                                                 done["kn5"]["perplexity"]["valid"])
 
 
-def test_a_run_stopped_at_its_epochs_with_grant_left_trains_on_within_the_grant(monkeypatch):
+def test_a_run_stopped_at_its_epochs_with_grant_left_trains_on_within_the_grant(monkeypatch, tmp_path):
     """The grant (10 epochs at the speed timed on a slice) outlasts the epochs at the run's own speed: the run
     continues for the whole epochs the rest holds at that speed (with the planner's safety factor), then ends."""
     from types import SimpleNamespace
@@ -195,28 +195,36 @@ def test_a_run_stopped_at_its_epochs_with_grant_left_trains_on_within_the_grant(
 
     corpus = SimpleNamespace(train=range(800), valid=range(200))
     logs: list[str] = []
-    section = SimpleNamespace(job=SimpleNamespace(corpus=corpus, log=logs.append), row_log=lambda i: logs.append)
+    section = SimpleNamespace(job=SimpleNamespace(corpus=corpus, log=logs.append, out=tmp_path),
+                              row_log=lambda i: logs.append)
+    run = SimpleNamespace(run_dir=lambda out: out)  # the run directory: its state.json, as the trainer keeps it
     # each epoch: 8 s of training (100 examples/s) and 2 s of validation (100 tokens/s)
     history = [{"examples": 800 * e, "elapsed_seconds": 10.0 * e, "valid_seconds": 2.0} for e in range(1, 11)]
     calls = []
 
+    def saved(state: dict) -> dict:
+        (tmp_path / "state.json").write_text(json.dumps(state))
+        return state
+
     def train(job, run, limits, log, resume=None):
         calls.append(limits)
         done = limits["epochs"]
-        return {"finished": False, "stop_reason": f"reached {done} epochs", "epoch": done, "elapsed": 10.0 * done,
-                "history": history + [{"examples": 800 * e, "elapsed_seconds": 10.0 * e, "valid_seconds": 2.0}
-                                      for e in range(11, done + 1)]}
+        return saved({"finished": False, "stop_reason": f"reached {done} epochs", "epoch": done,
+                      "elapsed": 10.0 * done, "history": history + [
+                          {"examples": 800 * e, "elapsed_seconds": 10.0 * e, "valid_seconds": 2.0}
+                          for e in range(11, done + 1)]})
 
     monkeypatch.setattr(net_run, "train", train)
     clock = iter([100.0, 140.0])  # seconds since the run started, each time the continuation looks
     monkeypatch.setattr(beyond_nets.time, "monotonic", lambda: next(clock))
     grant = planner.Grant("n", "full", 150.0, 0.0, "")
-    first = {"finished": False, "stop_reason": "reached 10 epochs", "epoch": 10, "elapsed": 100.0, "history": history}
-    state = beyond_nets.continue_in_grant(section, NetRow("n", "n", "mlp1"), None, grant, first, 0.0)
+    first = saved({"finished": False, "stop_reason": "reached 10 epochs", "epoch": 10, "elapsed": 100.0,
+                   "history": history})
+    state = beyond_nets.continue_in_grant(section, NetRow("n", "n", "mlp1"), run, grant, first, 0.0)
     per_epoch = planner.SAFETY * 10.0
     assert calls[0]["epochs"] == 10 + int(50.0 / per_epoch) == 14 and state["epoch"] == 14
     assert calls[0]["time_budget"] == round((100.0 + net_run.GUARD * 50.0) / 60, 2)
     assert len(calls) == 1 and "continued to 14" in logs[0]  # then nothing of the grant is left
 
     early = first | {"finished": True, "stop_reason": "early stopping: no better validation perplexity for 3 epochs"}
-    assert beyond_nets.continue_in_grant(section, NetRow("n", "n", "mlp1"), None, grant, early, 0.0) is early
+    assert beyond_nets.continue_in_grant(section, NetRow("n", "n", "mlp1"), run, grant, early, 0.0) is early

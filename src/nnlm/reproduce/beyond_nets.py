@@ -132,20 +132,18 @@ def continue_in_grant(section: Section, net: NetRow, run: NetRun, grant: planner
     run's LSTM stopped at 10 epochs after 30.8 of its 49.7 minutes) trains on for the whole epochs the rest
     holds at its own speed (`rates.from_history`), within the same grant: the rows after it keep what the
     plan left them. Its final state."""
-    job, c = section.job, section.job.corpus
+    job = section.job
     while grant is not None and not state["finished"] and str(state["stop_reason"]).startswith("reached"):
-        seen = rates.from_history(state["history"], len(c.valid))
+        seen = rates.from_history(state["history"], len(job.corpus.valid))
         if seen is None or state["epoch"] >= MAX_EPOCHS:
             break
-        train, valid = planner.epoch_parts(seen, len(c.train), len(c.valid))
-        left = grant.work - (time.monotonic() - started)
-        more = int(left / (train + valid))
-        if more < 1:
+        left = replace(grant, work=grant.work - (time.monotonic() - started))
+        limits = net_run.run_limits(run.run_dir(job.out), seen, job, left)  # Table 1's rule, for the rest
+        if "epochs" not in limits:  # less than a whole epoch left: a part epoch validates too, as dear as one
             break
-        epochs = min(state["epoch"] + more, MAX_EPOCHS)
-        job.log(f"    {left / 60:.1f} min of its grant left after {state['epoch']} epochs: continued to {epochs} at "
-                f"the speed they measured ({seen.train:,.0f} training, {seen.score:,.0f} scoring tokens/s)")
-        limits = {"epochs": epochs, "time_budget": round((state["elapsed"] + net_run.GUARD * left) / 60, 2)}
+        job.log(f"    {left.work / 60:.1f} min of its grant left after {state['epoch']} epochs: continued to "
+                f"{limits['epochs']} at the speed they measured ({seen.train:,.0f} training, {seen.score:,.0f} "
+                "scoring tokens/s)")
         state = net_run.train(job, run, limits, section.row_log(net.id), resume=True)
     return state
 
