@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from nnlm.reproduce.beyond_rows import KEY, NGRAM_PARTS, ngram_save_command
+from nnlm.reproduce.results import built_by
 
 Rows = dict[str, dict[str, Any]]
 PLOT = "beyond.png"  # the section's plot, beside README.md (beyond_plot)
@@ -80,14 +81,10 @@ def section_lines(data: dict[str, Any]) -> list[str]:
 def _commit_line(rows: Rows, ids: list[str]) -> str:
     """The commit(s) whose code built the section's rows (Table 1's line names those of its own rows: a section
     added to a finished Table 1 may come from a later commit)."""
-    built: dict[str, int] = {}
-    for i in ids:
-        if rows[KEY + i].get("status") not in ("skipped", "not applicable"):
-            sha = rows[KEY + i].get("commit", "unrecorded")
-            built[sha] = built.get(sha, 0) + 1
+    built = built_by(rows, [KEY + i for i in ids])
     if not built:
         return "Commit: no row of the section was built."
-    return "Section built at " + ", ".join(f"`{sha}` ({n} rows)" for sha, n in built.items()) + "."
+    return "Section built at " + ", ".join(f"`{sha}` ({len(keys)} rows)" for sha, keys in built.items()) + "."
 
 
 def is_reference(entry: dict[str, Any]) -> bool:

@@ -107,10 +107,7 @@ def budget_lines(rows: Rows, ordered: list[Row], call: dict[str, Any]) -> list[s
 
 def commit_line(rows: Rows, ordered: list[Row], current: str) -> str:
     """The commit(s) whose code built the rows: a resumed reproduction may span several."""
-    built: dict[str, list[str]] = {}
-    for row in ordered:
-        if row.id in rows and rows[row.id].get("status") not in ("skipped", "not applicable"):
-            built.setdefault(rows[row.id].get("commit", "unrecorded"), []).append(row.id)
+    built = results.built_by(rows, [row.id for row in ordered])
     if set(built) <= {"unrecorded"}:
         return f"Commit: `{current}`  "
     if len(built) == 1:

@@ -101,6 +101,16 @@ def commit() -> str:
         return "unknown"
 
 
+def built_by(rows: dict[str, dict[str, Any]], keys: list[str]) -> dict[str, list[str]]:
+    """The commit that built each of `keys`' rows (skipped and not-applicable rows built nothing), grouped:
+    commit -> row keys in `keys`' order; "unrecorded" for a row from before commits were kept."""
+    built: dict[str, list[str]] = {}
+    for key in keys:
+        if key in rows and rows[key].get("status") not in ("skipped", "not applicable"):
+            built.setdefault(rows[key].get("commit", "unrecorded"), []).append(key)
+    return built
+
+
 def read(path: Path) -> dict[str, Any]:
     """results.json, checked; NnlmError when it is not a reproduction's."""
     try:
