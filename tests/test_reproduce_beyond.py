@@ -228,3 +228,22 @@ def test_a_run_stopped_at_its_epochs_with_grant_left_trains_on_within_the_grant(
 
     early = first | {"finished": True, "stop_reason": "early stopping: no better validation perplexity for 3 epochs"}
     assert beyond_nets.continue_in_grant(section, NetRow("n", "n", "mlp1"), run, grant, early, 0.0) is early
+
+
+def test_a_row_with_a_share_wants_that_share_of_the_budget(monkeypatch):
+    """A row's `share` replaces its recipe's expected epochs as what it wants: the rows after it keep the rest."""
+    from types import SimpleNamespace
+
+    from nnlm.reproduce import beyond_nets, net_run, planner
+
+    corpus = SimpleNamespace(train=range(800), valid=range(200))
+    section = SimpleNamespace(job=SimpleNamespace(corpus=corpus, samples=None), budget=3600.0, left=lambda: 3500.0)
+    monkeypatch.setattr(beyond_nets, "section_net", lambda section, net: None)
+    monkeypatch.setattr(net_run, "rates_of", lambda job, run: planner.Rates(train=100.0, score=100.0))
+    # 10 epochs of 10 s (8 s of training, 2 of validation) and 60 s of scoring: 100 s wanted
+    monkeypatch.setattr(net_run, "need", lambda job, run, fresh: planner.Need("n", 60.0, (6.0, 10.0, 30.0, 100.0)))
+    assert beyond_nets.plan_net(section, NetRow("n", "n", "mlp1")).work == pytest.approx(100.0)
+    grant = beyond_nets.plan_net(section, NetRow("n", "n", "mlp1", share=0.5))
+    assert grant.work == pytest.approx(1800.0) and grant.status == "full"
+    with pytest.raises(NnlmError, match="share"):
+        check_rows((NetRow("a", "a", "mlp1", share=1.5),))

@@ -78,11 +78,14 @@ def mix_reserve(section: Section) -> float:
 
 
 def plan_net(section: Section, net: NetRow) -> planner.Grant | None:
-    """The grant of `net`: greedy, in the rows' order (`section_grant`), its floor MIN_EPOCHS epochs."""
+    """The grant of `net`: greedy, in the rows' order (`section_grant`), its floor MIN_EPOCHS epochs; a row
+    with a `share` wants that share of the section's budget, not its recipe's expected epochs."""
     if section.left() is None:
         return None
     c, run = section.job.corpus, section_net(section, net)
     need = net_run.need(section.job, run, fresh=True)
+    if net.share is not None:
+        need = replace(need, tiers=(need.floor, net.share * section.budget))
     train, valid = planner.epoch_parts(net_run.rates_of(section.job, run), len(c.train), len(c.valid))
     return section_grant(section, need, train + valid)
 
