@@ -123,3 +123,19 @@ def test_first_query_builds_the_engine(models, kind, order, first, tmp_path):
     else:
         model.log_prob(np.zeros((1, model.context_size), dtype=np.int64), np.array([1]))
     assert holder._engine
+
+
+@pytest.mark.parametrize("carry", [True, False])
+def test_a_mixture_of_count_models_takes_the_short_path_with_the_generic_numbers(models, carry, monkeypatch):
+    from nnlm.mixture import Mixture
+
+    mix = Mixture([models[("kn", 5)], models[("class", 3)]], [[0.6, 0.4], [0.2, 0.8]],
+                  bucketer=lambda ctx: (ctx[:, -1] % 2).astype(np.int64), bucketer_order=2)
+    quick = score_lines(mix, LINES, carry_context=carry)
+    monkeypatch.setattr(Mixture, "stream_log_prob", None)  # the generic path: the mixture's context rows
+    expect, _ = generic(mix, LINES, carry)
+    monkeypatch.undo()
+    assert [s.line_number for s in quick[0]] == [s.line_number for s in expect]
+    for got, want in zip(quick[0], expect, strict=True):
+        assert (got.tokens, got.oov) == (want.tokens, want.oov)
+        np.testing.assert_allclose(got.word_log10, want.word_log10, rtol=0, atol=1e-9)

@@ -215,3 +215,36 @@ def test_what_the_recurrent_net_cannot_do_is_one_line(args, message, random_corp
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
     assert not Path(out / "model.safetensors").exists()
+
+
+def test_a_mixture_scores_its_recurrent_part_from_the_whole_text(random_corpus, tmp_path):
+    """A mixture's stream scores are its components' own (the LSTM's from each token's whole text, not its n-1
+    words), mixed per bucket: a saved `nnlm mix` scores what the mix was fitted on, chunked or not."""
+    from nnlm.lm import split_log_probs
+    from nnlm.loading import build_count_model
+    from nnlm.mixture import Mixture, mix_on_corpus
+
+    torch.manual_seed(0)
+    net = build_net(ModelConfig(len(random_corpus.vocab), 3, 6, 6, False, recurrent="lstm", tied=True))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(4.0)  # so that words further back than n-1 change the scores
+    lm = language_model(net, random_corpus.vocab, random_corpus.pad_token)
+    kn = build_count_model("kn", random_corpus, 3)
+    fitted = mix_on_corpus([lm, kn], random_corpus, "em-buckets")
+    mix = fitted.model
+    whole = split_log_probs(mix, random_corpus, "valid")
+    assert np.allclose(whole, fitted.split_log_probs["valid"], rtol=0, atol=1e-9)
+    chunked = split_log_probs(mix, random_corpus, "valid", chunk=7)
+    assert np.allclose(chunked, whole, rtol=0, atol=1e-6)  # (the LSTM in other blocks: fp32 rounding)
+    ids = random_corpus.split("valid")
+    offset = random_corpus.split_offset("valid")
+    rows = mix.log_prob(chunked_contexts(random_corpus, offset, len(ids), mix.context_size), ids.astype(np.int64))
+    assert not np.allclose(rows, whole, rtol=0, atol=1e-6)  # rows show the LSTM only n-1 words
+    assert isinstance(mix, Mixture)
+
+
+def chunked_contexts(corpus, first: int, count: int, k: int) -> np.ndarray:
+    from nnlm.lm import contexts
+
+    return contexts(corpus.stream(), np.arange(first, first + count), k, corpus.pad_id)

@@ -223,12 +223,20 @@ def chunked_log_probs(model: LanguageModel, stream: np.ndarray, first: int, coun
                 continue
             scores_streams = None
         positions = np.arange(first + lo, first + min(lo + chunk, count))
-        ctx = contexts(stream, positions, k, pad_id)
-        if since_start is not None and k:
-            before = since_start[lo:lo + len(positions), None] < np.arange(k, 0, -1)[None, :]
-            ctx = np.where(before, pad_id, ctx)
+        ctx = stream_contexts(stream, positions, k, pad_id, None if since_start is None else since_start[lo:])
         out[lo:lo + len(positions)] = log_prob(ctx, stream[positions].astype(np.int64))
     return out
+
+
+def stream_contexts(stream: np.ndarray, positions: np.ndarray, k: int, pad_id: int,
+                    since_start: np.ndarray | None = None) -> np.ndarray:
+    """The k ids before each of `positions` in `stream` [len(positions), k] (`pad_id` before the stream's start,
+    and before a token's own text where `since_start`, aligned with `positions`, says where it starts)."""
+    ctx = contexts(stream, positions, k, pad_id)
+    if since_start is not None and k:
+        before = since_start[:len(positions), None] < np.arange(k, 0, -1)[None, :]
+        ctx = np.where(before, pad_id, ctx)
+    return ctx
 
 
 def stream_log_probs(model: LanguageModel, ids: np.ndarray, history: np.ndarray | None = None,

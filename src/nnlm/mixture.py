@@ -15,7 +15,7 @@ import numpy as np
 
 from nnlm.em import EMResult, fit_weights_em
 from nnlm.errors import NnlmError
-from nnlm.lm import LOG10_E, LanguageModel, LMState, perplexity_from_log_probs
+from nnlm.lm import LOG10_E, LanguageModel, LMState, chunked_log_probs, perplexity_from_log_probs, stream_contexts
 
 # EM runs until a step gains less than MIX_EM_TOL nats a token: 20 fixed steps left a mix of 16 parts
 # 0.3% short of its optimum on Brown (valid 217.7 against 217.0); Table 1's 2-part mixes move < 0.01%.
@@ -78,6 +78,18 @@ class Mixture(LanguageModel):
 
     def log_prob(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         return self.combine(self.component_log_probs(contexts, targets), self._buckets(contexts))
+
+    def stream_log_prob(self, stream: np.ndarray, first: int, count: int, pad_id: int,
+                        since_start: np.ndarray | None = None) -> np.ndarray:
+        """ln P of stream[first:first + count] (nnlm.capabilities.ScoresStreams): each component's own stream
+        scores (nnlm.lm.chunked_log_probs: a recurrent net reads each token's whole text before it, a count
+        model its query engine, the others their context rows), mixed with the weights of each position's
+        bucket. Context rows alone would show a recurrent component only its n-1 words, so a saved mixture
+        would not give the numbers `nnlm mix` fitted its weights on."""
+        parts = np.stack([chunked_log_probs(m, stream, first, count, pad_id, since_start, chunk=max(count, 1))
+                          for m in self.components])
+        ctx = stream_contexts(stream, np.arange(first, first + count), self.context_size, pad_id, since_start)
+        return self.combine(parts, self._buckets(ctx))
 
     def combine(self, component_log_probs: np.ndarray, buckets: np.ndarray) -> np.ndarray:
         """log sum_k w_k[bucket] P_k from the components' log-probs [K, N]: reuse them across weightings."""

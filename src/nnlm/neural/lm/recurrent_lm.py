@@ -11,7 +11,8 @@ Where the numbers come from, by entry point:
   piece of a long file), goes on from the state kept (`_Carry`), so chunked scoring is exact and linear.
 - states (`begin_state` / `advance`): the same state, one word at a time; the same numbers as the stream's
   (tests/test_recurrent.py), to float rounding.
-- context rows (`log_prob`, `distribution`: what a Mixture's components and `nnlm.use.next_words` are given):
+- context rows (`log_prob`, `distribution`: what `nnlm.use.next_words` and a Mixture's distribution give it; a
+  Mixture's scores come from its components' streams, nnlm.mixture.Mixture.stream_log_prob):
   the row read from the zero state after its last start-of-text token, or from its first id when it has none.
   Exact for a text shorter than n-1 words; for a longer one, the net seeing only the last n-1 words.
 Scoring is exact fp32 (a bf16 Scoring scores exactly too: the product is small); an unnormalized one is refused.
