@@ -217,10 +217,10 @@ def test_what_the_recurrent_net_cannot_do_is_one_line(args, message, random_corp
     assert not Path(out / "model.safetensors").exists()
 
 
-def test_a_mixture_scores_its_recurrent_part_from_the_whole_text(random_corpus, tmp_path):
+def test_a_mixture_scores_its_recurrent_part_from_the_whole_text(random_corpus):
     """A mixture's stream scores are its components' own (the LSTM's from each token's whole text, not its n-1
     words), mixed per bucket: a saved `nnlm mix` scores what the mix was fitted on, chunked or not."""
-    from nnlm.lm import split_log_probs
+    from nnlm.lm import split_log_probs, stream_contexts
     from nnlm.loading import build_count_model
     from nnlm.mixture import Mixture, mix_on_corpus
 
@@ -239,12 +239,8 @@ def test_a_mixture_scores_its_recurrent_part_from_the_whole_text(random_corpus, 
     assert np.allclose(chunked, whole, rtol=0, atol=1e-6)  # (the LSTM in other blocks: fp32 rounding)
     ids = random_corpus.split("valid")
     offset = random_corpus.split_offset("valid")
-    rows = mix.log_prob(chunked_contexts(random_corpus, offset, len(ids), mix.context_size), ids.astype(np.int64))
+    rows = mix.log_prob(stream_contexts(random_corpus.stream(), np.arange(offset, offset + len(ids)), mix.context_size,
+                                        random_corpus.pad_id), ids.astype(np.int64))
     assert not np.allclose(rows, whole, rtol=0, atol=1e-6)  # rows show the LSTM only n-1 words
     assert isinstance(mix, Mixture)
 
-
-def chunked_contexts(corpus, first: int, count: int, k: int) -> np.ndarray:
-    from nnlm.lm import contexts
-
-    return contexts(corpus.stream(), np.arange(first, first + count), k, corpus.pad_id)
