@@ -375,6 +375,43 @@ def test_a_burst_of_200_connections_is_answered_in_full(server):
     server.assert_quiet()
 
 
+def test_requests_that_arrived_in_time_are_answered_after_the_loop_was_held(kn3):
+    """The header deadline counts the client's time, not the server's: requests whose bytes wait in the
+    server's socket buffers before their deadline are answered even when its event loop was held past it
+    in a callback (as a CPU-bound neighbour holds it through a burst: libuv then runs the due timers before
+    it reads the input). Before: closed with no answer (the 200-connection burst at load 3.5)."""
+    from nnlm.serve.api import served_models
+    from nnlm.serve.limits import Limits
+    from nnlm.serve.server import ModelServer
+
+    limits = Limits(header_timeout=DEADLINE, body_timeout=DEADLINE)
+    srv = ModelServer(served_models([str(kn3)], timeout=20), limits=limits).start()
+    try:
+        loop = srv.server.servers[0].get_loop()
+        socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(20)]
+        time.sleep(0.3)  # accepted: their header deadlines run from here
+        class Holder(asyncio.Protocol):  # a reader on the server's loop whose input takes a while to handle
+            def data_received(self, data: bytes) -> None:
+                time.sleep(DEADLINE + 0.5)
+
+        held, holder = socket.socketpair()
+        asyncio.run_coroutine_threadsafe(loop.create_connection(Holder, sock=held), loop).result(10)
+        holder.send(b"x")  # the loop is now held inside an input callback past the deadlines
+        time.sleep(0.2)
+        for i, sock in enumerate(socks):
+            sock.sendall(f"GET /api/models?i={i} HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+                         "Connection: close\r\n\r\n".encode())
+        statuses = []
+        for sock in socks:
+            with sock:
+                raw, _ = read_all(sock, quiet_for=5)
+                statuses.append(parse(raw)[0][0] if raw else None)
+        holder.close()
+    finally:
+        srv.stop()
+    assert statuses == [200] * 20
+
+
 # -- clients that leave ---------------------------------------------------------------------------------
 
 def test_clients_leaving_mid_request_leave_no_trace(server):

@@ -6,7 +6,10 @@ deadline for a request's headers and no bound on their size, answers a malformed
 and waits forever on a client that stops reading. This subclass adds:
 
 - a header deadline: the request line and headers must be complete within `header_timeout` of the
-  connection opening or of the previous answer, however the bytes trickle in (408 JSON, then closed);
+  connection opening or of the previous answer, however the bytes trickle in (408 JSON, then closed).
+  It counts the client's time, not the server's: when it comes due while the client's bytes wait unread in
+  the socket (the loop was held, e.g. beside a CPU-bound job, and libuv runs due timers before it polls
+  again), the connection gets a short grace to have them read, at most one more `header_timeout` in all;
 - a header size bound: request line and headers over MAX_HEADER_BYTES are refused (431);
 - a JSON 400 for a request llhttp refuses, with its reason, and nothing logged: a client's malformed
   request is not the server's error; an Upgrade (websocket, h2c) or CONNECT request is refused the same way;
@@ -20,6 +23,7 @@ The body's own deadline and size limit are the guard's (`nnlm.serve.guard`), at 
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import Any
 
 import httptools
@@ -29,6 +33,20 @@ from nnlm.serve.limits import MAX_HEADER_BYTES, Limits
 from nnlm.serve.responses import raw_error
 
 LINGER = 2.0  # seconds a closed connection's input is still drained (bounded by the header deadline too)
+GRACE_STEP = 0.05  # seconds a due header deadline waits for input the loop has not read yet, each time
+
+
+def unread_input(transport: asyncio.BaseTransport) -> int:
+    """Bytes the client has sent that wait in the connection's socket, not read yet (FIONREAD); 0 where
+    it cannot be asked (no socket, not Unix)."""
+    sock = transport.get_extra_info("socket")
+    try:
+        import fcntl
+        import termios
+
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+    except (ImportError, AttributeError, OSError, ValueError):
+        return 0
 
 
 class LingeringTransport:
@@ -68,6 +86,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._write_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0        # bytes read since the last request ended, while its successor's head is due
         self._in_head = True        # the next bytes are a request's line and headers (not a body)
+        self._grace = 0.0           # seconds the current header deadline was extended for unread input
 
     # -- the connection cap and the header deadline
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -80,11 +99,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _arm_header_deadline(self) -> None:
         self._cancel(self._header_timer)
+        self._grace = 0.0
         self._header_timer = self.loop.call_later(self.limits.header_timeout, self._headers_late)
 
     def _headers_late(self) -> None:
         self._header_timer = None
         if self.transport.is_closing():
+            return
+        if self._grace < self.limits.header_timeout and unread_input(self.transport.raw):
+            self._grace += GRACE_STEP  # the server is late, not the client: read what it sent, then judge
+            self._header_timer = self.loop.call_later(GRACE_STEP, self._headers_late)
             return
         if self._in_head and self._head_bytes:  # a request was under way
             self._refuse(408, f"the request's headers did not arrive within {self.limits.header_timeout:g} s")
