@@ -107,8 +107,8 @@ BEYOND_ROWS: tuple[NetRow | MixRow, ...] = (
     # stalls): valid 205.2 after 13 epochs in 40 minutes on one thread, test 182.9 = 0.595 x KN5, against 223.3 /
     # 0.652 with the sampled recipe's x 0.7 an epoch (docs/experiments/recurrent-nplm.md). It wants 70% of the
     # budget (42 of 60 minutes), not the 10 epochs a Table 1 net early-stops after: at 65% the 60-minute section
-    # (docs/beyond-report) stopped it after 12 epochs in 38.1 minutes (valid 209.1, test 0.609), the 13th (205.2)
-    # needs ~3.2 more; the tied feed-forward net after it took 13.7 minutes for its 5 epochs
+    # stopped it after 12 epochs in 38.1 minutes (valid 209.1, test 0.609); at 70% (docs/beyond-report) 15 epochs,
+    # valid 203.5, test 181.1 = 0.590 (the reference beside it 0.609), mixed 0.541; the tied net after it: 13.0 min
     NetRow("lstm", "recurrent NPLM (2 LSTM layers of 200, tied, sampled loss, rate halved on a stall)", "lstm",
            recipe="adaptive-sampled", dropout=0.3, samples=512, batch_size=700, share=0.7),
     mlp1_seed(0),
