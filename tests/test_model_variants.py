@@ -24,22 +24,25 @@ from nnlm.neural.net.model_config import ModelConfig
 from nnlm.neural.net.presets import BEYOND, preset, run_name
 from nnlm.neural.net.sampled import ROWS, SampledLoss
 
-VARIANTS = [  # (n, h, direct, layers, layer_norm, residual, local)
+VARIANTS = [  # (n, h, direct, layers, layer_norm, residual, local[, summaries])
     (4, 5, True, 2, False, False, 0),
     (4, 5, False, 3, True, True, 0),
     (4, 5, True, 1, True, False, 0),
     (7, 5, True, 2, True, True, 2),
     (6, 0, True, 1, False, False, 1),
     (6, 4, False, 1, False, False, 3),
+    (9, 5, True, 2, True, True, 2, 3),
+    (8, 4, False, 1, False, False, 1, 2),
 ]
 
 
 def variant(v: int, n: int, h: int, direct: bool, layers: int, layer_norm: bool, residual: bool, local: int,
-            m: int = 3, seed: int = 0) -> NPLM:
+            summaries: int = 1, m: int = 3, seed: int = 0) -> NPLM:
     """A float64 net of the variant, with its gains and A moved off their initial values (so that a
     gradient through them is not a special case)."""
     torch.manual_seed(seed)
-    config = ModelConfig(v, n, h, m, direct, layers=layers, layer_norm=layer_norm, residual=residual, local=local)
+    config = ModelConfig(v, n, h, m, direct, layers=layers, layer_norm=layer_norm, residual=residual, local=local,
+                         summaries=summaries)
     net = NPLM(config).double()
     with torch.no_grad():
         for name, p in net.named_parameters():
@@ -76,7 +79,8 @@ def test_a_paper_config_is_written_and_read_as_before():
 
 @pytest.mark.parametrize("fields", [dict(layers=0), dict(residual=True), dict(layers=2, hidden=0),
                                     dict(layer_norm=True, hidden=0), dict(local=3), dict(local=-1),
-                                    dict(layers=True), dict(layer_norm=1)])
+                                    dict(layers=True), dict(layer_norm=1), dict(summaries=2),
+                                    dict(local=1, summaries=4), dict(local=1, summaries=0)])
 def test_impossible_variants_are_refused(fields):
     with pytest.raises(NnlmError):
         ModelConfig(**(dict(vocab_size=10, order=5, hidden=4, features=2) | fields))
@@ -103,6 +107,19 @@ def test_the_wide_context_branch_is_the_weighted_sum_of_the_older_words():
     C, A = net.C.detach(), net.A.detach()
     older = A[0] * C[1] + A[1] * C[2] + A[2] * C[3] + A[3] * C[4]
     torch.testing.assert_close(net.features(ctx)[0], torch.cat([older, C[5], C[6]]))
+
+
+def test_several_sums_are_their_weighted_sums_and_start_at_nested_averages():
+    net = variant(13, 9, 5, True, 1, False, False, 2, summaries=3)  # 6 older words, 3 sums of them
+    ctx = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    C, A = net.C.detach(), net.A.detach()
+    assert A.shape == (3, 6) and net.config.input_size == (2 + 3) * 3
+    sums = [sum(A[k, j] * C[1 + j] for j in range(6)) for k in range(3)]
+    torch.testing.assert_close(net.features(ctx)[0], torch.cat([*sums, C[7], C[8]]))
+    fresh = NPLM(net.config).A.detach()
+    torch.testing.assert_close(fresh, torch.tensor([[1 / 6] * 6, [0, 0, 0, 1 / 3, 1 / 3, 1 / 3],
+                                                    [0, 0, 0, 0, 0, 1.0]]))
+    assert run_name("mlp1", net.config).endswith("-local2-sums3")
 
 
 @pytest.mark.parametrize("spec", VARIANTS)

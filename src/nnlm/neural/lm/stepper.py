@@ -39,14 +39,15 @@ NORMS_KEPT = 1 << 18  # contexts whose log Z is kept (a float each, ~100 bytes w
 
 def position_blocks(weight: torch.Tensor, config, mix: torch.Tensor | None) -> list[torch.Tensor]:
     """The columns of `weight` [rows, input_size] that multiply C(w_j), for each context position j
-    (oldest first): block j of x, or A_j times block 0 for the older words of the wide-context branch."""
-    m, distant = config.features, config.distant
+    (oldest first): block j of x, or sum_k A_kj times block k for the older words of the wide-context branch."""
+    m, distant, sums = config.features, config.distant, config.summaries
     out = []
     for j in range(config.order - 1):
         if distant and j < distant:
-            out.append(mix[j] * weight[:, :m])
+            kernels = mix.view(sums, distant)
+            out.append(sum(kernels[k, j] * weight[:, k * m:(k + 1) * m] for k in range(sums)))
         else:
-            block = j - distant + 1 if distant else j
+            block = j - distant + sums if distant else j
             out.append(weight[:, block * m:(block + 1) * m])
     return out
 

@@ -65,7 +65,9 @@ class NPLMParameters(nn.Module):
         self.gains = [f"g{layer}" for layer in range(1, config.layers + 1)] if config.layer_norm else []
         for name in self.gains:
             setattr(self, name, nn.Parameter(torch.empty(h)))
-        self.A = nn.Parameter(torch.empty(config.distant)) if config.distant else None
+        # the older words' weights: one sum (a vector, as models saved before `summaries` hold it) or K of them
+        shape = (config.distant,) if config.summaries == 1 else (config.summaries, config.distant)
+        self.A = nn.Parameter(torch.empty(shape)) if config.distant else None
         pairs = config.class_context
         self.P = nn.Parameter(torch.empty(pairs * pairs, pairs)) if pairs else None
         if pairs:  # the class of every word, and last the class a word outside V (the paper's OOV vector) counts as
@@ -122,11 +124,12 @@ class NPLMParameters(nn.Module):
 
     def context_input(self, vectors: torch.Tensor) -> torch.Tensor:
         """x from the context words' feature vectors [N, n-1, m] (oldest first): their concatenation; with
-        the wide-context branch, sum_j A_j C(older word j) followed by the `local` nearest, concatenated."""
+        the wide-context branch, sum_j A_j C(older word j) (K such sums with `summaries`: A_kj) followed by
+        the `local` nearest, concatenated."""
         if self.A is None:
             return vectors.flatten(1)
         distant = self.config.distant
-        older = torch.einsum("j,njm->nm", self.A, vectors[:, :distant])
+        older = torch.einsum("kj,njm->nkm", self.A.view(-1, distant), vectors[:, :distant]).flatten(1)
         return torch.cat([older, vectors[:, distant:].flatten(1)], dim=1)
 
     def hidden_output(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
@@ -212,8 +215,12 @@ class NPLM(NPLMParameters):
                 d.zero_()
             for name in self.gains:
                 getattr(self, name).fill_(1.0)
-            if self.A is not None:
-                self.A.fill_(1.0 / len(self.A))
+            if self.A is not None:  # sum k starts as the average of the nearest n-1-local over 2^k older words
+                kernels = self.A.view(-1, self.config.distant)
+                kernels.zero_()
+                for k, kernel in enumerate(kernels):
+                    reach = max(1, self.config.distant >> k)
+                    kernel[-reach:] = 1.0 / reach
             if self.P is not None:
                 self.P.uniform_(-0.1, 0.1)
 

@@ -12,6 +12,9 @@ their default, so a paper net's config (run.json, model JSON) is written as befo
   k nearest, and the n-1-k older words enter as one m-vector, a learned weighted sum of their features
   (weights A, one per position, starting at the average): a wide context for the price of one more word,
   the cheap second branch of Sun & Iyyer (2021, "Revisiting Simple Neural Probabilistic Language Models").
+- `summaries`: with `local`, the older words enter as K such learned sums (K m-vectors, rows of A [K, n-1-k]),
+  starting as averages over all of them, the nearest half, quarter, ...: Sun & Iyyer's several kernels, so
+  one sum can follow the topic of a long window while another keeps the last sentence.
 - `output_classes`: 0 is the paper's softmax over V; K > 0 factors the output layer through K word classes,
   P(w | h) = P(class(w) | h) P(w | class(w), h), each factor an exact softmax with the paper's
   y = b + W x + U a (nnlm.neural.net.class_output): O(K + |V|/K) per word instead of O(|V|).
@@ -46,7 +49,7 @@ from nnlm.bounds import Bounds, declare, value_error
 from nnlm.errors import NnlmError
 
 REQUIRED = ("vocab_size", "order", "hidden", "features", "direct")
-VARIANTS = ("layers", "layer_norm", "residual", "local", "output_classes", "energy",
+VARIANTS = ("layers", "layer_norm", "residual", "local", "summaries", "output_classes", "energy",
             "energy_shared_v", "class_context", "recurrent", "tied", "output_tree")  # optional in a stored config
 # The limits of the architecture, declared once: ModelConfig's fields and the training options that set them
 # (nnlm.neural.run.config.RunOptions: --order, --hidden, ...; run.json's schema) share these.
@@ -56,6 +59,7 @@ HIDDEN = Bounds(0, 100_000, integer=True)  # 0: no hidden layer
 FEATURES = Bounds(1, 100_000, integer=True)
 LAYERS = Bounds(1, 16, integer=True)
 LOCAL = Bounds(0, 64, integer=True)  # 0: every context word concatenated
+SUMMARIES = Bounds(1, 16, integer=True)  # the learned sums of the older words (with local > 0)
 CLASSES = Bounds(2, 1 << 24, integer=True)  # K of the class-factored output and of the class-pair features
 RECURRENT_CELLS = ("none", "lstm", "rnn")  # the feed-forward net, or the recurrent state's cell
 BRANCHING = Bounds(2, 1024, integer=True)  # B of the tree output layer: children of a node at most
@@ -76,6 +80,7 @@ class ModelConfig:
     layer_norm: bool = declare(False, flag=True)
     residual: bool = declare(False, flag=True)
     local: int = declare(0, bounds=LOCAL)
+    summaries: int = declare(1, bounds=SUMMARIES)
     output_classes: int = declare(0, bounds=CLASSES, off=0)
     energy: bool = declare(False, flag=True)
     energy_shared_v: bool = declare(False, flag=True)
@@ -100,8 +105,9 @@ class ModelConfig:
 
     @property
     def input_size(self) -> int:
-        """The length of x: (n-1) m, or (local + 1) m with the wide-context branch; + K with class-pair features."""
-        words = self.local + 1 if self.local else self.order - 1
+        """The length of x: (n-1) m, or (local + summaries) m with the wide-context branch; + K with class-pair
+        features."""
+        words = self.local + self.summaries if self.local else self.order - 1
         return words * self.features + self.class_context
 
     def parameter_count(self) -> int:
@@ -123,7 +129,7 @@ class ModelConfig:
             count += (self.layers - 1) * (h * h + h) + (self.layers * h if self.layer_norm else 0)
         if self.output_classes:
             count += self.output_classes * (1 + h + (k if self.direct else 0))
-        return count + self.distant + self.class_context ** 3
+        return count + self.distant * self.summaries + self.class_context ** 3
 
     def to_dict(self) -> dict:
         """Every field, but the variant fields only where they differ from the paper's net."""
@@ -148,6 +154,9 @@ RULES: tuple[Rule, ...] = (  # (broken, what to say), checked in this order once
     (lambda c: c.local > c.order - 3 and c.local > 0,
      lambda c: f"--local must be 0 (every context word concatenated) or from 1 to n-3 = {c.order - 3} (at least "
                f"two older words averaged), got {c.local}"),
+    (lambda c: c.summaries > 1 and (c.local == 0 or c.summaries > c.distant),
+     lambda c: f"--summaries {c.summaries} needs the wide-context branch (--local k) and at most n-1-k = "
+               f"{c.distant} older words to sum"),
     (lambda c: c.energy_shared_v and not c.energy,
      lambda c: "--energy-shared-v applies to the energy network (--energy)"),
     (lambda c: c.energy and (c.hidden == 0 or c.layers > 1 or c.layer_norm or c.residual or c.local > 0),

@@ -31,6 +31,7 @@ from nnlm.neural.net.model_config import (
     LOCAL,
     ORDER,
     RECURRENT_CELLS,
+    SUMMARIES,
 )
 from nnlm.neural.run.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defaults
 
@@ -99,6 +100,9 @@ class RunOptions:
                                      "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
                                      "overriding the preset", bounds=LOCAL,
                                 shown="the preset's (0)")
+    summaries: int | None = option(None, "with --local: the older words as K learned weighted sums instead of one "
+                                         "(starting as averages over all of them, the nearest half, quarter, ...)",
+                                   bounds=SUMMARIES, metavar="K", shown="the preset's (1)")
     energy: bool | None = option(None, "the paper's energy-minimization network (section 5.1): the output word's "
                                        "features enter the hidden layer, P(w | context) = softmax(-E); "
                                        "overriding the preset", flag=True, shown="the preset's (off but for energy)")
