@@ -129,7 +129,10 @@ class NPLMParameters(nn.Module):
         if self.A is None:
             return vectors.flatten(1)
         distant = self.config.distant
-        older = torch.einsum("kj,njm->nkm", self.A.view(-1, distant), vectors[:, :distant]).flatten(1)
+        if self.A.dim() == 1:  # one sum: the contraction every model before `summaries` was trained with
+            older = torch.einsum("j,njm->nm", self.A, vectors[:, :distant])
+        else:
+            older = torch.einsum("kj,njm->nkm", self.A, vectors[:, :distant]).flatten(1)
         return torch.cat([older, vectors[:, distant:].flatten(1)], dim=1)
 
     def hidden_output(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
@@ -215,7 +218,7 @@ class NPLM(NPLMParameters):
                 d.zero_()
             for name in self.gains:
                 getattr(self, name).fill_(1.0)
-            if self.A is not None:  # sum k starts as the average of the nearest n-1-local over 2^k older words
+            if self.A is not None:  # sum k starts as the average of the nearest (n-1-local) / 2^k older words
                 kernels = self.A.view(-1, self.config.distant)
                 kernels.zero_()
                 for k, kernel in enumerate(kernels):
