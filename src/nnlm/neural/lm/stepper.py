@@ -41,10 +41,10 @@ def position_blocks(weight: torch.Tensor, config, mix: torch.Tensor | None) -> l
     """The columns of `weight` [rows, input_size] that multiply C(w_j), for each context position j
     (oldest first): block j of x, or sum_k A_kj times block k for the older words of the wide-context branch."""
     m, distant, sums = config.features, config.distant, config.summaries
+    kernels = mix.view(sums, distant) if distant else None
     out = []
     for j in range(config.order - 1):
         if distant and j < distant:
-            kernels = mix.view(sums, distant)
             out.append(sum(kernels[k, j] * weight[:, k * m:(k + 1) * m] for k in range(sums)))
         else:
             block = j - distant + sums if distant else j

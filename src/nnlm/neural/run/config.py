@@ -22,17 +22,7 @@ from typing import Any
 
 from nnlm.bounds import SEED_MAX, Bounds, check_choice, check_values, declare
 from nnlm.errors import NnlmError
-from nnlm.neural.net.model_config import (
-    BRANCHING,
-    CLASSES,
-    FEATURES,
-    HIDDEN,
-    LAYERS,
-    LOCAL,
-    ORDER,
-    RECURRENT_CELLS,
-    SUMMARIES,
-)
+from nnlm.neural.net import model_config as architecture  # its bounds (--order, --hidden, ...)
 from nnlm.neural.run.recipes import LR_SCHEDULES, RECIPE_KEYS, RECIPES, recipe_defaults
 
 LOSSES = ("full", "sampled", "nce")  # the training losses (nnlm.neural.net.sampled builds them); declared here once
@@ -84,25 +74,25 @@ class RunOptions:
                                    "recurrent net, docs/experiments/recurrent-nplm.md), wide-context, deep-context, "
                                    "long-context or long-context-32-tied (past the paper, docs/experiments/beyond.md, "
                                    "ff-net.md), or mlp1-classes (MLP1 with the class-factored output)", required=True)
-    order: int | None = option(None, "n, overriding the preset", bounds=ORDER, shown="the preset's")
+    order: int | None = option(None, "n, overriding the preset", bounds=architecture.ORDER, shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset",
-                                bounds=HIDDEN, shown="the preset's")
-    features: int | None = option(None, "m, overriding the preset", bounds=FEATURES, shown="the preset's")
+                                bounds=architecture.HIDDEN, shown="the preset's")
+    features: int | None = option(None, "m, overriding the preset", bounds=architecture.FEATURES, shown="the preset's")
     direct: bool | None = option(None, "direct connections W, overriding the preset", flag=True,
                                  shown="the preset's")
     layers: int | None = option(None, "hidden layers of h units, overriding the preset",
-                                bounds=LAYERS, shown="the preset's (1 in the paper)")
+                                bounds=architecture.LAYERS, shown="the preset's (1 in the paper)")
     layer_norm: bool | None = option(None, "layer normalisation in each hidden layer, overriding the preset",
                                      flag=True, shown="the preset's (off in the paper)")
     residual: bool | None = option(None, "hidden layers after the first add their input back (needs --layers 2 or "
                                          "more), overriding the preset", flag=True, shown="the preset's (off)")
     local: int | None = option(None, "0: all n-1 context words concatenated; k: only the k nearest, the older ones "
                                      "as one learned weighted sum of their features (wide context, 1 <= k <= n-3), "
-                                     "overriding the preset", bounds=LOCAL,
+                                     "overriding the preset", bounds=architecture.LOCAL,
                                 shown="the preset's (0)")
     summaries: int | None = option(None, "with --local: the older words as K learned weighted sums instead of one "
                                          "(starting as averages over all of them, the nearest half, quarter, ...)",
-                                   bounds=SUMMARIES, metavar="K", shown="the preset's (1)")
+                                   bounds=architecture.SUMMARIES, metavar="K", shown="the preset's (1)")
     energy: bool | None = option(None, "the paper's energy-minimization network (section 5.1): the output word's "
                                        "features enter the hidden layer, P(w | context) = softmax(-E); "
                                        "overriding the preset", flag=True, shown="the preset's (off but for energy)")
@@ -111,7 +101,8 @@ class RunOptions:
     recurrent: str | None = option(None, "lstm or rnn: the paper's recurrent net for longer context (section 6): "
                                          "C(w_{t-1}) feeds --layers recurrent layers of h units carrying the "
                                          "text, trained by truncated back-propagation over n-1 steps; none: the "
-                                         "feed-forward net; overriding the preset", choices=RECURRENT_CELLS,
+                                         "feed-forward net; overriding the preset",
+                                   choices=architecture.RECURRENT_CELLS,
                                    shown="the preset's (none but for lstm and rnn)")
     tied: bool | None = option(None, "output weights U = C (recurrent: h = m; feed-forward: Q projects h to m)",
                                flag=True, shown="the preset's")
@@ -122,13 +113,13 @@ class RunOptions:
                                       stored_choices=OUTPUT_LAYERS)
     output_classes: int | None = option(None, "--output-layer classes (or tree with exchange clustering): the "
                                               "number of word classes K",
-                                        bounds=CLASSES, metavar="K", shown="about sqrt(|V|)")
+                                        bounds=architecture.CLASSES, metavar="K", shown="about sqrt(|V|)")
     output_clustering: str | None = option(None, "--output-layer classes / tree: exchange (the class-based "
                                                  "n-gram's clustering of train; tree: nested classes of classes) "
                                                  "or frequency (bins of equal token mass; tree: Huffman's)",
                                            choices=CLUSTERINGS, shown="exchange")
     tree_branching: int | None = option(None, "--output-layer tree: at most B children a node (2: binary)",
-                                        bounds=BRANCHING, metavar="B", shown="2")
+                                        bounds=architecture.BRANCHING, metavar="B", shown="2")
     row_decay: str | None = option(None, "--loss sampled / nce or --output-layer classes (Adam on the rows a batch "
                                          "touched): touched: a row's weight decay and moments move only at the "
                                          "steps that touch it (torch's SparseAdam); exact: dense AdamW's weight "
@@ -143,7 +134,7 @@ class RunOptions:
                                              "trigram beats the word trigram on validation by a tenth, else random",
                                        choices=INIT_FEATURES, shown="auto", stored_choices=INIT_FEATURES[1:])
     feature_classes: int | None = option(None, "--init-features exchange: the number of classes K",
-                                         bounds=CLASSES, metavar="K",
+                                         bounds=architecture.CLASSES, metavar="K",
                                          shown="about sqrt(|V|)")
     class_pull: float | None = option(None, "--init-features exchange: PULL/2 x the squared distance of every word's "
                                             "rows of C, U and W from their class's mean rows is added to each "

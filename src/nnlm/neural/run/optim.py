@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from torch.optim.adamw import adamw
 
 from nnlm.errors import NnlmError
 from nnlm.neural.net.model import NPLM
@@ -94,8 +95,6 @@ class Adam:
 
     @torch.no_grad()
     def step(self, examples_seen: int, batch: int) -> None:
-        from torch.optim.adamw import adamw
-
         for names, decay in self.groups:
             live = [n for n in names if self.params[n].grad is not None]
             if not live:
