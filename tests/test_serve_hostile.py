@@ -357,21 +357,34 @@ def test_an_idle_connection_is_closed(server):
 
 
 def test_a_burst_of_200_connections_is_answered_in_full(server):
-    async def one(i: int) -> int:
+    """Every request the client had written within the header deadline of starting to connect is answered. The
+    server's deadline runs from its accept, which comes after the client began to connect, so a connection
+    closed unanswered whose request was written sooner is the server's fault; one whose client (this test,
+    starved of CPU under load) wrote later may rightly be closed as idle, with no bytes."""
+    async def one(i: int) -> tuple[int | str, float]:
+        started = time.monotonic()
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         body = json.dumps({"text": f"w{i % 50} w{(i + 1) % 50} w3"}).encode()
         writer.write(post(server, "/api/score", body, "Connection: close\r\n"))
         await writer.drain()
+        late = time.monotonic() - started
         raw = await reader.read()
         writer.close()
+        if not raw:
+            return "closed", late
         (status, _, answer), = parse(raw)
-        return status if json.loads(answer)["tokens"] == 4 else -1
+        return (status if json.loads(answer)["tokens"] == 4 else -1), late
 
-    async def burst() -> list[int | BaseException]:
+    async def burst() -> list:
         return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(200)), return_exceptions=True), 60)
 
-    statuses = asyncio.run(burst())
-    assert statuses == [200] * 200, [s for s in statuses if s != 200][:5]
+    results = asyncio.run(burst())
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors[:5]
+    on_time = [status for status, late in results if late < DEADLINE - TIMER_SLACK]
+    assert on_time == [200] * len(on_time), sorted(results, key=lambda r: r[1])[-5:]
+    assert all(status in (200, "closed") for status, _ in results), results
+    assert on_time, f"the client wrote no request within {DEADLINE} s: {min(late for _, late in results):.2f} s"
     server.assert_quiet()
 
 
