@@ -24,7 +24,7 @@ from nnlm.neural.net.model_config import ModelConfig
 from nnlm.neural.net.presets import BEYOND, preset, run_name
 from nnlm.neural.net.sampled import ROWS, SampledLoss
 
-VARIANTS = [  # (n, h, direct, layers, layer_norm, residual, local[, summaries])
+VARIANTS = [  # (n, h, direct, layers, layer_norm, residual, local[, summaries[, sum_weights]])
     (4, 5, True, 2, False, False, 0),
     (4, 5, False, 3, True, True, 0),
     (4, 5, True, 1, True, False, 0),
@@ -33,16 +33,18 @@ VARIANTS = [  # (n, h, direct, layers, layer_norm, residual, local[, summaries])
     (6, 4, False, 1, False, False, 3),
     (9, 5, True, 2, True, True, 2, 3),
     (8, 4, False, 1, False, False, 1, 2),
+    (9, 5, True, 2, True, True, 2, 1, "feature"),
+    (7, 4, False, 1, False, False, 1, 1, "feature"),
 ]
 
 
 def variant(v: int, n: int, h: int, direct: bool, layers: int, layer_norm: bool, residual: bool, local: int,
-            summaries: int = 1, m: int = 3, seed: int = 0) -> NPLM:
+            summaries: int = 1, sum_weights: str = "position", m: int = 3, seed: int = 0) -> NPLM:
     """A float64 net of the variant, with its gains and A moved off their initial values (so that a
     gradient through them is not a special case)."""
     torch.manual_seed(seed)
     config = ModelConfig(v, n, h, m, direct, layers=layers, layer_norm=layer_norm, residual=residual, local=local,
-                         summaries=summaries)
+                         summaries=summaries, sum_weights=sum_weights)
     net = NPLM(config).double()
     with torch.no_grad():
         for name, p in net.named_parameters():
@@ -80,7 +82,9 @@ def test_a_paper_config_is_written_and_read_as_before():
 @pytest.mark.parametrize("fields", [dict(layers=0), dict(residual=True), dict(layers=2, hidden=0),
                                     dict(layer_norm=True, hidden=0), dict(local=3), dict(local=-1),
                                     dict(layers=True), dict(layer_norm=1), dict(summaries=2),
-                                    dict(local=1, summaries=4), dict(local=1, summaries=0)])
+                                    dict(local=1, summaries=4), dict(local=1, summaries=0),
+                                    dict(sum_weights="feature"), dict(local=1, summaries=2, sum_weights="feature"),
+                                    dict(local=1, sum_weights="word")])
 def test_impossible_variants_are_refused(fields):
     with pytest.raises(NnlmError):
         ModelConfig(**(dict(vocab_size=10, order=5, hidden=4, features=2) | fields))
@@ -120,6 +124,17 @@ def test_several_sums_are_their_weighted_sums_and_start_at_nested_averages():
     torch.testing.assert_close(fresh, torch.tensor([[1 / 6] * 6, [0, 0, 0, 1 / 3, 1 / 3, 1 / 3],
                                                     [0, 0, 0, 0, 0, 1.0]]))
     assert run_name("mlp1", net.config).endswith("-local2-sums3")
+
+
+def test_a_sum_weighted_per_feature_is_its_weighted_sum_and_starts_at_the_average():
+    net = variant(13, 8, 5, True, 1, False, False, 2, sum_weights="feature")  # 5 older words, m = 3
+    ctx = torch.tensor([[1, 2, 3, 4, 5, 6, 7]])
+    C, A = net.C.detach(), net.A.detach()
+    assert A.shape == (5, 3) and net.config.input_size == (2 + 1) * 3
+    older = torch.stack([sum(A[j, f] * C[1 + j, f] for j in range(5)) for f in range(3)])
+    torch.testing.assert_close(net.features(ctx)[0], torch.cat([older, C[6], C[7]]))
+    torch.testing.assert_close(NPLM(net.config).A.detach(), torch.full((5, 3), 0.2))
+    assert run_name("mlp1", net.config).endswith("-local2-featsum")
 
 
 @pytest.mark.parametrize("spec", VARIANTS)

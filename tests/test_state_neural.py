@@ -69,6 +69,7 @@ SHAPES = [
     dict(n=6, local=2),                       # the wide-context branch (A)
     dict(n=7, local=1, direct=False),
     dict(n=9, local=2, summaries=3),          # three learned sums of the older words
+    dict(n=9, local=2, sum_weights="feature"),  # one sum weighted per position and feature
 ]
 
 

@@ -39,12 +39,16 @@ NORMS_KEPT = 1 << 18  # contexts whose log Z is kept (a float each, ~100 bytes w
 
 def position_blocks(weight: torch.Tensor, config, mix: torch.Tensor | None) -> list[torch.Tensor]:
     """The columns of `weight` [rows, input_size] that multiply C(w_j), for each context position j
-    (oldest first): block j of x, or sum_k A_kj times block k for the older words of the wide-context branch."""
+    (oldest first): block j of x, or sum_k A_kj times block k for the older words of the wide-context branch
+    (block 0 times A_j feature by feature when the sum is weighted per feature)."""
     m, distant, sums = config.features, config.distant, config.summaries
-    kernels = mix.view(sums, distant) if distant else None
+    per_feature = config.sum_weights == "feature"
+    kernels = mix.view(sums, distant) if distant and not per_feature else None
     out = []
     for j in range(config.order - 1):
-        if distant and j < distant:
+        if distant and j < distant and per_feature:
+            out.append(weight[:, :m] * mix[j])
+        elif distant and j < distant:
             out.append(sum(kernels[k, j] * weight[:, k * m:(k + 1) * m] for k in range(sums)))
         else:
             block = j - distant + sums if distant else j

@@ -65,8 +65,11 @@ class NPLMParameters(nn.Module):
         self.gains = [f"g{layer}" for layer in range(1, config.layers + 1)] if config.layer_norm else []
         for name in self.gains:
             setattr(self, name, nn.Parameter(torch.empty(h)))
-        # the older words' weights: one sum (a vector, as models saved before `summaries` hold it) or K of them
+        # the older words' weights: one sum (a vector, as models saved before `summaries` hold it), K of them,
+        # or one sum weighted per feature
         shape = (config.distant,) if config.summaries == 1 else (config.summaries, config.distant)
+        if config.sum_weights == "feature":
+            shape = (config.distant, config.features)
         self.A = nn.Parameter(torch.empty(shape)) if config.distant else None
         pairs = config.class_context
         self.P = nn.Parameter(torch.empty(pairs * pairs, pairs)) if pairs else None
@@ -124,12 +127,14 @@ class NPLMParameters(nn.Module):
 
     def context_input(self, vectors: torch.Tensor) -> torch.Tensor:
         """x from the context words' feature vectors [N, n-1, m] (oldest first): their concatenation; with
-        the wide-context branch, sum_j A_j C(older word j) (K such sums with `summaries`: A_kj) followed by
-        the `local` nearest, concatenated."""
+        the wide-context branch, sum_j A_j C(older word j) (K such sums with `summaries`: A_kj; A_j * C(.)
+        feature by feature with `sum_weights` "feature") followed by the `local` nearest, concatenated."""
         if self.A is None:
             return vectors.flatten(1)
         distant = self.config.distant
-        if self.A.dim() == 1:  # one sum: the contraction every model before `summaries` was trained with
+        if self.config.sum_weights == "feature":  # sum_j A_j * C(older word j), feature by feature
+            older = torch.einsum("jm,njm->nm", self.A, vectors[:, :distant])
+        elif self.A.dim() == 1:  # one sum: the contraction every model before `summaries` was trained with
             older = torch.einsum("j,njm->nm", self.A, vectors[:, :distant])
         else:
             older = torch.einsum("kj,njm->nkm", self.A, vectors[:, :distant]).flatten(1)
@@ -218,7 +223,9 @@ class NPLM(NPLMParameters):
                 d.zero_()
             for name in self.gains:
                 getattr(self, name).fill_(1.0)
-            if self.A is not None:  # sum k starts as the average of the nearest (n-1-local) / 2^k older words
+            if self.A is not None and self.config.sum_weights == "feature":  # every feature: the average
+                self.A.fill_(1.0 / self.config.distant)
+            elif self.A is not None:  # sum k starts as the average of the nearest (n-1-local) / 2^k older words
                 kernels = self.A.view(-1, self.config.distant)
                 kernels.zero_()
                 for k, kernel in enumerate(kernels):

@@ -104,6 +104,7 @@ def run_name(preset_name: str, config: ModelConfig) -> str:
     return name + (f"-l{config.layers}" if config.layers > 1 else "") + ("-ln" if config.layer_norm else "") \
         + ("-res" if config.residual else "") + (f"-local{config.local}" if config.local else "") \
         + (f"-sums{config.summaries}" if config.summaries > 1 else "") \
+        + ("-featsum" if config.sum_weights == "feature" else "") \
         + (f"-classes{config.output_classes}" if config.output_classes else "") \
         + (f"-tree{config.output_tree}" if config.output_tree else "") \
         + ("-energy" if config.energy else "") + ("-shared-v" if config.energy_shared_v else "") \

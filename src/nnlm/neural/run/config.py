@@ -93,6 +93,9 @@ class RunOptions:
     summaries: int | None = option(None, "with --local: the older words as K learned weighted sums instead of one "
                                          "(starting as averages over all of them, the nearest half, quarter, ...)",
                                    bounds=architecture.SUMMARIES, metavar="K", shown="the preset's (1)")
+    sum_weights: str | None = option(None, "with --local: the older words' sum weighted per position, or per position "
+                                           "and feature (each feature its own reach)",
+                                     choices=architecture.SUM_WEIGHTS, shown="the preset's (position)")
     energy: bool | None = option(None, "the paper's energy-minimization network (section 5.1): the output word's "
                                        "features enter the hidden layer, P(w | context) = softmax(-E); "
                                        "overriding the preset", flag=True, shown="the preset's (off but for energy)")
