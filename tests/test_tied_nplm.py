@@ -22,18 +22,19 @@ from nnlm.neural.net.model import NPLM
 from nnlm.neural.net.model_config import ModelConfig
 from nnlm.neural.net.sampled import ROWS, SampledLoss
 
-SHAPES = [  # (n, h, m, direct, layers, layer_norm, residual, local)
+SHAPES = [  # (n, h, m, direct, layers, layer_norm, residual, local[, sum_weights])
     (4, 5, 3, True, 1, False, False, 0),   # h != m: Q projects a onto the features
     (4, 3, 3, False, 1, False, False, 0),  # h = m: no projection
     (7, 5, 3, True, 2, True, True, 2),     # long-context's shape
+    (9, 5, 3, True, 2, True, True, 2, "feature"),  # ... with the older words' sum weighted per feature
 ]
 
 
 def tied_net(v: int, n: int, h: int, m: int, direct: bool, layers: int, layer_norm: bool, residual: bool,
-             local: int, seed: int = 0) -> NPLM:
+             local: int, sum_weights: str = "position", seed: int = 0) -> NPLM:
     torch.manual_seed(seed)
     config = ModelConfig(v, n, h, m, direct, layers=layers, layer_norm=layer_norm, residual=residual, local=local,
-                         tied=True)
+                         sum_weights=sum_weights, tied=True)
     net = NPLM(config).double()
     with torch.no_grad():
         net.b.add_(0.3 * torch.randn_like(net.b))
@@ -47,7 +48,7 @@ def test_u_is_c_and_the_count_is_the_parameters(spec):
     assert (net.Q is not None) == (spec[1] != spec[2])
     assert sum(p.numel() for p in net.parameters()) == net.config.parameter_count()
     untied = ModelConfig(29, spec[0], spec[1], spec[2], spec[3], layers=spec[4], layer_norm=spec[5],
-                         residual=spec[6], local=spec[7])
+                         residual=spec[6], local=spec[7], sum_weights=(*spec, "position")[8])
     assert untied.parameter_count() - net.config.parameter_count() == 29 * spec[1] - (spec[1] * spec[2]
                                                                                     if spec[1] != spec[2] else 0)
     decayed, biases = net.decayed_parameters(), net.bias_parameters()

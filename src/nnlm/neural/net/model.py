@@ -106,7 +106,10 @@ class NPLMParameters(nn.Module):
         """x from the rows of `table` (C, or C with unknown words' features) that `contexts` [N, n-1] index;
         with class-pair features, the last two context words' pair's row of P appended. `sparse`: the
         table's gradient as the rows the contexts touched (a sparse tensor), not a dense |V| x m one."""
-        x = self.context_input(F.embedding(contexts, table, sparse=sparse))
+        if self.config.sum_weights == "feature" and not sparse:  # the older words summed as they are gathered
+            x = self.context_from_rows(table, contexts)
+        else:
+            x = self.context_input(F.embedding(contexts, table, sparse=sparse))
         if self.P is None:
             return x
         return torch.cat([x, F.embedding(self.class_pairs(contexts), self.P)], dim=1)
@@ -124,6 +127,18 @@ class NPLMParameters(nn.Module):
         if len(classes) != self.config.vocab_size or int(classes.min()) < 0 or int(classes.max()) >= k:
             raise NnlmError(f"the class-pair features need {self.config.vocab_size} class ids from 0 to {k - 1}")
         self.context_class.copy_(torch.cat([classes, classes[unknown:unknown + 1]]).to(self.context_class.device))
+
+    def context_from_rows(self, rows: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+        """x from the rows of a table (C, or the rows of C a batch gathered) and each context word's row in it,
+        where [N, n-1]: `context_input` of the gathered vectors; a sum weighted per feature is taken as the
+        rows are read (nnlm.neural.net.older_sum), without the [N, n-1-k, m] copies."""
+        if self.config.sum_weights != "feature":
+            return self.context_input(rows.index_select(0, where.flatten()).view(*where.shape, -1))
+        from nnlm.neural.net.older_sum import older_sum
+
+        distant = self.config.distant
+        near = rows.index_select(0, where[:, distant:].flatten()).view(len(where), -1)
+        return torch.cat([older_sum(rows, where[:, :distant], self.A), near], dim=1)
 
     def context_input(self, vectors: torch.Tensor) -> torch.Tensor:
         """x from the context words' feature vectors [N, n-1, m] (oldest first): their concatenation; with

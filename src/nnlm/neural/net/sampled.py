@@ -124,8 +124,7 @@ class SampledLoss:
         if net.config.tied:
             return self._tied(net, contexts, targets)
         words, where = torch.unique(contexts, return_inverse=True)
-        vectors = self._rows(net, "C", words).index_select(0, where.flatten()).view(*contexts.shape, -1)
-        x = net.context_input(vectors)
+        x = net.context_from_rows(self._rows(net, "C", words), where)
         inputs, _ = net.output_operands_from_features(x)  # [x if W, hidden output if H], with the net's dropout
         sample, out_ids, out_where = self._output_rows(targets)
         names = (["W"] if net.W is not None else []) + (["U"] if net.H is not None else [])
@@ -138,8 +137,8 @@ class SampledLoss:
         sample, out_ids, out_where = self._output_rows(targets)
         words, where = torch.unique(torch.cat([contexts.flatten(), out_ids]), return_inverse=True)
         rows = self._rows(net, "C", words)
-        vectors = rows.index_select(0, where[:contexts.numel()]).view(*contexts.shape, -1)
-        inputs, _ = net.output_operands_from_features(net.context_input(vectors))
+        x = net.context_from_rows(rows, where[:contexts.numel()].view(contexts.shape))
+        inputs, _ = net.output_operands_from_features(x)
         weights = ([self._rows(net, "W", out_ids)] if net.W is not None else []) \
             + [rows.index_select(0, where[contexts.numel():])]
         return self._scores(self._rows(net, "b", out_ids), inputs, weights, out_where, targets, sample)
