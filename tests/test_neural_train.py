@@ -220,7 +220,7 @@ def test_bad_input_is_one_line_and_exit_2(rand_dir, tmp_path, capsys):
     base = ["train", "--corpus", str(rand_dir), "--no-progress", "--threads", "1"]
     for extra, message in [
         (["--preset", "mlp99"], "unknown preset"),
-        (["--order", "1"], "argument --order: must be an integer in [2, 128], got 1"),
+        (["--order", "1"], "argument --order: must be an integer in [2, 256], got 1"),
         (["--features", "0"], "argument --features: must be an integer in [1, 100,000]"),
         (["--hidden", "-1"], "argument --hidden: must be an integer in [0, 100,000]"),
         (["--recipe", "magic"], "unknown recipe"),

@@ -305,3 +305,16 @@ def test_on_cuda():
     model.device = torch.device("cuda")
     ids = text(200, 40)
     np.testing.assert_allclose(step_scores(model, ids), stream_log_probs(model, ids), rtol=0, atol=2e-5)
+
+
+def test_a_net_whose_step_tables_would_not_fit_steps_through_log_prob(monkeypatch):
+    """Past STEP_MEMORY_BYTES (the direct connections' per-position terms: 6.5 GB for n = 256 on Brown) a net keeps
+    no partial sums; its states still advance, with the numbers of log_prob."""
+    from nnlm.neural.lm import neural_lm as module
+
+    model = neural_lm(n=9, local=2, sum_weights="feature")
+    assert model.steps_incrementally
+    monkeypatch.setattr(module, "STEP_MEMORY_BYTES", 1000)
+    assert not model.steps_incrementally
+    ids = text(41)
+    np.testing.assert_allclose(step_scores(model, ids), stream_log_probs(model, ids), rtol=0, atol=1e-9)

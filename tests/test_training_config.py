@@ -112,7 +112,7 @@ def test_trainers_are_chosen_by_name():
 # reader must agree on each -- they once disagreed (--lr <= 1e6 / <= 10 / any > 0, dropout [0, 1] / [0, 1)).
 EDGES = [("lr", 10.0, 10.5), ("lr", 1e-9, 0.0), ("weight_decay", 100.0, 100.5), ("dropout", 0.99, 1.0),
          ("lr_factor", 1.0, 1.01), ("min_improvement", 0.0, 1.0), ("seed", 2**63 - 1, 2**63),
-         ("batch_size", 1, 0), ("samples", 1, 0), ("plateau_patience", 1, 0), ("order", 128, 129)]
+         ("batch_size", 1, 0), ("samples", 1, 0), ("plateau_patience", 1, 0), ("order", 256, 257)]
 
 
 @pytest.mark.parametrize("name, inside, outside", EDGES)
@@ -134,7 +134,7 @@ def test_every_face_applies_the_same_bounds(name, inside, outside):
 
 
 # the architecture's fields: the CLI's option, the library's ModelConfig and run.json's entry share one limit
-MODEL_EDGES = [("order", 128, 129), ("order", 2, 1), ("hidden", 100_000, 100_001), ("features", 1, 0),
+MODEL_EDGES = [("order", 256, 257), ("order", 2, 1), ("hidden", 100_000, 100_001), ("features", 1, 0),
                ("layers", 16, 17), ("output_classes", 2, 1)]
 
 
@@ -157,14 +157,14 @@ def test_the_model_config_refuses_what_the_command_line_refuses(name, inside, ou
     assert holds(inside) and not holds(outside)
 
 
-def test_model_order_200_is_refused_by_the_library_as_by_the_command_line(capsys):
+def test_model_order_300_is_refused_by_the_library_as_by_the_command_line(capsys):
     from nnlm.neural.net.model_config import ModelConfig
 
-    with pytest.raises(NnlmError, match=r"model order must be an integer in \[2, 128\], got 200"):
-        ModelConfig(vocab_size=50, order=200, hidden=4, features=3)
+    with pytest.raises(NnlmError, match=r"model order must be an integer in \[2, 256\], got 300"):
+        ModelConfig(vocab_size=50, order=300, hidden=4, features=3)
     with pytest.raises(SystemExit) as stop:
-        main(["train", "--out", "x", "--order", "200"])
-    assert stop.value.code == 2 and "--order: must be an integer in [2, 128], got 200" in capsys.readouterr().err
+        main(["train", "--out", "x", "--order", "300"])
+    assert stop.value.code == 2 and "--order: must be an integer in [2, 256], got 300" in capsys.readouterr().err
 
 
 def test_run_json_schema_covers_every_stored_field_from_its_declaration():

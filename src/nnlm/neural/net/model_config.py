@@ -58,7 +58,7 @@ VARIANTS = ("layers", "layer_norm", "residual", "local", "summaries", "sum_weigh
 # The limits of the architecture, declared once: ModelConfig's fields and the training options that set them
 # (nnlm.neural.run.config.RunOptions: --order, --hidden, ...; run.json's schema) share these.
 VOCAB = Bounds(2, integer=True)
-ORDER = Bounds(2, 128, integer=True)  # 128: the wide-context nets (docs/experiments/ff-net.md)
+ORDER = Bounds(2, 256, integer=True)  # 256: the wide-context nets (docs/experiments/ff-net.md)
 HIDDEN = Bounds(0, 100_000, integer=True)  # 0: no hidden layer
 FEATURES = Bounds(1, 100_000, integer=True)
 LAYERS = Bounds(1, 16, integer=True)

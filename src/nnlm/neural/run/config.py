@@ -72,8 +72,9 @@ class RunOptions:
     preset: str = option("mlp1", "mlp1 ... mlp10 (the paper's Table 1), apnews (Table 2), energy (its section 5.1 "
                                    "energy network, docs/experiments/energy.md), lstm or rnn (its section 6 "
                                    "recurrent net, docs/experiments/recurrent-nplm.md), wide-context, deep-context, "
-                                   "long-context or long-context-32-tied (past the paper, docs/experiments/beyond.md, "
-                                   "ff-net.md), or mlp1-classes (MLP1 with the class-factored output)", required=True)
+                                   "long-context, long-context-32-tied, long-context-256-tied (past the paper, "
+                                   "docs/experiments/beyond.md, ff-net.md), or mlp1-classes (class-factored MLP1)",
+                         required=True)
     order: int | None = option(None, "n, overriding the preset", bounds=architecture.ORDER, shown="the preset's")
     hidden: int | None = option(None, "h (0 = no hidden layer), overriding the preset",
                                 bounds=architecture.HIDDEN, shown="the preset's")
