@@ -310,7 +310,7 @@ def test_on_cuda():
 def test_a_net_whose_step_tables_would_not_fit_steps_through_log_prob(monkeypatch):
     """Past STEP_MEMORY_BYTES (the direct connections' per-position terms: 6.5 GB for n = 256 on Brown) a net keeps
     no partial sums; its states still advance, with the numbers of log_prob."""
-    from nnlm.neural.lm import neural_lm as module
+    from nnlm.neural.lm import stepper as module
 
     model = neural_lm(n=9, local=2, sum_weights="feature")
     assert model.steps_incrementally

@@ -23,8 +23,6 @@ from nnlm.neural.net.model import NPLM
 from nnlm.neural.net.model_config import ModelConfig
 
 __all__ = ["NeuralLM"]
-# the most the stepped state's direct-connection terms may take (NeuralLM._step_tables_fit): n = 128 on Brown, 3.2 GB
-STEP_MEMORY_BYTES = 4 << 30
 
 
 class NeuralLM(LanguageModel):
@@ -245,18 +243,14 @@ class NeuralLM(LanguageModel):
         unnormalized and bf16 scorings take the default path through log_prob, so their numbers agree."""
         return (self.scoring.exact and self._has_product and self.output_is_one_product
                 and getattr(self.net, "P", None) is None  # (the class pair's row: no per-position sums)
-                and self._step_tables_fit())
+                and self._step_terms_fit())
 
-    def _step_tables_fit(self) -> bool:
-        """Whether the stepper's direct-connection terms fit in STEP_MEMORY_BYTES: W's block of every position
-        (n-1) |V| m numbers, and their products with C kept for at least MIN_CACHE_WORDS words, (n-1) |V| each.
-        A wider net (n = 256 on Brown: 6.5 GB) steps through log_prob, the same numbers recomputed each step."""
-        from nnlm.neural.lm.stepper import MIN_CACHE_WORDS
+    def _step_terms_fit(self) -> bool:
+        """Whether the stepper's direct-connection terms fit its memory bound (`stepper.terms_fit`); a wider net
+        steps through log_prob, the same numbers recomputed each step."""
+        from nnlm.neural.lm.stepper import terms_fit
 
-        cfg, W = self.net.config, self.net.W
-        if W is None:
-            return True
-        return (cfg.order - 1) * len(W) * W.element_size() * (cfg.features + MIN_CACHE_WORDS) <= STEP_MEMORY_BYTES
+        return terms_fit(self.net)
 
     def state_owner(self) -> str:
         """The default owner, and the weights' version: a state's sums are stale once the net is trained."""

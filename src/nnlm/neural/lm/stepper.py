@@ -35,6 +35,17 @@ CACHE_BYTES = 512 << 20   # the direct rows' cache never holds more than this ..
 CACHE_SHARE_OF_FREE = 1 / 4  # ... nor more than this share of the memory available when it is made
 MIN_CACHE_WORDS = 256  # (a beam of 64 rows of order 5 asks for 256 words at once)
 NORMS_KEPT = 1 << 18  # contexts whose log Z is kept (a float each, ~100 bytes with the map's own)
+STEP_MEMORY_BYTES = 4 << 30  # the most a net's direct-connection terms may take (`terms_fit`): n = 128 on Brown, 3.2 GB
+
+
+def terms_fit(net) -> bool:
+    """Whether a stepper of `net` keeps its direct-connection terms within STEP_MEMORY_BYTES: W's block of every
+    position ((n-1) |V| m numbers, `position_blocks`) and at least MIN_CACHE_WORDS words' rows of `DirectRows`
+    ((n-1) |V| each). A wider net (n = 256 on Brown: 6.5 GB) keeps no partial sums."""
+    cfg, W = net.config, net.W
+    if W is None:
+        return True
+    return (cfg.order - 1) * len(W) * W.element_size() * (cfg.features + MIN_CACHE_WORDS) <= STEP_MEMORY_BYTES
 
 
 def position_blocks(weight: torch.Tensor, config, mix: torch.Tensor | None) -> list[torch.Tensor]:
