@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnlm.lm import LanguageModel, perplexity_from_log_probs
 from nnlm.neural.run import checkpoint as ck
-from nnlm.reproduce import net_run, planner, rates, shape_plan
+from nnlm.reproduce import net_lane, net_run, planner, rates, shape_plan
 from nnlm.reproduce.net_run import NetRun
 from nnlm.reproduce.ngram_rows import late_needs
 from nnlm.reproduce.results import RowResult
@@ -123,29 +123,49 @@ def partner(job: Job, row: Row, trigram: LanguageModel) -> LanguageModel:
 
 
 def neural_rows(job: Job, trigram: LanguageModel) -> None:
-    for i, net in enumerate(job.nets):
-        alone, *mixes = job.table.net_rows(net)
-        model = None
+    """Each net's row and its mixes, in the table's order; the last pending net trained beside the others when
+    that pays (`net_lane`), collected at its row."""
+    for net in job.nets:
         if job.results.rows.get(net, {}).get("status") not in (None, "skipped"):  # trained in this shape
             job.shapes[net] = job.results.rows[net].get("shape") or {}
-        if job.results.pending(net, job.net_options(net)):
-            grant = choose_shape(job, i)
-            job.announce(alone, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
-            if grant is not None:
-                job.log(f"    plan: {grant.reason}")
-            model = train_net(job, net, grant, i)
-            for row in mixes:
-                job.results.rows.pop(row.id, None)
-        else:
-            job.announce(alone, "done already")
+    lane = net_lane.start(job)
+    try:
+        for i, net in enumerate(job.nets):
+            net_and_mixes(job, trigram, i, net, lane)
+    finally:
+        net_lane.stop(job, lane)
+
+
+def net_and_mixes(job: Job, trigram: LanguageModel, i: int, net: str, lane: net_lane.Lane | None) -> None:
+    alone, *mixes = job.table.net_rows(net)
+    model = None
+    if lane is not None and net == lane.net:
+        job.announce(alone, "trained beside the other nets")
+        state, scores = net_lane.collect(job, lane)
+        for split, log_probs in scores.items():
+            job.keep_scores(net, split, log_probs)
+        model = finish_net(job, net, table_net(job, net), lane.grant, state, plan_record(job, net, lane.grant),
+                           score_train=True)
         for row in mixes:
-            job.announce(row)
-            if not job.results.pending(row.id, job.net_options(net)):
-                continue
-            if model is None and job.results.rows[net]["perplexity"]:  # trained by an earlier call
-                model = trained(job, net)
-            other = trigram if model is None else partner(job, row, trigram)  # no net: nothing to build
-            mix_row(job, row, "fixed" if row.mix == "0.5" else "em-buckets", net, model, other)
+            job.results.rows.pop(row.id, None)
+    elif job.results.pending(net, job.net_options(net)):
+        grant = choose_shape(job, i)
+        job.announce(alone, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
+        if grant is not None:
+            job.log(f"    plan: {grant.reason}")
+        model = train_net(job, net, grant, i, score_train=lane is not None)
+        for row in mixes:
+            job.results.rows.pop(row.id, None)
+    else:
+        job.announce(alone, "done already")
+    for row in mixes:
+        job.announce(row)
+        if not job.results.pending(row.id, job.net_options(net)):
+            continue
+        if model is None and job.results.rows[net]["perplexity"]:  # trained by an earlier call
+            model = trained(job, net)
+        other = trigram if model is None else partner(job, row, trigram)  # no net: nothing to build
+        mix_row(job, row, "fixed" if row.mix == "0.5" else "em-buckets", net, model, other)
 
 
 def trained(job: Job, net: str) -> LanguageModel:
@@ -154,17 +174,25 @@ def trained(job: Job, net: str) -> LanguageModel:
     return load_neural(run_dir(job, net), device=job.device_name())
 
 
-def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0) -> LanguageModel | None:
-    """Train (or continue) `net` for what `grant` gives it and score it; None if skipped with no model."""
+def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0,
+              score_train: bool = False) -> LanguageModel | None:
+    """Train (or continue) `net` for what `grant` gives it and score it; None if skipped with no model.
+    `score_train`: its train split now, not at the end (the plan left time for it: `net_lane.start`)."""
     run = table_net(job, net)
     plan = plan_record(job, net, grant)
     if grant is not None and grant.status == "skipped":
         return skip_net(job, net, run, grant, plan)
     state = net_run.train(job, run, net_run.limits(job, run, grant), job.row_log(net))
     state, plan, grant = continue_shortened(job, net, run, grant, state, plan, i)
+    return finish_net(job, net, run, grant, state, plan, score_train)
+
+
+def finish_net(job: Job, net: str, run: NetRun, grant: planner.Grant | None, state: dict[str, Any],
+               plan: dict[str, Any] | None, score_train: bool) -> LanguageModel:
+    """The trained net's row: scored (the splits it has no kept scores for), its result put in results.json."""
     model = trained(job, net)
     govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
-    later = job.budget is not None  # the train split is scored at the end, if the budget allows
+    later = job.budget is not None and not score_train  # the train split is scored at the end, if the budget allows
     job.kept_valid_scores(net, run.run_dir(job.out))  # the best epoch's validation, not a second pass
     ppl, scoring = {"train": None}, {}
     for split in ("valid", "test") if later else ("train", "valid", "test"):  # timed: the plan's estimate vs actual

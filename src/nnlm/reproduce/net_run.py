@@ -5,6 +5,7 @@ speed, what it needs in the plan, and its training for what the planner grants i
 greedily) describe their nets as `NetRun`s and differ only in how they plan and report them."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,8 +80,13 @@ def run_limits(where: Path, rates: planner.Rates, job: Job, grant: planner.Grant
     train, valid = planner.epoch_parts(rates, len(job.corpus.train), len(job.corpus.valid))
     whole = int(grant.work / (train + valid) + 1e-9)  # a grant of 5 epochs is 5, not 4.999...
     if whole >= 1:
-        return {"epochs": min(done + whole, MAX_EPOCHS), "time_budget": round((before + GUARD * grant.work) / 60, 2)}
-    return {"time_budget": round((before + max(grant.work - valid, 1.0)) / 60, 2)}
+        return {"epochs": min(done + whole, MAX_EPOCHS), "time_budget": minutes(before + GUARD * grant.work)}
+    return {"time_budget": minutes(before + max(grant.work - valid, 1.0))}
+
+
+def minutes(seconds: float) -> float:
+    """A time budget in minutes to the hundredth, rounded up: a budget of a few seconds is not 0."""
+    return math.ceil(seconds / 60 * 100 - 1e-9) / 100
 
 
 def limits(job: Job, run: NetRun, grant: planner.Grant | None) -> dict[str, Any]:
@@ -95,12 +101,17 @@ def train(job: Job, run: NetRun, session: dict[str, Any], log, resume: bool | No
     from nnlm.neural.run.config import TrainRequest
 
     where = run.run_dir(job.out)
+    request = TrainRequest.of(train_options(job, run, session))
+    return train_parallel(where, request, "hogwild" if job.hogwild else "none", job.hogwild,
+                          resume=(where / ck.RUN).exists() if resume is None else resume, progress=job.progress,
+                          log=log)
+
+
+def train_options(job: Job, run: NetRun, session: dict[str, Any]) -> dict[str, Any]:
+    """The keyword form of the net's TrainRequest (`TrainRequest.of`): its defining options, the call's device and
+    threads, the session limits `session`."""
     options = {"corpus": job.corpus_source, "preset": run.preset, "loss": run.loss, **run.request}
     if job.samples is not None and options["loss"] != "full" and "samples" not in run.request:  # (a shape may
         # train the full softmax; a section row may name its own samples)
         options["samples"] = job.samples
-    request = TrainRequest.of(options | {"device": job.device, "epochs": MAX_EPOCHS, "threads": job.threads}
-                              | session)
-    return train_parallel(where, request, "hogwild" if job.hogwild else "none", job.hogwild,
-                          resume=(where / ck.RUN).exists() if resume is None else resume, progress=job.progress,
-                          log=log)
+    return options | {"device": job.device, "epochs": MAX_EPOCHS, "threads": job.threads} | session

@@ -1,0 +1,149 @@
+"""A table's last net trained beside the others (issue 50): a second process, one thread each, instead of the
+nets one after another on two.
+
+Why: a table's nets are independent until their mixes, and on a 2-core host two threads gain a net less than a
+second core does (MLP1's step does not scale; its exact validation ~1.7-1.9x). So when the plan grants every
+pending net its whole training at one thread (the same early-stopped runs as in turn: a net's numbers do not
+depend on its thread count, tests/test_step_threads.py), the last pending net trains, is scored on test and
+train in a child process while this one trains the others on the other core; the parent collects its run and
+scores when it reaches that net's row, so the table, the mixes and results.json are built as before and by one
+process only.
+
+The child is a `multiprocessing` spawn of `train_beside`: `nnlm.neural.parallel.ranks.train_parallel` in the
+net's run directory (continuing one an earlier call cut), then the trained net's log P of test and train kept
+beside its weights (`SCORES`, tagged with their digest, as the run keeps valid's). Its log lines go to `LOG`,
+which the parent prints when it collects them. It is a daemon: it ends with the call; the parent's SIGTERM (`stop`,
+on Ctrl-C or an error) makes its trainer save a checkpoint first, as any run does, so the next call continues it.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from nnlm.errors import NnlmError
+from nnlm.neural.run import checkpoint as ck
+from nnlm.reproduce import planner
+from nnlm.threads import machine_cores
+
+if TYPE_CHECKING:
+    from nnlm.data.corpus import Corpus
+    from nnlm.reproduce.job import Job
+
+SCORES, LOG = "lane_scores.safetensors", "lane.log"
+SPLITS = ("test", "train")  # scored in the child (valid's scores the run keeps itself)
+
+
+def train_beside(corpus: Corpus, where: Path, request: dict[str, Any], resume: bool) -> None:
+    """The child: train the net of `request` in `where` on one thread, then keep its scores of SPLITS."""
+    from nnlm.lm import split_log_probs
+    from nnlm.neural.parallel.ranks import train_parallel
+    from nnlm.neural.run.config import TrainRequest
+    from nnlm.threads import govern
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends this child with one SIGTERM,
+    # on which the trainer saves a checkpoint (a second signal, the terminal's SIGINT, could cut that save short)
+    govern(requested=1, device="cpu")
+    parent = os.getppid()
+    log_file = where.parent / f"{where.name}.{LOG}"  # beside the run: the trainer owns what is inside it
+    log_file.unlink(missing_ok=True)
+
+    def log(line: str) -> None:
+        if os.getppid() != parent:  # the call that started this child is gone: its next call continues the run
+            raise SystemExit(0)
+        with open(log_file, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+    train_parallel(where, TrainRequest.of(request), "none", resume=resume, progress=False, log=log)
+    model = ck.load_neural(where)
+    scores = {split: torch.from_numpy(split_log_probs(model, corpus, split)) for split in SPLITS}
+    ck.save_tensors(where / SCORES, scores, {"weights_sha256": ck.weights_digest(where) or ""})
+
+
+@dataclass
+class Lane:
+    """The net training beside the others: its id, process, run directory, grant, and the threads to give back."""
+
+    net: str
+    process: multiprocessing.process.BaseProcess
+    where: Path
+    grant: planner.Grant | None
+    threads: int | None
+
+
+def worth_it(job: Job, pending: list[str]) -> bool:
+    """Two or more nets to train on a CPU with two or more cores, one process each (not Hogwild's workers, nor
+    the user's own --threads), in a table of one shape (`choose_shape` measures shapes one net at a time)."""
+    return (len(pending) >= 2 and machine_cores() >= 2 and job.request.threads is None and not job.hogwild
+            and job.device_name() == "cpu" and len(job.table.net_shapes) == 1)
+
+
+def start(job: Job) -> Lane | None:
+    """The last pending net started beside the others when `worth_it` and the plan, at one thread a net, grants
+    every pending net all it asks for with time left for their train splits; else None (the nets train in turn,
+    at the threads the governor picks, and their rates are measured again)."""
+    from nnlm.reproduce import net_rows, net_run
+
+    pending = [net for net in job.nets if job.results.pending(net, job.net_options(net))]
+    if not worth_it(job, pending):
+        return None
+    before, job.threads = job.threads, 1
+    runs = {net: net_rows.table_net(job, net) for net in pending}
+    grant = None
+    if (left := job.left()) is not None:
+        c = job.corpus
+        needs = [net_run.need(job, runs[net], fresh=True, floor_epochs=job.table.net_floor_epochs) for net in pending]
+        grants = {g.id: g for g in planner.plan(left, net_rows.partner_needs(job, 0) + needs
+                                                + net_rows.late_needs(job))}
+        train_splits = sum(planner.SAFETY * len(c.train) / job.rates[net].score for net in pending)
+        if any(grants[net].status != "full" for net in pending) \
+                or planner.unused_share(left, list(grants.values())) < train_splits:
+            job.threads = before
+            for net in pending:
+                job.rates.pop(net, None)
+            return None
+        grant = grants[pending[-1]]
+    net = pending[-1]
+    run = runs[net]
+    where = run.run_dir(job.out)
+    request = net_run.train_options(job, run, net_run.limits(job, run, grant))
+    process = multiprocessing.get_context("spawn").Process(
+        target=train_beside, daemon=True, args=(job.corpus, where, request, (where / ck.RUN).exists()))
+    process.start()
+    job.log(f"    {net.upper()} trains beside the other nets, in a process of its own, one thread each"
+            + ("" if grant is None else f"; plan: {grant.reason}"))
+    return Lane(net, process, where, grant, before)
+
+
+def collect(job: Job, lane: Lane) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Wait for the lane's child; its log printed, the nets' threads given back; (its final training state, its
+    scores of SPLITS). NnlmError if it failed."""
+    lane.process.join()
+    job.threads = lane.threads
+    log_file = lane.where.parent / f"{lane.where.name}.{LOG}"
+    for line in (log_file.read_text(encoding="utf-8").splitlines() if log_file.exists() else []):
+        job.log(f"    {line}  [{lane.net}, beside]")
+    failed = NnlmError(f"{lane.net} failed in its process beside the other nets (exit code "
+                       f"{lane.process.exitcode}); its run is in {lane.where}")
+    if lane.process.exitcode != 0 or not (lane.where / SCORES).exists():
+        raise failed
+    tensors, meta = ck.load_tensors(lane.where / SCORES)
+    if meta.get("weights_sha256") != ck.weights_digest(lane.where):
+        raise failed
+    return ck.read_state(lane.where), {split: tensors[split].numpy() for split in SPLITS}
+
+
+def stop(job: Job, lane: Lane | None) -> None:
+    """End a lane the call leaves early (an error, Ctrl-C): its trainer saves a checkpoint on SIGTERM."""
+    if lane is not None and lane.process.is_alive():
+        lane.process.terminate()
+        lane.process.join(timeout=60)
+    if lane is not None:
+        job.threads = lane.threads
+

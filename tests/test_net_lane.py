@@ -1,0 +1,59 @@
+"""`nnlm reproduce` training its last net beside the others (`nnlm.reproduce.net_lane`): the same table as the
+nets in turn, and a call cut short leaves no process behind, and the next call builds every row."""
+import json
+
+import pytest
+
+from nnlm.reproduce import ReproduceRequest, reproduce
+
+NET_ROWS = ("mlp1", "mlp2", "mlp1-em", "mlp3", "mlp4", "mlp3-em")
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """The lane's rule sees two cores whatever the host has (a 1-core container trains in turn); the runs stop at
+    their planned epochs, not at the time guard (which a tiny corpus's seconds make a matter of luck)."""
+    monkeypatch.setattr("nnlm.reproduce.net_lane.machine_cores", lambda: 2)
+    monkeypatch.setattr("nnlm.reproduce.net_run.GUARD", 1000.0)
+
+
+def request(tmp_path, out: str, threads: int | None) -> ReproduceRequest:
+    return ReproduceRequest(str(tmp_path / "rand"), tmp_path / out, 5.0, "mlp1,mlp3", False, "x", progress=False,
+                            threads=threads)
+
+
+def test_the_last_net_beside_the_others_gives_the_table_of_the_nets_in_turn(random_corpus, tmp_path, two_cores):
+    rows, logs = {}, {}
+    for way, threads in (("beside", None), ("in-turn", 1)):  # --threads: the user's choice, no second process
+        logs[way] = []
+        reproduce(request(tmp_path, way, threads), log=logs[way].append)
+        rows[way] = json.loads((tmp_path / way / "results.json").read_text())["rows"]
+    assert any("MLP3 trains beside the other nets" in line for line in logs["beside"])
+    assert any("[mlp3, beside]" in line and "epoch 1:" in line for line in logs["beside"])  # its log, collected
+    assert not any("beside" in line for line in logs["in-turn"])
+    for row_id in NET_ROWS:
+        assert rows["beside"][row_id]["perplexity"] == rows["in-turn"][row_id]["perplexity"], row_id
+    for net in ("mlp1", "mlp3"):  # every split scored with the nets, none left for the end
+        assert not rows["beside"][net].get("train_pending") and rows["beside"][net]["perplexity"]["train"] > 1
+        assert rows["beside"][net]["epochs"] == rows["in-turn"][net]["epochs"]
+
+
+def test_a_call_cut_while_the_lane_trains_ends_it_then_the_next_call_builds_every_row(random_corpus, tmp_path,
+                                                                                        two_cores):
+    class SessionEnded(Exception):
+        pass
+
+    def dies_in_epoch_2(line: str) -> None:
+        if "epoch 2:" in line:
+            raise SessionEnded
+
+    import multiprocessing
+
+    with pytest.raises(SessionEnded):
+        reproduce(request(tmp_path, "report", None), log=dies_in_epoch_2)
+    assert not multiprocessing.active_children()  # the lane ended with the call
+    logs: list[str] = []
+    reproduce(request(tmp_path, "report", None), log=logs.append)
+    rows = json.loads((tmp_path / "report" / "results.json").read_text())["rows"]
+    assert all(rows[row_id]["perplexity"]["test"] > 1 for row_id in NET_ROWS)
+    assert rows["mlp3"]["epochs"] == 10  # EXPECTED_EPOCHS: continued, not begun again
