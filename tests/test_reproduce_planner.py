@@ -104,8 +104,10 @@ def test_a_grant_of_whole_epochs_ends_the_run_at_an_epoch_not_mid_epoch(tmp_path
     job = SimpleNamespace(out=tmp_path, rates={"mlp1": Rates(1000, 100)},
                           corpus=SimpleNamespace(train=[0] * 1000, valid=[0] * 100))  # epoch: 1.15 s + 1.15 s
     run = NetRun("mlp1", "mlp1", "sampled", {}, rates_key="mlp1")
-    assert limits(job, run, Grant("mlp1", "shortened", 7.0, 0.0, "")) == {"epochs": 3, "time_budget": 0.15}
+    # (time budgets in minutes, rounded up to the hundredth: 1.3 x 7 s = 0.1517 min -> 0.16)
+    assert limits(job, run, Grant("mlp1", "shortened", 7.0, 0.0, "")) == {"epochs": 3, "time_budget": 0.16}
     assert limits(job, run, Grant("mlp1", "shortened", 1.5, 0.0, "")) == {"time_budget": 0.02}
+    assert limits(job, run, Grant("mlp1", "full", 0.2, 0.0, "")) == {"time_budget": 0.02}  # (1 s, not 0)
 
 
 def test_a_clustering_may_overrun_its_estimate_with_what_the_later_rows_can_spare():

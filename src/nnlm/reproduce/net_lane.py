@@ -29,12 +29,13 @@ import torch
 
 from nnlm.errors import NnlmError
 from nnlm.neural.run import checkpoint as ck
-from nnlm.reproduce import planner
+from nnlm.reproduce import net_run, planner
 from nnlm.threads import machine_cores
 
 if TYPE_CHECKING:
     from nnlm.data.corpus import Corpus
     from nnlm.reproduce.job import Job
+    from nnlm.reproduce.net_run import NetRun
 
 SCORES, LOG = "lane_scores.safetensors", "lane.log"
 SPLITS = ("test", "train")  # scored in the child (valid's scores the run keeps itself)
@@ -84,27 +85,24 @@ def worth_it(job: Job, pending: list[str]) -> bool:
             and job.device_name() == "cpu" and len(job.table.net_shapes) == 1)
 
 
-def start(job: Job) -> Lane | None:
-    """The last pending net started beside the others when `worth_it` and the plan, at one thread a net, grants
-    every pending net all it asks for with time left for their train splits; else None (the nets train in turn,
-    at the threads the governor picks, and their rates are measured again)."""
-    from nnlm.reproduce import net_rows, net_run
-
-    pending = [net for net in job.nets if job.results.pending(net, job.net_options(net))]
+def start(job: Job, runs: dict[str, NetRun], first: list[planner.Need], then: list[planner.Need]) -> Lane | None:
+    """The last of the pending nets `runs` started beside the others when `worth_it` and the plan, at one thread a
+    net, grants each all it asks for with time left for their train splits (the rows that share the budget with
+    them planned `first` and `then`, as `net_rows.plan_net` does); else None (the nets train in turn, at the
+    threads the governor picks, and their rates are measured again)."""
+    pending = list(runs)
     if not worth_it(job, pending):
         return None
-    before, job.threads = job.threads, 1
-    runs = {net: net_rows.table_net(job, net) for net in pending}
+    threads, job.threads = job.threads, 1
     grant = None
     if (left := job.left()) is not None:
         c = job.corpus
         needs = [net_run.need(job, runs[net], fresh=True, floor_epochs=job.table.net_floor_epochs) for net in pending]
-        grants = {g.id: g for g in planner.plan(left, net_rows.partner_needs(job, 0) + needs
-                                                + net_rows.late_needs(job))}
+        grants = {g.id: g for g in planner.plan(left, first + needs + then)}
         train_splits = sum(planner.SAFETY * len(c.train) / job.rates[net].score for net in pending)
         if any(grants[net].status != "full" for net in pending) \
                 or planner.unused_share(left, list(grants.values())) < train_splits:
-            job.threads = before
+            job.threads = threads
             for net in pending:
                 job.rates.pop(net, None)
             return None
@@ -118,7 +116,7 @@ def start(job: Job) -> Lane | None:
     process.start()
     job.log(f"    {net.upper()} trains beside the other nets, in a process of its own, one thread each"
             + ("" if grant is None else f"; plan: {grant.reason}"))
-    return Lane(net, process, where, grant, before)
+    return Lane(net, process, where, grant, threads)
 
 
 def collect(job: Job, lane: Lane) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

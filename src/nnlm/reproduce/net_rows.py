@@ -128,7 +128,8 @@ def neural_rows(job: Job, trigram: LanguageModel) -> None:
     for net in job.nets:
         if job.results.rows.get(net, {}).get("status") not in (None, "skipped"):  # trained in this shape
             job.shapes[net] = job.results.rows[net].get("shape") or {}
-    lane = net_lane.start(job)
+    pending = [net for net in job.nets if job.results.pending(net, job.net_options(net))]
+    lane = net_lane.start(job, {net: table_net(job, net) for net in pending}, partner_needs(job, 0), late_needs(job))
     try:
         for i, net in enumerate(job.nets):
             net_and_mixes(job, trigram, i, net, lane)
