@@ -13,8 +13,14 @@ NET_ROWS = ("mlp1", "mlp2", "mlp1-em", "mlp3", "mlp4", "mlp3-em")
 def two_cores(monkeypatch):
     """The lane's rule sees two cores whatever the host has (a 1-core container trains in turn); the runs stop at
     their planned epochs, not at the time guard (which a tiny corpus's seconds make a matter of luck)."""
+    import nnlm.reproduce.net_rows as net_rows
+    from nnlm.reproduce.planner import clustering_need
+
     monkeypatch.setattr("nnlm.reproduce.net_lane.machine_cores", lambda: 2)
     monkeypatch.setattr("nnlm.reproduce.net_run.GUARD", 1000.0)
+    late_needs = net_rows.late_needs  # a clustering after the nets, as Brown has (this corpus's |V| < every c):
+    # an elastic row, which the plan gives all the time the others leave
+    monkeypatch.setattr(net_rows, "late_needs", lambda job: late_needs(job) + [clustering_need("c150", 150, 0.01, 1.0)])
 
 
 def request(tmp_path, out: str, threads: int | None) -> ReproduceRequest:

@@ -96,12 +96,12 @@ def start(job: Job, runs: dict[str, NetRun], first: list[planner.Need], then: li
     threads, job.threads = job.threads, 1
     grant = None
     if (left := job.left()) is not None:
-        c = job.corpus
         needs = [net_run.need(job, runs[net], fresh=True, floor_epochs=job.table.net_floor_epochs) for net in pending]
-        grants = {g.id: g for g in planner.plan(left, first + needs + then)}
-        train_splits = sum(planner.SAFETY * len(c.train) / job.rates[net].score for net in pending)
+        splits = [planner.scoring_need(f"{net}-train-now", len(job.corpus.train), job.rates[net].score)
+                  for net in pending]  # (scored with the net, not left for the end)
+        grants = {g.id: g for g in planner.plan(left, first + needs + splits + then)}
         if any(grants[net].status != "full" for net in pending) \
-                or planner.unused_share(left, list(grants.values())) < train_splits:
+                or any(grants[need.id].status == "skipped" for need in splits):
             job.threads = threads
             for net in pending:
                 job.rates.pop(net, None)
