@@ -4,7 +4,9 @@ import json
 
 import pytest
 
+from nnlm.neural.run.checkpoint import load_tensors
 from nnlm.reproduce import ReproduceRequest, reproduce
+from nnlm.reproduce.net_lane import SCORES
 
 NET_ROWS = ("mlp1", "mlp2", "mlp1-em", "mlp3", "mlp4", "mlp3-em")
 
@@ -39,6 +41,12 @@ def test_the_last_net_beside_the_others_gives_the_table_of_the_nets_in_turn(rand
     assert not any("beside" in line for line in logs["in-turn"])
     for row_id in NET_ROWS:
         assert rows["beside"][row_id]["perplexity"] == rows["in-turn"][row_id]["perplexity"], row_id
+    # the lane's scoring is timed where it ran, and the row says so (not the 0 s of reading its scores back)
+    _, meta = load_tensors(tmp_path / "beside" / rows["beside"]["mlp3"]["run"] / SCORES)
+    timed = {split: float(meta[f"seconds.{split}"]) for split in ("test", "train")}
+    assert all(t >= 0 for t in timed.values())
+    row_seconds = rows["beside"]["mlp3"]["scoring_seconds"]
+    assert {s: row_seconds[s] for s in timed} == {s: round(t, 1) for s, t in timed.items()}
     for net in ("mlp1", "mlp3"):  # every split scored with the nets, none left for the end
         assert not rows["beside"][net].get("train_pending") and rows["beside"][net]["perplexity"]["train"] > 1
         assert rows["beside"][net]["epochs"] == rows["in-turn"][net]["epochs"]

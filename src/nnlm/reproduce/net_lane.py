@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,8 +64,12 @@ def train_beside(corpus: Corpus, where: Path, request: dict[str, Any], resume: b
 
     train_parallel(where, TrainRequest.of(request), "none", resume=resume, progress=False, log=log)
     model = ck.load_neural(where)
-    scores = {split: torch.from_numpy(split_log_probs(model, corpus, split)) for split in SPLITS}
-    ck.save_tensors(where / SCORES, scores, {"weights_sha256": ck.weights_digest(where) or ""})
+    scores, seconds = {}, {}
+    for split in SPLITS:
+        t0 = time.perf_counter()
+        scores[split] = torch.from_numpy(split_log_probs(model, corpus, split))
+        seconds[f"seconds.{split}"] = f"{time.perf_counter() - t0:.1f}"
+    ck.save_tensors(where / SCORES, scores, {"weights_sha256": ck.weights_digest(where) or ""} | seconds)
 
 
 @dataclass
@@ -119,9 +124,9 @@ def start(job: Job, runs: dict[str, NetRun], first: list[planner.Need], then: li
     return Lane(net, process, where, grant, threads)
 
 
-def collect(job: Job, lane: Lane) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def collect(job: Job, lane: Lane) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, float]]:
     """Wait for the lane's child; its log printed, the nets' threads given back; (its final training state, its
-    scores of SPLITS). NnlmError if it failed."""
+    scores of SPLITS, the seconds each took it). NnlmError if it failed."""
     lane.process.join()
     job.threads = lane.threads
     log_file = lane.where.parent / f"{lane.where.name}.{LOG}"
@@ -134,7 +139,8 @@ def collect(job: Job, lane: Lane) -> tuple[dict[str, Any], dict[str, np.ndarray]
     tensors, meta = ck.load_tensors(lane.where / SCORES)
     if meta.get("weights_sha256") != ck.weights_digest(lane.where):
         raise failed
-    return ck.read_state(lane.where), {split: tensors[split].numpy() for split in SPLITS}
+    seconds = {split: float(meta.get(f"seconds.{split}", "nan")) for split in SPLITS}
+    return ck.read_state(lane.where), {split: tensors[split].numpy() for split in SPLITS}, seconds
 
 
 def stop(job: Job, lane: Lane | None) -> None:

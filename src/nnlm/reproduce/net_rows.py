@@ -142,11 +142,11 @@ def net_and_mixes(job: Job, trigram: LanguageModel, i: int, net: str, lane: net_
     model = None
     if lane is not None and net == lane.net:
         job.announce(alone, "trained beside the other nets")
-        state, scores = net_lane.collect(job, lane)
+        state, scores, seconds = net_lane.collect(job, lane)
         for split, log_probs in scores.items():
             job.keep_scores(net, split, log_probs)
         model = finish_net(job, net, table_net(job, net), lane.grant, state, plan_record(job, net, lane.grant),
-                           score_train=True)
+                           score_train=True, timed=seconds)
         for row in mixes:
             job.results.rows.pop(row.id, None)
     elif job.results.pending(net, job.net_options(net)):
@@ -189,8 +189,9 @@ def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0,
 
 
 def finish_net(job: Job, net: str, run: NetRun, grant: planner.Grant | None, state: dict[str, Any],
-               plan: dict[str, Any] | None, score_train: bool) -> LanguageModel:
-    """The trained net's row: scored (the splits it has no kept scores for), its result put in results.json."""
+               plan: dict[str, Any] | None, score_train: bool, timed: dict[str, float] | None = None) -> LanguageModel:
+    """The trained net's row: scored (the splits it has no kept scores for), its result put in results.json.
+    `timed`: the seconds of splits scored elsewhere (the lane's process), for the row's scoring times."""
     model = trained(job, net)
     govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
     later = job.budget is not None and not score_train  # the train split is scored at the end, if the budget allows
@@ -199,7 +200,7 @@ def finish_net(job: Job, net: str, run: NetRun, grant: planner.Grant | None, sta
     for split in ("valid", "test") if later else ("train", "valid", "test"):  # timed: the plan's estimate vs actual
         t0 = time.perf_counter()
         ppl |= job.evaluate(net, model, (split,))
-        scoring[split] = round(time.perf_counter() - t0, 1)
+        scoring[split] = round((timed or {}).get(split, time.perf_counter() - t0), 1)
     note = shortened_note(job, net, state, grant)
     extra = {"finished": state["finished"], "train_pending": later, "best": state["best"],
              "epochs": round(state["examples"] / len(job.corpus.train), 2),
