@@ -102,6 +102,16 @@ def brown_token_list() -> list[str]:
     return corpus.brown_tokens()
 
 
+class SessionEnded(Exception):
+    """A session that ends mid-call (the machine reclaimed): raised by `dies_in_epoch_2`."""
+
+
+def dies_in_epoch_2(line: str) -> None:
+    """A `log` for `nnlm.reproduce`: the session ends at the first line of a second epoch."""
+    if "epoch 2:" in line:
+        raise SessionEnded
+
+
 def write_text_corpus(root: Path, train: str, valid: str, test: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, text in (("train", train), ("valid", valid), ("test", test)):

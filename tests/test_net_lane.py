@@ -54,14 +54,9 @@ def test_the_last_net_beside_the_others_gives_the_table_of_the_nets_in_turn(rand
 
 def test_a_call_cut_while_the_lane_trains_ends_it_then_the_next_call_builds_every_row(random_corpus, tmp_path,
                                                                                         two_cores):
-    class SessionEnded(Exception):
-        pass
-
-    def dies_in_epoch_2(line: str) -> None:
-        if "epoch 2:" in line:
-            raise SessionEnded
-
     import multiprocessing
+
+    from conftest import SessionEnded, dies_in_epoch_2
 
     with pytest.raises(SessionEnded):
         reproduce(request(tmp_path, "report", None), log=dies_in_epoch_2)

@@ -143,12 +143,7 @@ def test_full_run_is_resumable_across_sessions(random_corpus, tmp_path, monkeypa
     corpus_dir, out = str(tmp_path / "rand"), tmp_path / "report"
     monkeypatch.setattr("nnlm.reproduce.results.commit", lambda: "aaaaaaa")
 
-    class SessionEnded(Exception):
-        pass
-
-    def dies_in_epoch_2(line: str) -> None:
-        if "epoch 2:" in line:
-            raise SessionEnded
+    from conftest import SessionEnded, dies_in_epoch_2
 
     with pytest.raises(SessionEnded):
         reproduce(ReproduceRequest(corpus_dir, out, None, "mlp7", True, "x", progress=False,

@@ -53,7 +53,7 @@ def train_beside(corpus: Corpus, where: Path, request: dict[str, Any], resume: b
     # on which the trainer saves a checkpoint (a second signal, the terminal's SIGINT, could cut that save short)
     govern(requested=1, device="cpu")
     parent = os.getppid()
-    log_file = where.parent / f"{where.name}.{LOG}"  # beside the run: the trainer owns what is inside it
+    log_file = log_path(where)
     log_file.unlink(missing_ok=True)
 
     def log(line: str) -> None:
@@ -70,6 +70,11 @@ def train_beside(corpus: Corpus, where: Path, request: dict[str, Any], resume: b
         scores[split] = torch.from_numpy(split_log_probs(model, corpus, split))
         seconds[f"seconds.{split}"] = f"{time.perf_counter() - t0:.1f}"
     ck.save_tensors(where / SCORES, scores, {"weights_sha256": ck.weights_digest(where) or ""} | seconds)
+
+
+def log_path(where: Path) -> Path:
+    """The child's log, beside its run directory (the trainer owns what is inside it)."""
+    return where.parent / f"{where.name}.{LOG}"
 
 
 @dataclass
@@ -129,7 +134,7 @@ def collect(job: Job, lane: Lane) -> tuple[dict[str, Any], dict[str, np.ndarray]
     scores of SPLITS, the seconds each took it). NnlmError if it failed."""
     lane.process.join()
     job.threads = lane.threads
-    log_file = lane.where.parent / f"{lane.where.name}.{LOG}"
+    log_file = log_path(lane.where)
     for line in (log_file.read_text(encoding="utf-8").splitlines() if log_file.exists() else []):
         job.log(f"    {line}  [{lane.net}, beside]")
     failed = NnlmError(f"{lane.net} failed in its process beside the other nets (exit code "
