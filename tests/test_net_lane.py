@@ -30,15 +30,29 @@ def request(tmp_path, out: str, threads: int | None) -> ReproduceRequest:
                             threads=threads)
 
 
-def test_the_last_net_beside_the_others_gives_the_table_of_the_nets_in_turn(random_corpus, tmp_path, two_cores):
-    rows, logs = {}, {}
+def test_the_last_net_beside_the_others_gives_the_table_of_the_nets_in_turn(random_corpus, tmp_path, two_cores,
+                                                                            monkeypatch):
+    import nnlm.reproduce.net_rows as net_rows
+
+    rows, logs, scored_at = {}, {}, {}
+    govern = net_rows.govern
+
+    def spy(requested=None, device="cpu"):  # the threads each net row is scored at
+        scored_at[way].append(requested)
+        return govern(requested, device)
+
+    monkeypatch.setattr(net_rows, "govern", spy)
     for way, threads in (("beside", None), ("in-turn", 1)):  # --threads: the user's choice, no second process
-        logs[way] = []
+        logs[way], scored_at[way] = [], []
         reproduce(request(tmp_path, way, threads), log=logs[way].append)
         rows[way] = json.loads((tmp_path / way / "results.json").read_text())["rows"]
     assert any("MLP3 trains beside the other nets" in line for line in logs["beside"])
     assert any("[mlp3, beside]" in line and "epoch 1:" in line for line in logs["beside"])  # its log, collected
     assert not any("beside" in line for line in logs["in-turn"])
+    # with a lane, the nets trained here are scored at the governor's choice (both cores once the lane has ended),
+    # not at the one thread they train at; --threads 1 is kept
+    assert scored_at["beside"] and set(scored_at["beside"]) == {None}
+    assert scored_at["in-turn"] and set(scored_at["in-turn"]) == {1}
     for row_id in NET_ROWS:
         assert rows["beside"][row_id]["perplexity"] == rows["in-turn"][row_id]["perplexity"], row_id
     # the lane's scoring is timed where it ran, and the row says so (not the 0 s of reading its scores back)

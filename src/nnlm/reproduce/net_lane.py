@@ -43,7 +43,8 @@ SPLITS = ("test", "train")  # scored in the child (valid's scores the run keeps 
 
 
 def train_beside(corpus: Corpus, where: Path, request: dict[str, Any], resume: bool) -> None:
-    """The child: train the net of `request` in `where` on one thread, then keep its scores of SPLITS."""
+    """The child: train the net of `request` in `where` on one thread, then keep its scores of SPLITS (on as many
+    threads as the parent's work leaves free: a pass's numbers do not depend on its thread count)."""
     from nnlm.lm import split_log_probs
     from nnlm.neural.parallel.ranks import train_parallel
     from nnlm.neural.run.config import TrainRequest
@@ -64,6 +65,7 @@ def train_beside(corpus: Corpus, where: Path, request: dict[str, Any], resume: b
 
     train_parallel(where, TrainRequest.of(request), "none", resume=resume, progress=False, log=log)
     model = ck.load_neural(where)
+    govern(device="cpu")  # scored at the governor's threads: both cores once the parent's nets are done
     scores, seconds = {}, {}
     for split in SPLITS:
         t0 = time.perf_counter()

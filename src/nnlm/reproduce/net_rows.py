@@ -146,7 +146,7 @@ def net_and_mixes(job: Job, trigram: LanguageModel, i: int, net: str, lane: net_
         for split, log_probs in scores.items():
             job.keep_scores(net, split, log_probs)
         model = finish_net(job, net, table_net(job, net), lane.grant, state, plan_record(job, net, lane.grant),
-                           score_train=True, timed=seconds)
+                           with_lane=True, timed=seconds)
         for row in mixes:
             job.results.rows.pop(row.id, None)
     elif job.results.pending(net, job.net_options(net)):
@@ -154,7 +154,7 @@ def net_and_mixes(job: Job, trigram: LanguageModel, i: int, net: str, lane: net_
         job.announce(alone, "" if grant is None else f"{grant.work / 60:.1f} min of training ({grant.status})")
         if grant is not None:
             job.log(f"    plan: {grant.reason}")
-        model = train_net(job, net, grant, i, score_train=lane is not None)
+        model = train_net(job, net, grant, i, with_lane=lane is not None)
         for row in mixes:
             job.results.rows.pop(row.id, None)
     else:
@@ -176,25 +176,29 @@ def trained(job: Job, net: str) -> LanguageModel:
 
 
 def train_net(job: Job, net: str, grant: planner.Grant | None, i: int = 0,
-              score_train: bool = False) -> LanguageModel | None:
+              with_lane: bool = False) -> LanguageModel | None:
     """Train (or continue) `net` for what `grant` gives it and score it; None if skipped with no model.
-    `score_train`: its train split now, not at the end (the plan left time for it: `net_lane.start`)."""
+    `with_lane`: a net trains beside the others in this call (`finish_net`)."""
     run = table_net(job, net)
     plan = plan_record(job, net, grant)
     if grant is not None and grant.status == "skipped":
         return skip_net(job, net, run, grant, plan)
     state = net_run.train(job, run, net_run.limits(job, run, grant), job.row_log(net))
     state, plan, grant = continue_shortened(job, net, run, grant, state, plan, i)
-    return finish_net(job, net, run, grant, state, plan, score_train)
+    return finish_net(job, net, run, grant, state, plan, with_lane)
 
 
 def finish_net(job: Job, net: str, run: NetRun, grant: planner.Grant | None, state: dict[str, Any],
-               plan: dict[str, Any] | None, score_train: bool, timed: dict[str, float] | None = None) -> LanguageModel:
+               plan: dict[str, Any] | None, with_lane: bool, timed: dict[str, float] | None = None) -> LanguageModel:
     """The trained net's row: scored (the splits it has no kept scores for), its result put in results.json.
-    `timed`: the seconds of splits scored elsewhere (the lane's process), for the row's scoring times."""
+    `with_lane`: a net trains beside the others in this call (`net_lane`): the train split is scored now, not at
+    the end (the plan left time for it), and at the threads the governor picks -- one while the lane's process
+    works, both cores once it has ended -- not at the one thread the nets train at meanwhile (a pass's numbers
+    do not depend on its thread count). `timed`: the seconds of splits scored elsewhere (the lane's process)."""
     model = trained(job, net)
-    govern(requested=job.threads, device=job.device_name())  # score at the threads the rate was measured
-    later = job.budget is not None and not score_train  # the train split is scored at the end, if the budget allows
+    govern(requested=None if with_lane else job.threads, device=job.device_name())  # else: the threads the
+    # rates were measured at
+    later = job.budget is not None and not with_lane  # the train split is scored at the end, if the budget allows
     job.kept_valid_scores(net, run.run_dir(job.out))  # the best epoch's validation, not a second pass
     ppl, scoring = {"train": None}, {}
     for split in ("valid", "test") if later else ("train", "valid", "test"):  # timed: the plan's estimate vs actual
