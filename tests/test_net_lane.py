@@ -80,3 +80,24 @@ def test_a_call_cut_while_the_lane_trains_ends_it_then_the_next_call_builds_ever
     rows = json.loads((tmp_path / "report" / "results.json").read_text())["rows"]
     assert all(rows[row_id]["perplexity"]["test"] > 1 for row_id in NET_ROWS)
     assert rows["mlp3"]["epochs"] == 10  # EXPECTED_EPOCHS: continued, not begun again
+
+
+def test_the_lane_is_planned_on_a_core_of_its_own_only_when_no_other_process_keeps_one_busy():
+    """Side by side the lane's net needs all that is left for itself, and the other nets the same with the rows of
+    this process; on a busy machine the rows are planned as in turn (the two processes would share the cores)."""
+    from nnlm.reproduce.net_lane import plan_beside
+    from nnlm.reproduce.planner import Need
+
+    def net(name, want):
+        return Need(name, 5.0, (10.0, 20.0, 40.0, want))
+
+    needs = [net("mlp1", 60.0), net("mlp3", 50.0)]
+    splits = [Need(f"{n.id}-train-now", 10.0, (0.0,), unit="scoring") for n in needs]
+    then = [Need("c150", 2.0, (0.0, 0.0, 0.0, 30.0), unit="clustering", elastic=True)]
+    grants = plan_beside(100.0, [], needs, splits, then, side_by_side=True)  # 77 and 65 s: each fits in 100
+    assert grants is not None and grants["mlp3"].status == grants["mlp1"].status == "full"
+    assert grants["mlp3"].work == 50.0 and grants["mlp1"].work == 60.0
+    assert plan_beside(100.0, [], needs, splits, then, side_by_side=False) is None  # 142 s in turn
+    assert plan_beside(150.0, [], needs, splits, then, side_by_side=False)["mlp3"].status == "full"
+    assert plan_beside(100.0, [], [needs[0], net("mlp3", 90.0)], splits, then, side_by_side=True) is None  # 105
+    assert plan_beside(70.0, [], needs, splits, then, side_by_side=True) is None  # mlp1 and its split: 75 s

@@ -68,6 +68,19 @@ def test_cores_busy_elsewhere_leaves_out_this_process(monkeypatch):
     assert threads.cores_busy_elsewhere(0.2) == pytest.approx(1.0)
 
 
+def test_cores_busy_outside_leaves_out_this_process_and_its_children(monkeypatch):
+    """A job's own children (a second process training beside it) are not load from elsewhere: 1.4 s machine-busy
+    in a 0.5 s window, 0.5 s of it ours and 0.5 s a child's, is 0.8 of a core kept busy by others."""
+    assert threads.process_seconds(os.getpid()) == pytest.approx(threads.time.process_time(), abs=0.05)
+    assert threads.process_seconds(2 ** 22 + 1) == 0.0  # (above Linux's largest pid: a process that has gone)
+    child = iter([3.0, 3.5])
+    samples = iter([(10.0, 5.0, 100.0), (11.4, 5.5, 100.5)])
+    monkeypatch.setattr(threads, "_sample", lambda: next(samples))
+    monkeypatch.setattr(threads, "process_seconds", lambda pid: next(child))
+    monkeypatch.setattr(threads.time, "sleep", lambda seconds: None)
+    assert threads.cores_busy_outside([1234], 0.5) == pytest.approx(0.8)
+
+
 def _fake_clock(monkeypatch, busy_at_start, samples):
     """Feed the governor (machine busy s, own CPU s, wall s) samples; wall time drives its schedule too."""
     it = iter(samples)

@@ -67,6 +67,30 @@ def cores_busy_elsewhere(window: float = 0.2) -> float | None:
     return None if after is None else busy_between(before, after)
 
 
+def process_seconds(pid: int) -> float:
+    """CPU seconds (user + system) a live process has spent; 0 for one that has gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # (its name may hold spaces)
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
+
+
+def cores_busy_outside(pids: list[int], window: float = 0.2) -> float | None:
+    """How many cores processes other than this one and `pids` (its own children: work of the same job) keep
+    busy, measured over `window` seconds; None where /proc/stat is missing."""
+    before = _sample()
+    children = sum(process_seconds(pid) for pid in pids)
+    if before is None:
+        return None
+    time.sleep(window)
+    after = _sample()
+    if after is None:
+        return None
+    ours = sum(process_seconds(pid) for pid in pids) - children
+    return max(0.0, busy_between(before, after) - ours / (after[2] - before[2]))
+
+
 def free_threads(cores: int, busy: float | None) -> int:
     """Threads for the cores other processes leave free: at least 1, at most `cores`. A core
     counts as taken when more than MARGIN of it is busy (pure, for the tests)."""

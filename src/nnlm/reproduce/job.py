@@ -61,6 +61,7 @@ class Job:
         self._scored: dict[tuple[str, str], np.ndarray] = {}
         self.classes: dict[int, WordClasses] = {}  # c -> found (or cut) in this call
         self.background: BackgroundClusters | None = None  # the class rows' clusterings in a second process
+        self.beside: str | None = None  # the net training in a process of its own meanwhile (`net_lane`)
         self.ngrams: dict[str, LanguageModel] = {}  # n-gram rows built in this call (mixing partners)
         self.shapes: dict[str, dict] = {}  # net -> the ModelConfig fields it trains with apart from its preset
         self.shape_notes: dict[str, str] = {}  # net -> why it trains in another shape than its preset's

@@ -31,7 +31,7 @@ import torch
 from nnlm.errors import NnlmError
 from nnlm.neural.run import checkpoint as ck
 from nnlm.reproduce import net_run, planner
-from nnlm.threads import machine_cores
+from nnlm.threads import cores_busy_outside, free_threads, machine_cores
 
 if TYPE_CHECKING:
     from nnlm.data.corpus import Corpus
@@ -99,9 +99,9 @@ def worth_it(job: Job, pending: list[str]) -> bool:
 
 def start(job: Job, runs: dict[str, NetRun], first: list[planner.Need], then: list[planner.Need]) -> Lane | None:
     """The last of the pending nets `runs` started beside the others when `worth_it` and the plan, at one thread a
-    net, grants each all it asks for with time left for their train splits (the rows that share the budget with
-    them planned `first` and `then`, as `net_rows.plan_net` does); else None (the nets train in turn, at the
-    threads the governor picks, and their rates are measured again)."""
+    net, grants each all it asks for with time left for their train splits (`plan_beside`; the rows that share the
+    budget with them planned `first` and `then`, as `net_rows.plan_net` does); else None (the nets train in turn,
+    at the threads the governor picks, and their rates are measured again)."""
     pending = list(runs)
     if not worth_it(job, pending):
         return None
@@ -111,9 +111,9 @@ def start(job: Job, runs: dict[str, NetRun], first: list[planner.Need], then: li
         needs = [net_run.need(job, runs[net], fresh=True, floor_epochs=job.table.net_floor_epochs) for net in pending]
         splits = [planner.scoring_need(f"{net}-train-now", len(job.corpus.train), job.rates[net].score)
                   for net in pending]  # (scored with the net, not left for the end)
-        grants = {g.id: g for g in planner.plan(left, first + needs + splits + then)}
-        if any(grants[net].status != "full" for net in pending) \
-                or any(grants[need.id].status == "skipped" for need in splits):
+        busy = cores_busy_outside([child.pid for child in multiprocessing.active_children()])
+        grants = plan_beside(left, first, needs, splits, then, side_by_side=free_threads(machine_cores(), busy) >= 2)
+        if grants is None:
             job.threads = threads
             for net in pending:
                 job.rates.pop(net, None)
@@ -126,16 +126,33 @@ def start(job: Job, runs: dict[str, NetRun], first: list[planner.Need], then: li
     process = multiprocessing.get_context("spawn").Process(
         target=train_beside, daemon=True, args=(job.corpus, where, request, (where / ck.RUN).exists()))
     process.start()
+    job.beside = net
     job.log(f"    {net.upper()} trains beside the other nets, in a process of its own, one thread each"
             + ("" if grant is None else f"; plan: {grant.reason}"))
     return Lane(net, process, where, grant, threads)
+
+
+def plan_beside(left: float, first: list[planner.Need], needs: list[planner.Need], splits: list[planner.Need],
+                then: list[planner.Need], side_by_side: bool) -> dict[str, planner.Grant] | None:
+    """The grants of the pending nets (`needs`, in the table's order: the last is the lane's) and of their train
+    splits (`splits`, the same order) when each net gets all it asks for and no split is skipped; else None.
+    `side_by_side` (no other process keeps a core busy): the lane's net and its split are planned against all
+    that is left, on the core it has to itself, and the other nets with the rows this process builds (`first`,
+    `then`) against the same; otherwise every row in one plan, as in turn -- the two processes would share the
+    cores the others leave, and the nets in turn give MLP1 (first in priority) its whole training first."""
+    tracks = [first + needs[:-1] + splits[:-1] + then, [needs[-1], splits[-1]]] if side_by_side \
+        else [first + needs + splits + then]
+    grants = {g.id: g for track in tracks for g in planner.plan(left, track)}
+    if any(grants[n.id].status != "full" for n in needs) or any(grants[n.id].status == "skipped" for n in splits):
+        return None
+    return grants
 
 
 def collect(job: Job, lane: Lane) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, float]]:
     """Wait for the lane's child; its log printed, the nets' threads given back; (its final training state, its
     scores of SPLITS, the seconds each took it). NnlmError if it failed."""
     lane.process.join()
-    job.threads = lane.threads
+    job.threads, job.beside = lane.threads, None
     log_file = log_path(lane.where)
     for line in (log_file.read_text(encoding="utf-8").splitlines() if log_file.exists() else []):
         job.log(f"    {line}  [{lane.net}, beside]")
@@ -156,5 +173,5 @@ def stop(job: Job, lane: Lane | None) -> None:
         lane.process.terminate()
         lane.process.join(timeout=60)
     if lane is not None:
-        job.threads = lane.threads
+        job.threads, job.beside = lane.threads, None
 

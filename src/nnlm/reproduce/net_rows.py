@@ -36,13 +36,15 @@ def run_dir(job: Job, net: str) -> Path:
 
 
 def plan_net(job: Job, i: int, measure: bool = True) -> planner.Grant | None:
-    """The grant of the i-th net, planned with every net still to train and the class rows after them;
-    `measure` times the net again first (not when its rates were just taken from its own epochs)."""
+    """The grant of the i-th net, planned with every net still to train in this process (not one training
+    beside it: `net_lane` planned that one on its own core) and the class rows after them; `measure` times the
+    net again first (not when its rates were just taken from its own epochs)."""
     left = job.left()
     if left is None:
         return None
     needs = [net_run.need(job, table_net(job, net), fresh=k == 0 and measure, floor_epochs=job.table.net_floor_epochs)
-             for k, net in enumerate(job.nets[i:]) if k == 0 or job.results.pending(net, job.net_options(net))]
+             for k, net in enumerate(job.nets[i:])
+             if k == 0 or (job.results.pending(net, job.net_options(net)) and net != job.beside)]
     return next(g for g in planner.plan(left, partner_needs(job, i) + needs + late_needs(job)) if g.id == job.nets[i])
 
 
