@@ -1,6 +1,6 @@
 """Helpers several test files (and benchmarks/fuzz_cli.py) share: the command line in a subprocess or in this
-process, the one-line-error check, a tiny float64 NPLM, gradients against central differences, and filling a
-small disk."""
+process, the one-line-error check, a tiny float64 NPLM, gradients against central differences (the full softmax's
+among them), and filling a small disk."""
 from __future__ import annotations
 
 import math
@@ -98,6 +98,29 @@ def central_differences(net, value, grads: dict, entries: int = 4, seed: int | N
                 flat[i] = keep
                 numeric = (up - down) / 2e-6
                 assert math.isclose(numeric, float(grads[name].view(-1)[i]), rel_tol=1e-4, abs_tol=1e-7), name
+
+
+def context_batch(vocab: int, order: int, seed: int, rows: int = 6):
+    """`rows` random (contexts [rows, order - 1], targets [rows]) of a `vocab`-word net, drawn with `seed`."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (rows, order - 1), generator=gen), torch.randint(0, vocab, (rows,), generator=gen)
+
+
+def check_full_softmax_gradients(net, vocab: int, order: int) -> None:
+    """The autograd gradient of the full softmax's cross-entropy against central differences, on a few entries of
+    every parameter of `net` (one batch of `context_batch`)."""
+    import torch.nn.functional as F
+
+    ctx, tgt = context_batch(vocab, order, seed=1)
+
+    def value():
+        return F.cross_entropy(net(ctx), tgt)
+
+    net.zero_grad()
+    value().backward()
+    central_differences(net, value, {name: p.grad.clone() for name, p in net.named_parameters()})
 
 
 def held_model(model, release, seen: list, hold: float = 10.0):

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import api_call, central_differences
-from test_sampled import definition, skewed
+from helpers import api_call, check_full_softmax_gradients, context_batch
+from test_sampled import check_sampled_loss, skewed
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
@@ -100,46 +100,15 @@ def test_the_chunked_kernel_is_the_sum_it_names_and_its_gradient(monkeypatch, ro
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_full_softmax_gradients_match_finite_differences(shape):
-    net = energy_net(9, *shape)
-    gen = torch.Generator().manual_seed(1)
-    ctx, tgt = torch.randint(0, 9, (6, shape[0] - 1), generator=gen), torch.randint(0, 9, (6,), generator=gen)
-
-    def value() -> torch.Tensor:
-        return F.cross_entropy(net(ctx), tgt)
-
-    net.zero_grad()
-    value().backward()
-    central_differences(net, value, {name: p.grad.clone() for name, p in net.named_parameters()})
+    check_full_softmax_gradients(energy_net(9, *shape), 9, shape[0])
 
 
 @pytest.mark.parametrize("kind", ["sampled", "nce"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_sampled_losses_match_their_definition_and_finite_differences(kind, shape):
-    net = energy_net(13, *shape)
-    loss = EnergySampledLoss(kind, skewed(13), 5, alpha=0.3)
-    gen = torch.Generator().manual_seed(2)
-    ctx, tgt = torch.randint(0, 13, (6, shape[0] - 1), generator=gen), torch.randint(0, 13, (6,), generator=gen)
-
-    def value() -> torch.Tensor:
-        torch.manual_seed(7)  # the same sample set on every call
-        return loss(net, ctx, tgt)
-
-    net.zero_grad()
-    got = value()
-    got.backward()
-    gathered = {name for name, _, _ in loss.touched}
-    grads = {name: torch.zeros_like(p) if name in gathered else p.grad.clone() for name, p in net.named_parameters()}
-    for name, rows, leaf in loss.touched:
-        grads[name].index_add_(0, rows, leaf.grad)
-    torch.manual_seed(7)
-    sample = loss.draw()
-    net.zero_grad()
-    want = definition(kind, net, ctx, tgt, sample, loss.log_p.double(), 0.3)  # from the full logits y = -E
-    want.backward()
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
-    for name, p in net.named_parameters():
-        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-8, msg=name)
-    central_differences(net, value, grads, entries=2)
+    net = energy_net(13, *shape)  # (its definition: from the full logits y = -E)
+    check_sampled_loss(kind, net, EnergySampledLoss(kind, skewed(13), 5, alpha=0.3),
+                       *context_batch(13, shape[0], seed=2), entries=2)
 
 
 def test_sampling_every_word_is_the_full_softmax():

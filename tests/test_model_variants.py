@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from helpers import central_differences
+from helpers import check_full_softmax_gradients, context_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sampled import definition, skewed
+from test_sampled import check_sampled_loss, skewed
 
 from nnlm.data.vocab import Vocabulary
 from nnlm.errors import NnlmError
@@ -22,7 +21,7 @@ from nnlm.neural.lm.neural_lm import NeuralLM
 from nnlm.neural.net.model import NPLM
 from nnlm.neural.net.model_config import ModelConfig
 from nnlm.neural.net.presets import BEYOND, preset, run_name
-from nnlm.neural.net.sampled import ROWS, SampledLoss
+from nnlm.neural.net.sampled import SampledLoss
 
 VARIANTS = [  # (n, h, direct, layers, layer_norm, residual, local[, summaries[, sum_weights]])
     (4, 5, True, 2, False, False, 0),
@@ -139,45 +138,15 @@ def test_a_sum_weighted_per_feature_is_its_weighted_sum_and_starts_at_the_averag
 
 @pytest.mark.parametrize("spec", VARIANTS)
 def test_full_softmax_gradients_match_finite_differences(spec):
-    net = variant(13, *spec)
-    gen = torch.Generator().manual_seed(1)
-    ctx, tgt = torch.randint(0, 13, (6, spec[0] - 1), generator=gen), torch.randint(0, 13, (6,), generator=gen)
-
-    def value() -> torch.Tensor:
-        return F.cross_entropy(net(ctx), tgt)
-
-    net.zero_grad()
-    value().backward()
-    central_differences(net, value, {name: p.grad.clone() for name, p in net.named_parameters()})
+    check_full_softmax_gradients(variant(13, *spec), 13, spec[0])
 
 
 @pytest.mark.parametrize("kind", ["sampled", "nce"])
 @pytest.mark.parametrize("spec", VARIANTS)
 def test_sampled_losses_match_their_definition_and_finite_differences(kind, spec):
     net = variant(13, *spec)
-    loss = SampledLoss(kind, skewed(13), 5, alpha=0.3)
-    gen = torch.Generator().manual_seed(2)
-    ctx, tgt = torch.randint(0, 13, (6, spec[0] - 1), generator=gen), torch.randint(0, 13, (6,), generator=gen)
-
-    def value() -> torch.Tensor:
-        torch.manual_seed(7)  # the same sample set on every call
-        return loss(net, ctx, tgt)
-
-    net.zero_grad()
-    got = value()
-    got.backward()
-    grads = {name: torch.zeros_like(p) if name in ROWS else p.grad.clone() for name, p in net.named_parameters()}
-    for name, rows, leaf in loss.touched:
-        grads[name].index_add_(0, rows, leaf.grad)
-    torch.manual_seed(7)
-    sample = loss.draw()
-    net.zero_grad()
-    want = definition(kind, net, ctx, tgt, sample, loss.log_p.double(), 0.3)
-    want.backward()
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
-    for name, p in net.named_parameters():
-        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-8, msg=name)
-    central_differences(net, value, grads, entries=2)
+    check_sampled_loss(kind, net, SampledLoss(kind, skewed(13), 5, alpha=0.3), *context_batch(13, spec[0], seed=2),
+                       entries=2)
 
 
 def test_presets_past_the_paper_are_valid_and_named():

@@ -64,15 +64,37 @@ def skewed(vocab: int) -> torch.Tensor:
     return q / q.sum()
 
 
-def dense_gradients(net: NPLM, loss: SampledLoss) -> dict[str, torch.Tensor]:
-    """The gathered rows' gradients scattered back to full-size tensors, plus H and d's own."""
-    grads = {name: torch.zeros_like(p) for name, p in net.named_parameters()}
+def dense_gradients(net: NPLM, loss) -> dict[str, torch.Tensor]:
+    """The gathered rows' gradients (`loss.touched`) scattered back to full-size tensors; every other parameter's
+    own gradient."""
+    gathered = {name for name, _, _ in loss.touched}
+    grads = {name: torch.zeros_like(p) if name in gathered else p.grad.clone() for name, p in net.named_parameters()}
     for name, rows, leaf in loss.touched:
         grads[name].index_add_(0, rows, leaf.grad)
-    for name in ("H", "d"):
-        if getattr(net, name) is not None:
-            grads[name] += getattr(net, name).grad
     return grads
+
+
+def check_sampled_loss(kind: str, net: NPLM, loss, ctx, tgt, alpha: float = 0.3, **differences) -> None:
+    """`loss` (sampled or NCE, its sample set drawn with seed 7) of `net` on (ctx, tgt) equals its `definition` from
+    the full logits, its gathered rows' gradients equal the definition's gradients, and both agree with central
+    differences (`differences`: `central_differences`' entries and seed)."""
+    def value() -> torch.Tensor:
+        torch.manual_seed(7)  # the same sample set on every call
+        return loss(net, ctx, tgt)
+
+    net.zero_grad()
+    got = value()
+    got.backward()
+    grads = dense_gradients(net, loss)
+    torch.manual_seed(7)
+    sample = loss.draw()
+    net.zero_grad()
+    want = definition(kind, net, ctx, tgt, sample, loss.log_p.double(), alpha)
+    want.backward()
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-8, msg=name)
+    central_differences(net, value, grads, **differences)
 
 
 def definition(kind: str, net: NPLM, ctx, tgt, sample, log_p, alpha: float) -> torch.Tensor:
@@ -93,24 +115,7 @@ def test_loss_and_gradient_match_the_definition_and_finite_differences(kind, hid
     net = tiny_net(hidden=hidden, direct=direct)
     loss = SampledLoss(kind, skewed(13), 5, alpha=0.3)
     ctx, tgt = torch.randint(0, 13, (6, 2)), torch.randint(0, 13, (6,))
-
-    def value() -> torch.Tensor:
-        torch.manual_seed(7)  # the same sample set on every call
-        return loss(net, ctx, tgt)
-
-    got = value()
-    net.zero_grad()
-    got.backward()
-    grads = dense_gradients(net, loss)
-    torch.manual_seed(7)
-    sample = loss.draw()
-    net.zero_grad()
-    want = definition(kind, net, ctx, tgt, sample, loss.log_p.double(), 0.3)
-    want.backward()
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
-    for name, p in net.named_parameters():
-        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-8, msg=name)
-    central_differences(net, value, grads, seed=None)  # a few entries of each parameter, as drawn before
+    check_sampled_loss(kind, net, loss, ctx, tgt, seed=None)  # a few entries of each parameter, as drawn before
 
 
 def test_only_the_sampled_target_and_context_rows_are_touched():

@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import central_differences
+from helpers import context_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_model_variants import vocab_of
-from test_sampled import definition, skewed
+from test_sampled import check_sampled_loss, skewed
 
 from nnlm.errors import NnlmError
 from nnlm.lm import perplexity
 from nnlm.neural.lm.neural_lm import NeuralLM
 from nnlm.neural.net.model import NPLM
 from nnlm.neural.net.model_config import ModelConfig
-from nnlm.neural.net.sampled import ROWS, SampledLoss
+from nnlm.neural.net.sampled import SampledLoss
 
 SHAPES = [  # (n, h, m, direct, layers, layer_norm, residual, local[, sum_weights])
     (4, 5, 3, True, 1, False, False, 0),   # h != m: Q projects a onto the features
@@ -84,29 +84,8 @@ def test_the_output_is_c_times_the_projected_hidden_layer():
 def test_sampled_losses_match_their_definition_and_finite_differences(kind, spec):
     net = tied_net(13, *spec)
     loss = SampledLoss(kind, skewed(13), 5, alpha=0.3)
-    gen = torch.Generator().manual_seed(2)
-    ctx, tgt = torch.randint(0, 13, (6, spec[0] - 1), generator=gen), torch.randint(0, 13, (6,), generator=gen)
-
-    def value() -> torch.Tensor:
-        torch.manual_seed(7)  # the same sample set on every call
-        return loss(net, ctx, tgt)
-
-    net.zero_grad()
-    got = value()
-    got.backward()
+    check_sampled_loss(kind, net, loss, *context_batch(13, spec[0], seed=2), entries=2)
     assert sorted(name for name, _, _ in loss.touched).count("C") == 1  # one leaf: each row updated once a step
-    grads = {name: torch.zeros_like(p) if name in ROWS else p.grad.clone() for name, p in net.named_parameters()}
-    for name, rows, leaf in loss.touched:
-        grads[name].index_add_(0, rows, leaf.grad)
-    torch.manual_seed(7)
-    sample = loss.draw()
-    net.zero_grad()
-    want = definition(kind, net, ctx, tgt, sample, loss.log_p.double(), 0.3)
-    want.backward()
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-8)
-    for name, p in net.named_parameters():
-        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-8, msg=name)
-    central_differences(net, value, grads, entries=2)
 
 
 def test_with_k_covering_v_and_uniform_q_the_sampled_loss_is_the_full_softmax():
