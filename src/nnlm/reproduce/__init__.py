@@ -11,8 +11,8 @@ Modules: `tables` (the registry of the paper's tables), `table` and `apnews` (th
 paper's figures), `planner` (who gets how much of the budget; pure),
 `rates` (measured speeds), `results` (results.json and its row key), `ngram_rows` and `net_rows`
 (the row runners), `net_run` (a net row of any table), `net_lane` (the last net trained beside the
-others), `job` (one call), `report` and `plots` (from results.json alone); `beyond` and its modules the
-"Beyond the paper" section.
+others; `lane_process`: how such a second process starts and ends), `job` (one call), `report` and `plots`
+(from results.json alone); `beyond` and its modules the "Beyond the paper" section.
 """
 from __future__ import annotations
 

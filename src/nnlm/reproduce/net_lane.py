@@ -18,8 +18,6 @@ on Ctrl-C or an error) makes its trainer save a checkpoint first, as any run doe
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ import torch
 
 from nnlm.errors import NnlmError
 from nnlm.neural.run import checkpoint as ck
-from nnlm.reproduce import net_run, planner
+from nnlm.reproduce import lane_process, net_run, planner
 from nnlm.threads import cores_busy_outside, free_threads, machine_cores
 
 if TYPE_CHECKING:
@@ -50,16 +48,12 @@ def train_beside(corpus: Corpus, where: Path, request: dict[str, Any], resume: b
     from nnlm.neural.run.config import TrainRequest
     from nnlm.threads import govern
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends this child with one SIGTERM,
-    # on which the trainer saves a checkpoint (a second signal, the terminal's SIGINT, could cut that save short)
-    govern(requested=1, device="cpu")
-    parent = os.getppid()
+    parent = lane_process.enter()
     log_file = log_path(where)
     log_file.unlink(missing_ok=True)
 
     def log(line: str) -> None:
-        if os.getppid() != parent:  # the call that started this child is gone: its next call continues the run
-            raise SystemExit(0)
+        lane_process.end_if_orphaned(parent)  # (a trainer's line follows its checkpoint)
         with open(log_file, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
@@ -123,9 +117,7 @@ def start(job: Job, runs: dict[str, NetRun], first: list[planner.Need], then: li
     run = runs[net]
     where = run.run_dir(job.out)
     request = net_run.train_options(job, run, net_run.limits(job, run, grant))
-    process = multiprocessing.get_context("spawn").Process(
-        target=train_beside, daemon=True, args=(job.corpus, where, request, (where / ck.RUN).exists()))
-    process.start()
+    process = lane_process.spawn(train_beside, job.corpus, where, request, (where / ck.RUN).exists())
     job.beside = net
     job.log(f"    {net.upper()} trains beside the other nets, in a process of its own, one thread each"
             + ("" if grant is None else f"; plan: {grant.reason}"))
@@ -151,14 +143,11 @@ def plan_beside(left: float, first: list[planner.Need], needs: list[planner.Need
 def collect(job: Job, lane: Lane) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, float]]:
     """Wait for the lane's child; its log printed, the nets' threads given back; (its final training state, its
     scores of SPLITS, the seconds each took it). NnlmError if it failed."""
-    lane.process.join()
+    exitcode = lane_process.join(lane.process, log_path(lane.where), job.log, f"{lane.net}, beside")
     job.threads, job.beside = lane.threads, None
-    log_file = log_path(lane.where)
-    for line in (log_file.read_text(encoding="utf-8").splitlines() if log_file.exists() else []):
-        job.log(f"    {line}  [{lane.net}, beside]")
-    failed = NnlmError(f"{lane.net} failed in its process beside the other nets (exit code "
-                       f"{lane.process.exitcode}); its run is in {lane.where}")
-    if lane.process.exitcode != 0 or not (lane.where / SCORES).exists():
+    failed = NnlmError(f"{lane.net} failed in its process beside the other nets (exit code {exitcode}); its run "
+                       f"is in {lane.where}")
+    if exitcode != 0 or not (lane.where / SCORES).exists():
         raise failed
     tensors, meta = ck.load_tensors(lane.where / SCORES)
     if meta.get("weights_sha256") != ck.weights_digest(lane.where):

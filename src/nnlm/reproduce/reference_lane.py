@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
-import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nnlm.errors import NnlmError
 from nnlm.io import atomic_write_text
+from nnlm.reproduce import lane_process
 
 if TYPE_CHECKING:
     from nnlm.data.corpus import Corpus
@@ -39,11 +38,8 @@ def train_beside(corpus: Corpus, where: Path, budget_seconds: float, recipe: Lst
     """The child: the reference (`recipe`) trained within `budget_seconds` (training, validations and the test
     scoring) on one thread, continuing `where`'s run if an earlier call left one; its result written to `where`."""
     from nnlm.reproduce.lstm_reference import load_checkpoint, measure_rates, train_lstm_reference
-    from nnlm.threads import govern
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this child with it
-    parent = os.getppid()
-    govern(requested=1, device="cpu")
+    parent = lane_process.enter()
     where.mkdir(parents=True, exist_ok=True)
     (where / RESULT).unlink(missing_ok=True)
     _, score_rate = measure_rates(corpus, recipe)
@@ -66,8 +62,7 @@ def saved(where: Path, checkpoint, parent: int) -> None:
     from nnlm.reproduce.lstm_reference import save_checkpoint
 
     save_checkpoint(where, checkpoint)
-    if os.getppid() != parent:
-        raise SystemExit(0)
+    lane_process.end_if_orphaned(parent)
 
 
 @dataclass
@@ -86,9 +81,7 @@ def start(section: Section, reserve: float, where: Path, recipe: LstmRecipe) -> 
     mixes', after the nets); the nets train on one thread meanwhile."""
     left = section.left()
     seconds = math.inf if left is None else max(left - reserve, 0.0)
-    process = multiprocessing.get_context("spawn").Process(target=train_beside, daemon=True,
-                                                           args=(section.job.corpus, where, seconds, recipe))
-    process.start()
+    process = lane_process.spawn(train_beside, section.job.corpus, where, seconds, recipe)
     lane = Lane(process, where, seconds, section.job.threads)
     section.job.threads = 1
     return lane
@@ -96,12 +89,9 @@ def start(section: Section, reserve: float, where: Path, recipe: LstmRecipe) -> 
 
 def finish(section: Section, lane: Lane) -> dict:
     """Wait for the child; give the nets' threads back; its result (NnlmError if it failed)."""
-    lane.process.join()
+    exitcode = lane_process.join(lane.process, lane.where / LOG, section.job.log, "lstm-reference")
     section.job.threads = lane.threads
-    log = lane.where / LOG
-    for line in (log.read_text().splitlines() if log.exists() else []):
-        section.job.log(f"    {line}  [lstm-reference]")
-    if lane.process.exitcode != 0 or not (lane.where / RESULT).exists():
-        raise NnlmError(f"the LSTM reference beside the nets failed (exit code {lane.process.exitcode}); "
+    if exitcode != 0 or not (lane.where / RESULT).exists():
+        raise NnlmError(f"the LSTM reference beside the nets failed (exit code {exitcode}); "
                         f"its run is in {lane.where}")
     return json.loads((lane.where / RESULT).read_text())
