@@ -7,9 +7,10 @@ pending net its whole training at one thread (the same early-stopped runs as in 
 depend on its thread count, tests/test_step_threads.py), the last pending net trains, is scored on test and
 train in a child process while this one trains the others on the other core; the parent collects its run and
 scores when it reaches that net's row, so the table, the mixes and results.json are built as before and by one
-process only.
+process only. With no other process on the machine each side is planned on its own core (`plan_beside`); on a busy
+one, as if in turn. Each side scores its nets at the governor's threads: both cores once the other side is done.
 
-The child is a `multiprocessing` spawn of `train_beside`: `nnlm.neural.parallel.ranks.train_parallel` in the
+The child (`lane_process`) is a spawn of `train_beside`: `nnlm.neural.parallel.ranks.train_parallel` in the
 net's run directory (continuing one an earlier call cut), then the trained net's log P of test and train kept
 beside its weights (`SCORES`, tagged with their digest, as the run keeps valid's). Its log lines go to `LOG`,
 which the parent prints when it collects them. It is a daemon: it ends with the call; the parent's SIGTERM (`stop`,
