@@ -101,3 +101,24 @@ def test_the_lane_is_planned_on_a_core_of_its_own_only_when_no_other_process_kee
     assert plan_beside(150.0, [], needs, splits, then, side_by_side=False)["mlp3"].status == "full"
     assert plan_beside(100.0, [], [needs[0], net("mlp3", 90.0)], splits, then, side_by_side=True) is None  # 105
     assert plan_beside(70.0, [], needs, splits, then, side_by_side=True) is None  # mlp1 and its split: 75 s
+
+
+def test_a_lane_child_stopped_or_failing_ends_with_a_status_not_a_traceback(tmp_path):
+    """multiprocessing prints the traceback of an exception that leaves a child: a stop on the parent's SIGTERM (the
+    checkpoint saved) is the signal's exit status, and a clear error a line of the lane's log (which the parent
+    prints when it collects it) and status 1."""
+    import signal
+
+    from nnlm.errors import NnlmError
+    from nnlm.neural.run.stop_signals import StoppedBySignal
+    from nnlm.reproduce.lane_process import ended_quietly
+
+    log_file = tmp_path / "lane.log"
+    with pytest.raises(SystemExit) as ended, ended_quietly(log_file):
+        raise StoppedBySignal(signal.SIGTERM, "stopped by SIGTERM at epoch 1")
+    assert ended.value.code == 143 and not log_file.exists()
+    with pytest.raises(SystemExit) as ended, ended_quietly(log_file):
+        raise NnlmError("the corpus changed under the run")
+    assert ended.value.code == 1 and log_file.read_text() == "error: the corpus changed under the run\n"
+    with pytest.raises(ValueError), ended_quietly(log_file):  # a bug keeps its traceback
+        raise ValueError("bug")

@@ -11,9 +11,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from nnlm.errors import NnlmError
+from nnlm.neural.run.stop_signals import StoppedBySignal
 
 
 def spawn(target: Callable[..., None], *args: Any) -> multiprocessing.process.BaseProcess:
@@ -32,6 +36,21 @@ def enter() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     govern(requested=1, device="cpu")
     return os.getppid()
+
+
+@contextmanager
+def ended_quietly(log_file: Path) -> Iterator[None]:
+    """The child's work: a stop on the parent's signal (its run's checkpoint saved) ends it with that signal's exit
+    status, and a clear error (NnlmError) as the last line of its log and status 1 -- not the traceback that
+    multiprocessing would print under the parent's own one-line message."""
+    try:
+        yield
+    except StoppedBySignal as stop:
+        raise SystemExit(128 + stop.signum) from None
+    except NnlmError as error:
+        with open(log_file, "a", encoding="utf-8") as fh:
+            fh.write(f"error: {error}\n")
+        raise SystemExit(1) from None
 
 
 def end_if_orphaned(parent: int) -> None:

@@ -58,15 +58,16 @@ def train_beside(corpus: Corpus, where: Path, request: dict[str, Any], resume: b
         with open(log_file, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
-    train_parallel(where, TrainRequest.of(request), "none", resume=resume, progress=False, log=log)
-    model = ck.load_neural(where)
-    govern(device="cpu")  # scored at the governor's threads: both cores once the parent's nets are done
-    scores, seconds = {}, {}
-    for split in SPLITS:
-        t0 = time.perf_counter()
-        scores[split] = torch.from_numpy(split_log_probs(model, corpus, split))
-        seconds[f"seconds.{split}"] = f"{time.perf_counter() - t0:.1f}"
-    ck.save_tensors(where / SCORES, scores, {"weights_sha256": ck.weights_digest(where) or ""} | seconds)
+    with lane_process.ended_quietly(log_file):
+        train_parallel(where, TrainRequest.of(request), "none", resume=resume, progress=False, log=log)
+        model = ck.load_neural(where)
+        govern(device="cpu")  # scored at the governor's threads: both cores once the parent's nets are done
+        scores, seconds = {}, {}
+        for split in SPLITS:
+            t0 = time.perf_counter()
+            scores[split] = torch.from_numpy(split_log_probs(model, corpus, split))
+            seconds[f"seconds.{split}"] = f"{time.perf_counter() - t0:.1f}"
+        ck.save_tensors(where / SCORES, scores, {"weights_sha256": ck.weights_digest(where) or ""} | seconds)
 
 
 def log_path(where: Path) -> Path:

@@ -50,9 +50,10 @@ def train_beside(corpus: Corpus, where: Path, budget_seconds: float, recipe: Lst
         lines.append(f"epoch {epochs:.2f}: valid {valid:.1f} (lr {lr:g})")
         atomic_write_text(where / LOG, "\n".join(lines) + "\n")
 
-    result = train_lstm_reference(corpus, max(budget_seconds - testing, 0.0), recipe,
-                                  resume=load_checkpoint(where), progress=progress,
-                                  save=lambda checkpoint: saved(where, checkpoint, parent))
+    with lane_process.ended_quietly(where / LOG):
+        result = train_lstm_reference(corpus, max(budget_seconds - testing, 0.0), recipe,
+                                      resume=load_checkpoint(where), progress=progress,
+                                      save=lambda checkpoint: saved(where, checkpoint, parent))
     atomic_write_text(where / RESULT, json.dumps(result.as_dict(), indent=1) + "\n")
 
 
