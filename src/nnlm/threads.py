@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -59,12 +59,7 @@ def busy_between(before: tuple[float, float, float], after: tuple[float, float, 
 def cores_busy_elsewhere(window: float = 0.2) -> float | None:
     """How many cores other processes keep busy, measured over `window` seconds; None where
     /proc/stat is missing."""
-    before = _sample()
-    if before is None:
-        return None
-    time.sleep(window)
-    after = _sample()
-    return None if after is None else busy_between(before, after)
+    return cores_busy_outside((), window)
 
 
 def process_seconds(pid: int) -> float:
@@ -76,19 +71,20 @@ def process_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
 
 
-def cores_busy_outside(pids: list[int], window: float = 0.2) -> float | None:
+def cores_busy_outside(pids: Sequence[int], window: float = 0.2) -> float | None:
     """How many cores processes other than this one and `pids` (its own children: work of the same job) keep
-    busy, measured over `window` seconds; None where /proc/stat is missing."""
-    before = _sample()
-    children = sum(process_seconds(pid) for pid in pids)
+    busy, measured over `window` seconds; None where /proc/stat is missing. (The children's CPU time is taken
+    from the machine's busy time, as `ThreadGovernor.check` takes its siblings'.)"""
+    def sample() -> tuple[float, float, float] | None:
+        now = _sample()
+        return None if now is None else (now[0] - sum(process_seconds(pid) for pid in pids), now[1], now[2])
+
+    before = sample()
     if before is None:
         return None
     time.sleep(window)
-    after = _sample()
-    if after is None:
-        return None
-    ours = sum(process_seconds(pid) for pid in pids) - children
-    return max(0.0, busy_between(before, after) - ours / (after[2] - before[2]))
+    after = sample()
+    return None if after is None else busy_between(before, after)
 
 
 def free_threads(cores: int, busy: float | None) -> int:
