@@ -16,6 +16,9 @@ if "NLTK_DATA" not in os.environ and SHARED_NLTK.is_dir():
     os.environ["NLTK_DATA"] = str(SHARED_NLTK)
 # One corpus cache for the whole run (and across runs), kept out of the user's home.
 os.environ.setdefault("NNLM_CACHE_DIR", str(REPO / ".cache" / "test-corpora"))
+# The exact pass's products by torch in every test but tests/test_exact_product.py: which BLAS is faster is a
+# per-host measurement (nnlm.neural.lm.exact_product), and the tests compare numbers across processes and runs.
+os.environ["NNLM_EXACT_PRODUCT"] = "torch"
 
 
 def _memory_temp_dir() -> str | None:

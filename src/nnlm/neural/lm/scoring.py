@@ -30,6 +30,7 @@ of V), `softmax_scores` (bf16 product, or fp32 for a net whose y is b alone) and
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,22 +116,32 @@ def exact_pass(weights: torch.Tensor, operands: Callable[[int, int], list[torch.
     log_z = None if targets is None else torch.empty(n, dtype=torch.float64)
     flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
     ones = torch.ones(min(rows, n), 1, dtype=weights.dtype, device=weights.device)
-    for lo in range(0, n, rows):
-        threads.check()
-        zs = operands(lo, lo + rows)
-        z = torch.cat([*zs, ones[:len(zs[0])]], dim=1)
-        scores, lse = exact_block(weights, z, None if targets is None else targets[lo:lo + rows], flat)
-        out[lo:lo + len(z)] = scores.double().cpu()
-        if log_z is not None:  # log Z comes free with log P
-            log_z[lo:lo + len(z)] = lse.double().cpu()
+    sums = nullcontext()  # a |V| of one slice: exact_block's single product
+    if n > 0 and v > V_SLICE and not SHIFT_EVERY_COLUMN:  # (imported here: a small |V| never needs it)
+        from nnlm.neural.lm import exact_product
+
+        sums = exact_product.slice_sums(weights, rows, V_SLICE, flat)
+    with sums as slice_sums:
+        for lo in range(0, n, rows):
+            threads.check()
+            zs = operands(lo, lo + rows)
+            z = torch.cat([*zs, ones[:len(zs[0])]], dim=1)
+            scores, lse = exact_block(weights, z, None if targets is None else targets[lo:lo + rows], flat,
+                                      slice_sums)
+            out[lo:lo + len(z)] = scores.double().cpu()
+            if log_z is not None:  # log Z comes free with log P
+                log_z[lo:lo + len(z)] = lse.double().cpu()
     return out.numpy(), None if log_z is None else log_z.numpy()
 
 
-def exact_block(weights: torch.Tensor, z: torch.Tensor, targets: torch.Tensor | None, flat: torch.Tensor
+def exact_block(weights: torch.Tensor, z: torch.Tensor, targets: torch.Tensor | None, flat: torch.Tensor,
+                slice_sums: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log P(targets), log Z) [rows] of one block of output operands z [rows, K + 1] (a column of ones last,
     for b) against `weights` [|V|, K + 1], by `exact_scores`' rule; with targets None, (log Z, log Z). `flat`:
-    a buffer of at least |V| x rows (or V_SLICE x rows) values, reused across blocks (`exact_pass`)."""
+    a buffer of at least |V| x rows (or V_SLICE x rows) values, reused across blocks (`exact_pass`).
+    `slice_sums(weights, z)`: sum_v exp(y) a slice of V at a time, by the library `exact_product` chose for this
+    host and shape (`exact_product.slice_sums`; None where |V| is one slice)."""
     from nnlm.neural.lm.direct_tables import SAFE_SUM
 
     v, n = len(weights), len(z)
@@ -147,12 +158,7 @@ def exact_block(weights: torch.Tensor, z: torch.Tensor, targets: torch.Tensor | 
             lse = y.exp_().sum(dim=0)
         else:  # the product a slice of V at a time, each slice exponentiated and summed while cached
             picked = None if targets is None else (weights[targets] * z).sum(dim=1)
-            lse = torch.zeros(n, dtype=weights.dtype, device=weights.device)
-            for start in range(0, v, V_SLICE):
-                part = weights[start:start + V_SLICE]
-                y = flat[:len(part) * n].view(len(part), n)
-                torch.mm(part, z.t(), out=y)
-                lse += y.exp_().sum(dim=0)
+            lse = slice_sums(weights, z)
         redo = ~((lse > SAFE_SUM[0]) & (lse < SAFE_SUM[1]))  # (NaN included)
         lse.log_()
         if bool(redo.any()):

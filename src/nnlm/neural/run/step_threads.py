@@ -8,17 +8,14 @@ slower (docs/experiments/host-speed.md). Which is faster depends on the CPU, its
 torch takes on it, not on a flag in /proc/cpuinfo, so it is measured: when a run starts with two or more
 free cores, a few steps of a copy of the run's own step (its net, loss and optimizer; torch's random state
 put back, so the run's numbers are untouched) are timed at one thread and at all of them, in interleaved
-rounds. The answer is kept in the nnlm cache directory under the host (CPU model and flags, cores, torch
-version) and the step's shape, so that a run on the same host and shape reads it, and another host (or
-another torch) measures again. The step's numbers do not depend on the thread count (tests/test_step_threads.py):
+rounds. The answer is kept in the nnlm cache directory under the host and the step's shape (`nnlm.host_cache`),
+so that a run on the same host and shape reads it, and another host (or another torch) measures again. The
+step's numbers do not depend on the thread count (tests/test_step_threads.py):
 only its speed does. The batches then run at min(governor's count, this choice); validation keeps the governor's.
 """
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -26,10 +23,7 @@ from pathlib import Path
 
 import torch
 
-from nnlm import threads
-from nnlm.data.corpus import cache_root
-from nnlm.errors import NnlmError
-from nnlm.io import atomic_write_text
+from nnlm import host_cache, threads
 
 CACHE = "step-threads.json"
 WARMUP_STEPS = 2   # untimed steps first (allocator, numba's cached kernels)
@@ -37,58 +31,28 @@ STEPS = 6          # steps per timing
 ROUNDS = 3         # timings per thread count, interleaved; the median is kept
 
 
-def host_key() -> str:
-    """What the step's speed depends on besides its shape: the CPU model and flags, the cores this process
-    may use, the machine type and torch's version (its kernels and BLAS)."""
-    model = flags = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not model:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = " ".join(sorted(line.split(":", 1)[1].split()))
-    except OSError:
-        model = platform.processor()
-    text = f"{model}|{flags}|{threads.machine_cores()}|{platform.machine()}|{torch.__version__}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+host_key = host_cache.host_key
 
 
 def step_key(config: dict, loss: str, batch: int, samples: int | None) -> str:
     """The step's shape: the net's configuration, its loss, batch and samples."""
-    text = json.dumps({"config": config, "loss": loss, "batch": batch, "samples": samples}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return host_cache.shape_key({"config": config, "loss": loss, "batch": batch, "samples": samples})
 
 
 def cache_path() -> Path:
-    return cache_root() / CACHE
-
-
-def read_cache(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return host_cache.cache_path(CACHE)
 
 
 def cached(host: str, step: str, path: Path | None = None) -> int | None:
     """The thread count measured for this host and step shape, if any."""
-    entry = read_cache(path or cache_path()).get(host, {}).get(step)
-    return entry.get("threads") if isinstance(entry, dict) and isinstance(entry.get("threads"), int) else None
+    entry = host_cache.entry(path or cache_path(), host, step)
+    return entry.get("threads") if entry is not None and isinstance(entry.get("threads"), int) else None
 
 
 def store(host: str, step: str, chosen: int, seconds: dict[int, float], path: Path | None = None) -> None:
-    """Record a choice (with the seconds per step it was made from); a cache that cannot be written is
-    only a cache: the next run measures again."""
-    path = path or cache_path()
-    data = read_cache(path)
-    data.setdefault(host, {})[step] = {"threads": chosen, "seconds_per_step": {str(k): v for k, v in seconds.items()},
-                                      "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
-    except (OSError, NnlmError):
-        pass
+    """Record a choice, with the seconds per step it was made from."""
+    host_cache.store(path or cache_path(), host, step,
+                     {"threads": chosen, "seconds_per_step": {str(k): v for k, v in seconds.items()}})
 
 
 def seconds_per_step(step: Callable[[], None], counts: tuple[int, ...]) -> dict[int, float]:

@@ -1,0 +1,136 @@
+"""The exact pass's library per host (nnlm.neural.lm.exact_product): numpy's products give numbers that do not
+depend on the thread count or the block, within fp32 rounding of torch's; the choice is measured once per host and
+shape, cached, overridden by NNLM_EXACT_PRODUCT, and never taken for small or non-fp32 output layers."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from threadpoolctl import threadpool_info
+
+from nnlm import host_cache
+from nnlm.neural.lm import exact_product
+from nnlm.neural.lm.scoring import V_SLICE, exact_pass
+
+
+def operands(v: int = 1300, k: int = 20, n: int = 300, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(v, k + 1, generator=g) * 0.3, torch.randn(n, k, generator=g)
+
+
+def run_pass(weights: torch.Tensor, z: torch.Tensor, rows: int, targets: torch.Tensor | None = None):
+    return exact_pass(weights, lambda lo, hi: [z[lo:hi]], len(z), targets, rows)
+
+
+@pytest.fixture
+def fresh_choices(tmp_path, monkeypatch):
+    """A cache directory of its own, no choice made in this process yet, no override."""
+    monkeypatch.setenv("NNLM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(exact_product.ENV, raising=False)
+    monkeypatch.setattr(exact_product, "_chosen", {})
+    return tmp_path / exact_product.CACHE
+
+
+def test_numpy_sums_do_not_depend_on_workers_or_block():
+    weights, z = operands(v=2 * V_SLICE + 77, n=301)
+    z1 = torch.cat([z, torch.ones(len(z), 1)], dim=1)
+    with exact_product.numpy_products(V_SLICE) as log_z:
+        one, two, three = (log_z(weights, z1, w).clone() for w in (1, 2, 3))
+        part = log_z(weights, z1[100:250].contiguous(), 2).clone()
+    assert torch.equal(one, two) and torch.equal(one, three)
+    assert torch.equal(part, one[100:250])  # a context's sum is the same in any block
+    flat = torch.empty(V_SLICE * len(z1))
+    reference = exact_product.torch_log_z(weights, z1, flat, V_SLICE)
+    torch.testing.assert_close(one, reference, rtol=2e-6, atol=0)
+
+
+def test_a_pass_by_numpy_is_the_same_at_any_thread_count_and_near_torchs(monkeypatch):
+    weights, z = operands()
+    targets = torch.randint(0, len(weights), (len(z),), generator=torch.Generator().manual_seed(1))
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv(exact_product.ENV, "numpy")
+        runs = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            runs.append(run_pass(weights, z, rows=64, targets=targets))
+        monkeypatch.setenv(exact_product.ENV, "torch")
+        by_torch = run_pass(weights, z, rows=64, targets=targets)
+    finally:
+        torch.set_num_threads(before)
+    (log_p1, log_z1), (log_p2, log_z2) = runs
+    assert np.array_equal(log_p1, log_p2) and np.array_equal(log_z1, log_z2)
+    np.testing.assert_allclose(log_p1, by_torch[0], rtol=1e-6)
+    np.testing.assert_allclose(log_z1, by_torch[1], rtol=1e-6)
+    # the log-probabilities of every context still sum to one over V
+    all_words = torch.arange(len(weights)).repeat(3)
+    monkeypatch.setenv(exact_product.ENV, "numpy")
+    log_p, _ = run_pass(weights, z[:1].expand(len(all_words), -1).contiguous(), rows=len(weights), targets=all_words)
+    assert abs(np.exp(log_p[:len(weights)]).sum() - 1) < 1e-5
+
+
+def test_numpys_blas_threads_are_given_back():
+    counts = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    weights, z = operands()
+    with exact_product.numpy_products(V_SLICE) as log_z:
+        assert all(lib["num_threads"] == 1 for lib in threadpool_info() if lib["user_api"] == "blas")
+        log_z(weights, torch.cat([z, torch.ones(len(z), 1)], dim=1), 2)
+    assert [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"] == counts
+
+
+def test_the_choice_is_measured_once_per_host_and_shape(fresh_choices, monkeypatch):
+    calls = []
+
+    def numpy_faster(shape, v_slice, counts):
+        calls.append(shape)
+        return {"torch": {n: 1.0 for n in counts}, "numpy": {n: 0.9 for n in counts}}
+
+    monkeypatch.setattr(exact_product, "measure", numpy_faster)
+    weights, _ = operands()
+    assert exact_product.library_for(weights, 64, V_SLICE) == "numpy"
+    assert exact_product.library_for(weights, 64, V_SLICE) == "numpy"
+    assert len(calls) == 1
+    monkeypatch.setattr(exact_product, "_chosen", {})  # another process on this host reads the cache
+    assert exact_product.library_for(weights, 64, V_SLICE) == "numpy" and len(calls) == 1
+    entry = next(iter(json.loads(fresh_choices.read_text())[host_cache.host_key()].values()))
+    assert entry["library"] == "numpy" and entry["seconds"]["numpy"]["1"] == 0.9
+    assert exact_product.library_for(weights, 128, V_SLICE) == "numpy" and len(calls) == 2  # another shape
+    monkeypatch.setattr(host_cache, "host_key", lambda: "another-host")
+    monkeypatch.setattr(exact_product, "_chosen", {})
+    assert exact_product.library_for(weights, 64, V_SLICE) == "numpy" and len(calls) == 3  # another host
+
+
+@pytest.mark.parametrize(("numpy_seconds", "expected"), [
+    ({1: 0.90, 2: 0.90}, "numpy"),
+    ({1: 0.97, 2: 0.90}, "torch"),   # less than GAIN faster at one thread
+    ({1: 0.80, 2: 1.10}, "torch"),   # slower at two
+])
+def test_numpy_is_taken_only_when_faster_by_gain_at_every_count(fresh_choices, monkeypatch, numpy_seconds,
+                                                                 expected):
+    monkeypatch.setattr(exact_product, "measure",
+                        lambda shape, v_slice, counts: {"torch": {1: 1.0, 2: 1.0}, "numpy": numpy_seconds})
+    monkeypatch.setattr(exact_product.threads, "current",
+                        lambda: type("Governor", (), {"fixed": False, "threads": 2})())
+    assert exact_product.library_for(operands()[0], 64, V_SLICE) == expected
+
+
+def test_small_or_non_fp32_layers_and_the_override_measure_nothing(fresh_choices, monkeypatch):
+    monkeypatch.setattr(exact_product, "measure", lambda *a: pytest.fail("measured"))
+    weights, _ = operands()
+    assert exact_product.library_for(weights[:V_SLICE], 64, V_SLICE) == "torch"
+    assert exact_product.library_for(weights.double(), 64, V_SLICE) == "torch"
+    monkeypatch.setenv(exact_product.ENV, "numpy")
+    assert exact_product.library_for(weights, 64, V_SLICE) == "numpy"
+    monkeypatch.setenv(exact_product.ENV, "torch")
+    assert exact_product.library_for(weights, 64, V_SLICE) == "torch"
+    assert not fresh_choices.exists()
+
+
+def test_a_real_measurement_records_both_libraries(fresh_choices, monkeypatch):
+    monkeypatch.setattr(exact_product, "TIMED_SLICES", 2)
+    chosen = exact_product.library_for(operands(v=3 * V_SLICE)[0], 32, V_SLICE)
+    entry = next(iter(json.loads(fresh_choices.read_text())[host_cache.host_key()].values()))
+    assert chosen == entry["library"] in exact_product.LIBRARIES
+    assert set(entry["seconds"]) == {"torch", "numpy"} and all(s > 0 for s in entry["seconds"]["torch"].values())
