@@ -98,7 +98,8 @@ def reference_src(revision: str, into: Path) -> Path:
 
 
 def in_subprocess(src: Path, names: list[str], work: Path) -> dict[str, dict]:
-    env = os.environ | {"PYTHONPATH": str(src)}
+    # torch's products in the exact pass (nnlm.neural.lm.exact_product): the reference predates the per-host choice
+    env = os.environ | {"PYTHONPATH": str(src), "NNLM_EXACT_PRODUCT": "torch"}
     result = subprocess.run([sys.executable, __file__, "--cases-json", ",".join(names), "--work", str(work)],
                             env=env, check=True, capture_output=True, text=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
