@@ -80,6 +80,20 @@ def test_numpys_blas_threads_are_given_back():
     assert [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"] == counts
 
 
+def test_overlapping_passes_give_the_count_back_once_the_last_ends():
+    def blas_counts() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    counts = blas_counts()
+    first, second = exact_product.one_blas_thread(), exact_product.one_blas_thread()
+    first.__enter__()
+    second.__enter__()  # (another thread's pass, say: it starts while the first runs...)
+    first.__exit__(None, None, None)  # (...and ends after it)
+    assert all(n == 1 for n in blas_counts())
+    second.__exit__(None, None, None)
+    assert blas_counts() == counts
+
+
 def test_the_choice_is_measured_once_per_host_and_shape(fresh_choices, monkeypatch):
     calls = []
 

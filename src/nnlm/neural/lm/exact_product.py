@@ -20,6 +20,7 @@ the block's contexts between worker threads, each context's product, exp and sum
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +31,8 @@ import torch
 
 from nnlm import host_cache, threads
 
-__all__ = ["CACHE", "ENV", "GAIN", "LIBRARIES", "choose", "library_for", "numpy_log_z", "numpy_products", "slice_sums",
-           "torch_log_z"]
+__all__ = ["CACHE", "ENV", "GAIN", "LIBRARIES", "choose", "library_for", "numpy_log_z", "numpy_products",
+           "one_blas_thread", "slice_sums", "torch_log_z"]
 
 CACHE = "exact-product.json"
 ENV = "NNLM_EXACT_PRODUCT"
@@ -164,20 +165,38 @@ def slice_sums(weights: torch.Tensor, rows: int, v_slice: int, flat: torch.Tenso
         yield lambda w, z: torch_log_z(w, z, flat, v_slice)
 
 
-_controller = None
-
-
 @contextmanager
 def numpy_products(v_slice: int) -> Iterator[Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]]:
     """For one pass: `log_z(weights, z, workers)`, numpy's sum_v exp(y) of a block on `workers` threads, with
-    numpy's BLAS at one thread meanwhile (the workers are the pass's threads: a BLAS that also spread each
-    product over the cores would run 2 x 2 threads on 2 cores) and its own count again afterwards."""
-    global _controller
+    numpy's BLAS at one thread meanwhile (`one_blas_thread`)."""
+    buffers: list[np.ndarray] = []
+    with one_blas_thread(), ThreadPoolExecutor(max_workers=max(1, threads.machine_cores())) as pool:
+        yield lambda weights, z, workers: numpy_log_z(weights, z, v_slice, workers, pool, buffers)
+
+
+_blas = {"controller": None, "limiter": None, "passes": 0}
+_blas_lock = threading.Lock()
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """numpy's BLAS at one thread while any numpy pass runs in this process (the pass's workers are its threads:
+    a BLAS that also spread each product over the cores would run 2 x 2 threads on 2 cores), its own count again
+    when the last one ends: passes of a server's threads overlap, and a limit taken and given back by each would
+    leave the count to whichever ended last."""
     from threadpoolctl import ThreadpoolController
 
-    if _controller is None:
-        _controller = ThreadpoolController()
-    buffers: list[np.ndarray] = []
-    with _controller.limit(limits=1, user_api="blas"), \
-            ThreadPoolExecutor(max_workers=max(1, threads.machine_cores())) as pool:
-        yield lambda weights, z, workers: numpy_log_z(weights, z, v_slice, workers, pool, buffers)
+    with _blas_lock:
+        if _blas["passes"] == 0:
+            if _blas["controller"] is None:
+                _blas["controller"] = ThreadpoolController()
+            _blas["limiter"] = _blas["controller"].limit(limits=1, user_api="blas")
+        _blas["passes"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas["passes"] -= 1
+            if _blas["passes"] == 0:
+                _blas["limiter"].restore_original_limits()
+                _blas["limiter"] = None
