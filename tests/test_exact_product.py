@@ -148,3 +148,22 @@ def test_a_real_measurement_records_both_libraries(fresh_choices, monkeypatch):
     entry = next(iter(json.loads(fresh_choices.read_text())[host_cache.host_key()].values()))
     assert chosen == entry["library"] in exact_product.LIBRARIES
     assert set(entry["seconds"]) == {"torch", "numpy"} and all(s > 0 for s in entry["seconds"]["torch"].values())
+
+
+def test_a_large_vocabulary_scores_in_wide_blocks_with_a_slice_wide_buffer(monkeypatch):
+    from nnlm.neural.lm import scoring
+
+    assert scoring.score_rows(17_907) == scoring.SCORE_BYTES // (4 * 17_907)  # Brown: as before (937)
+    assert scoring.score_rows(104_128) == scoring.MIN_SLICED_ROWS  # not SCORE_BYTES' 161
+    assert scoring.score_rows(300) == scoring.SCORE_BYTES // 1200  # one slice: the whole-|V| buffer rule
+    sizes = []
+    real_empty = torch.empty
+
+    def recorded(*shape, **kw):
+        sizes.append(shape[0] if len(shape) == 1 and isinstance(shape[0], int) else None)
+        return real_empty(*shape, **kw)
+
+    weights, z = operands(v=3 * V_SLICE + 5, n=200)
+    monkeypatch.setattr(torch, "empty", recorded)
+    run_pass(weights, z, rows=150)
+    assert V_SLICE * 150 in sizes and len(weights) * 150 not in sizes  # a slice's rows, not |V|'s

@@ -39,19 +39,27 @@ import torch
 from nnlm import threads
 from nnlm.errors import NnlmError
 
-__all__ = ["BF16", "EVAL_ROWS", "EXACT", "PRECISIONS", "SCORE_BYTES", "UNNORMALIZED", "Scoring", "exact_scores",
-           "score_rows", "softmax_scores", "target_scores"]
+__all__ = ["BF16", "EVAL_ROWS", "EXACT", "MIN_SLICED_ROWS", "PRECISIONS", "SCORE_BYTES", "UNNORMALIZED", "Scoring",
+           "exact_scores", "score_rows", "softmax_scores", "target_scores"]
 
 PRECISIONS = ("fp32", "bf16")
 EVAL_ROWS = 256  # contexts per forward pass of the bf16, unnormalized and distribution paths
-SCORE_BYTES = 64 << 20  # exact fp32 scoring: the reused [rows, |V|] logits buffer (rows = SCORE_BYTES / 4|V|):
+SCORE_BYTES = 64 << 20  # exact fp32 scoring of a |V| of one slice: the reused [rows, |V|] buffer (SCORE_BYTES / 4|V|):
 # larger blocks keep the output product near the CPU's large-matrix rate; one buffer for the whole call costs
 # no page faults (a fresh 73 MB tensor per block was mmap'd and faulted anew every time)
 
 
+MIN_SLICED_ROWS = 512  # a |V| of more than one slice: at least this many contexts a block (the slices' buffer is
+# V_SLICE x rows, 1 MB, whatever |V|): at |V| = 104k, K = 291, SCORE_BYTES' 161 rows ran the pass at 1,275 (one
+# thread) and 1,814 tokens/s (two), 512 rows at 1,461 and 2,648 (benchmarks/blas_products.py, numpy's products)
+
+
 def score_rows(vocab_size: int) -> int:
-    """Rows per block of exact scoring: the [rows, |V|] fp32 buffer fills SCORE_BYTES (at least 16 rows)."""
-    return max(16, SCORE_BYTES // (4 * vocab_size))
+    """Rows per block of exact scoring: a [rows, |V|] fp32 buffer fills SCORE_BYTES (at least 16 rows), and a |V|
+    of more than one slice, whose buffer is V_SLICE x rows, takes at least MIN_SLICED_ROWS (a narrow block keeps
+    the product below the CPU's large-matrix rate; up to |V| = 32,768 the first rule gives more)."""
+    rows = max(16, SCORE_BYTES // (4 * vocab_size))
+    return max(rows, MIN_SLICED_ROWS) if vocab_size > V_SLICE else rows
 
 
 
@@ -114,7 +122,8 @@ def exact_pass(weights: torch.Tensor, operands: Callable[[int, int], list[torch.
     v = len(weights)
     out = torch.empty(n, dtype=torch.float64)
     log_z = None if targets is None else torch.empty(n, dtype=torch.float64)
-    flat = torch.empty(v * min(rows, n), dtype=weights.dtype, device=weights.device)
+    width = v if v <= V_SLICE or SHIFT_EVERY_COLUMN else V_SLICE  # the rows of y a block holds at once
+    flat = torch.empty(width * min(rows, n), dtype=weights.dtype, device=weights.device)
     ones = torch.ones(min(rows, n), 1, dtype=weights.dtype, device=weights.device)
     sums = nullcontext()  # a |V| of one slice: exact_block's single product
     if n > 0 and v > V_SLICE and not SHIFT_EVERY_COLUMN:  # (imported here: a small |V| never needs it)
