@@ -126,7 +126,8 @@ def numpy_log_z(weights: torch.Tensor, z: torch.Tensor, v_slice: int, workers: i
     buffers[i] (grown when too small, kept for the pass's next blocks: a fresh megabyte a block is page faults).
     Every context's sum is computed in the same order whichever worker has it, so the result does not depend on
     `workers`."""
-    w, zt = weights.numpy(), z.numpy().T  # zt: [K + 1, rows], a transposed view the BLAS reads as it is
+    w, zt = weights.detach().numpy(), z.detach().numpy().T  # zt: [K + 1, rows], a transposed view (the BLAS reads
+    # it as it is)
     total = np.zeros(len(z), dtype=np.float32)
     workers = 1 if pool is None or len(z) < 2 * workers else workers
     bounds = np.linspace(0, len(z), workers + 1).astype(int)
