@@ -167,3 +167,12 @@ def test_a_large_vocabulary_scores_in_wide_blocks_with_a_slice_wide_buffer(monke
     monkeypatch.setattr(torch, "empty", recorded)
     run_pass(weights, z, rows=150)
     assert V_SLICE * 150 in sizes and len(weights) * 150 not in sizes  # a slice's rows, not |V|'s
+
+
+def test_a_misspelt_override_is_one_line_before_any_work(tmp_path):
+    from helpers import assert_one_line_error, run_nnlm
+
+    proc = run_nnlm("ngram", "--corpus", str(tmp_path / "nowhere"), "--save", str(tmp_path / "m"),
+                    env={exact_product.ENV: "openblas"})
+    assert_one_line_error(proc, "NNLM_EXACT_PRODUCT must be torch or numpy")
+    assert not (tmp_path / "m").exists()

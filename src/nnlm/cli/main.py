@@ -109,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "argv", False) is None and argv is not None:
         args.argv = list(argv)  # reproduce records the command it was given
     try:
+        if os.environ.get("NNLM_EXACT_PRODUCT", "").strip().lower() not in ("", "torch", "numpy"):
+            from nnlm.neural.lm.exact_product import forced_library  # its one-line refusal, before any work
+
+            forced_library()
         code = args.handler(args)
     except NnlmError as exc:
         print(f"nnlm: error: {exc}", file=sys.stderr)

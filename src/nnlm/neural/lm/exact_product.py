@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from nnlm import host_cache, threads
+from nnlm.errors import NnlmError
 
-__all__ = ["CACHE", "ENV", "GAIN", "LIBRARIES", "choose", "library_for", "numpy_log_z", "numpy_products",
-           "one_blas_thread", "slice_sums", "torch_log_z"]
+__all__ = ["CACHE", "ENV", "GAIN", "LIBRARIES", "choose", "forced_library", "library_for", "numpy_log_z",
+           "numpy_products", "one_blas_thread", "slice_sums", "torch_log_z"]
 
 CACHE = "exact-product.json"
 ENV = "NNLM_EXACT_PRODUCT"
@@ -51,13 +52,23 @@ def library_for(weights: torch.Tensor, rows: int, v_slice: int) -> str:
     for fp32 CPU weights of more than one slice (the single product of a small |V| stays torch's)."""
     if weights.device.type != "cpu" or weights.dtype != torch.float32 or len(weights) <= v_slice:
         return "torch"
-    forced = os.environ.get(ENV, "").strip().lower()
-    if forced in LIBRARIES:
+    forced = forced_library()
+    if forced is not None:
         return forced
     shape = (len(weights), weights.shape[1], rows)
     if shape not in _chosen:
         _chosen[shape] = choose(shape, v_slice)
     return _chosen[shape]
+
+
+def forced_library() -> str | None:
+    """The library NNLM_EXACT_PRODUCT names, None when it is unset or empty; any other value is refused (a typo
+    would otherwise be measured over silently)."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value and value not in LIBRARIES:
+        raise NnlmError(f"{ENV} must be {' or '.join(LIBRARIES)} (or unset: the library measured faster on this "
+                        f"host); got {os.environ[ENV]!r}")
+    return value or None
 
 
 def choose(shape: tuple[int, int, int], v_slice: int) -> str:
