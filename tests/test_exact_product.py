@@ -176,3 +176,23 @@ def test_a_misspelt_override_is_one_line_before_any_work(tmp_path):
                     env={exact_product.ENV: "openblas"})
     assert_one_line_error(proc, "NNLM_EXACT_PRODUCT must be torch or numpy")
     assert not (tmp_path / "m").exists()
+
+
+def test_a_cache_that_cannot_be_written_is_measured_again_not_an_error(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("NNLM_CACHE_DIR", str(blocked / "cache"))  # under a file: no directory can be made
+    monkeypatch.delenv(exact_product.ENV, raising=False)
+    monkeypatch.setattr(exact_product, "_chosen", {})
+    calls = []
+
+    def torch_faster(shape, v_slice, counts):
+        calls.append(shape)
+        return {"torch": {n: 1.0 for n in counts}, "numpy": {n: 1.2 for n in counts}}
+
+    monkeypatch.setattr(exact_product, "measure", torch_faster)
+    weights, _ = operands()
+    assert exact_product.library_for(weights, 64, V_SLICE) == "torch"
+    monkeypatch.setattr(exact_product, "_chosen", {})  # the next process
+    assert exact_product.library_for(weights, 64, V_SLICE) == "torch" and len(calls) == 2
+    assert blocked.read_text() == "not a directory"
