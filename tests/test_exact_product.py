@@ -196,3 +196,25 @@ def test_a_cache_that_cannot_be_written_is_measured_again_not_an_error(tmp_path,
     monkeypatch.setattr(exact_product, "_chosen", {})  # the next process
     assert exact_product.library_for(weights, 64, V_SLICE) == "torch" and len(calls) == 2
     assert blocked.read_text() == "not a directory"
+
+
+def test_processes_that_would_measure_at_once_measure_once(fresh_choices, monkeypatch):
+    import threading
+    import time as clock
+
+    calls = []
+
+    def slow(shape, v_slice, counts):
+        calls.append(shape)
+        clock.sleep(0.3)  # the others arrive meanwhile
+        return {"torch": {n: 1.0 for n in counts}, "numpy": {n: 0.5 for n in counts}}
+
+    monkeypatch.setattr(exact_product, "measure", slow)
+    chosen = []
+    workers = [threading.Thread(target=lambda: chosen.append(exact_product.choose((1300, 21, 64), V_SLICE)))
+               for _ in range(3)]  # (a lock per open file: threads stand for a run's ranks here)
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert chosen == ["numpy"] * 3 and len(calls) == 1

@@ -14,6 +14,8 @@ import hashlib
 import json
 import platform
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +75,24 @@ def store(path: Path, host: str, shape: str, record: dict) -> None:
         atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
     except (OSError, NnlmError):
         pass
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Only one process (or thread) of this host at a time in the block, by an advisory lock on `path`'s
+    `.lock` beside it: where a choice changes numbers, processes that would measure it at once (a run's ranks)
+    measure it once, and the others read the answer. Without a lock file (no fcntl, a directory that cannot be
+    made) the block runs unlocked."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 (closed below)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()  # (releases the lock)

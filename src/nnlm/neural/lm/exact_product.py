@@ -9,7 +9,8 @@ AMD EPYC and the pass ~1.2x on an AVX-512 one, while MKL was as fast or faster e
 the model's |V| (at most TIMED_SLICES slices) on random operands of its shape is timed with each, at one thread
 and, when two cores are free, at two (interleaved rounds, the best of each); numpy's is taken only when it is at
 least GAIN faster at every count measured. The answer is cached (`nnlm.host_cache`) under the host and the shape:
-every later process on the host makes the same choice without measuring.
+every later process on the host makes the same choice without measuring, and processes that arrive at once (a
+run's ranks) wait on the cache's lock and read the first one's answer.
 
 The choice moves the numbers in the last bits (log P within ~1e-7 relative: another kernel sums each dot product
 in another order), never with the thread count: numpy's pass runs its BLAS at one thread (threadpoolctl) and splits
@@ -72,21 +73,22 @@ def forced_library() -> str | None:
 
 
 def choose(shape: tuple[int, int, int], v_slice: int) -> str:
-    """The cached choice for this host and shape, else measured now and cached."""
+    """The cached choice for this host and shape, else measured now and cached (under the cache's lock)."""
     path, host = host_cache.cache_path(CACHE), host_cache.host_key()
     key = host_cache.shape_key({"vocab": shape[0], "operands": shape[1], "rows": shape[2], "v_slice": v_slice,
                                 "numpy": np.__version__})
-    known = host_cache.entry(path, host, key)
-    if known is not None and known.get("library") in LIBRARIES:
-        return known["library"]
-    governor = threads.current()
-    counts = (1, 2) if governor is not None and not governor.fixed and governor.threads >= 2 else (1,)
-    seconds = measure(shape, v_slice, counts)
-    faster = all(seconds["torch"][n] >= GAIN * seconds["numpy"][n] for n in counts)
-    chosen = "numpy" if faster else "torch"
-    timings = {lib: {str(n): s for n, s in by.items()} for lib, by in seconds.items()}
-    host_cache.store(path, host, key, {"library": chosen, "seconds": timings})
-    return chosen
+    with host_cache.locked(path):  # processes of one run (its ranks) measure once and share the answer
+        known = host_cache.entry(path, host, key)
+        if known is not None and known.get("library") in LIBRARIES:
+            return known["library"]
+        governor = threads.current()
+        counts = (1, 2) if governor is not None and not governor.fixed and governor.threads >= 2 else (1,)
+        seconds = measure(shape, v_slice, counts)
+        faster = all(seconds["torch"][n] >= GAIN * seconds["numpy"][n] for n in counts)
+        chosen = "numpy" if faster else "torch"
+        timings = {lib: {str(n): s for n, s in by.items()} for lib, by in seconds.items()}
+        host_cache.store(path, host, key, {"library": chosen, "seconds": timings})
+        return chosen
 
 
 def measure(shape: tuple[int, int, int], v_slice: int, counts: tuple[int, ...]) -> dict[str, dict[int, float]]:
