@@ -24,6 +24,19 @@ def run_pass(weights: torch.Tensor, z: torch.Tensor, rows: int, targets: torch.T
     return exact_pass(weights, lambda lo, hi: [z[lo:hi]], len(z), targets, rows)
 
 
+def counted_measure(monkeypatch, numpy_seconds: float) -> list:
+    """`exact_product.measure` replaced by one that says torch takes 1 s and numpy `numpy_seconds` at every count;
+    the shapes it was called for are appended to the list returned."""
+    calls = []
+
+    def measure(shape, v_slice, counts):
+        calls.append(shape)
+        return {"torch": {n: 1.0 for n in counts}, "numpy": {n: numpy_seconds for n in counts}}
+
+    monkeypatch.setattr(exact_product, "measure", measure)
+    return calls
+
+
 @pytest.fixture
 def fresh_choices(tmp_path, monkeypatch):
     """A cache directory of its own, no choice made in this process yet, no override."""
@@ -95,13 +108,7 @@ def test_overlapping_passes_give_the_count_back_once_the_last_ends():
 
 
 def test_the_choice_is_measured_once_per_host_and_shape(fresh_choices, monkeypatch):
-    calls = []
-
-    def numpy_faster(shape, v_slice, counts):
-        calls.append(shape)
-        return {"torch": {n: 1.0 for n in counts}, "numpy": {n: 0.9 for n in counts}}
-
-    monkeypatch.setattr(exact_product, "measure", numpy_faster)
+    calls = counted_measure(monkeypatch, numpy_seconds=0.9)
     weights, _ = operands()
     assert exact_product.library_for(weights, 64, V_SLICE) == "numpy"
     assert exact_product.library_for(weights, 64, V_SLICE) == "numpy"
@@ -184,13 +191,7 @@ def test_a_cache_that_cannot_be_written_is_measured_again_not_an_error(tmp_path,
     monkeypatch.setenv("NNLM_CACHE_DIR", str(blocked / "cache"))  # under a file: no directory can be made
     monkeypatch.delenv(exact_product.ENV, raising=False)
     monkeypatch.setattr(exact_product, "_chosen", {})
-    calls = []
-
-    def torch_faster(shape, v_slice, counts):
-        calls.append(shape)
-        return {"torch": {n: 1.0 for n in counts}, "numpy": {n: 1.2 for n in counts}}
-
-    monkeypatch.setattr(exact_product, "measure", torch_faster)
+    calls = counted_measure(monkeypatch, numpy_seconds=1.2)
     weights, _ = operands()
     assert exact_product.library_for(weights, 64, V_SLICE) == "torch"
     monkeypatch.setattr(exact_product, "_chosen", {})  # the next process
