@@ -147,8 +147,9 @@ def numpy_log_z(weights: torch.Tensor, z: torch.Tensor, v_slice: int, workers: i
     while len(buffers) < workers:
         buffers.append(np.empty(0, dtype=np.float32))
     for i in range(workers):
-        if len(buffers[i]) < min(v_slice, len(w)) * (bounds[i + 1] - bounds[i]):
-            buffers[i] = np.empty(min(v_slice, len(w)) * (bounds[i + 1] - bounds[i]), dtype=np.float32)
+        needed = min(v_slice, len(w)) * (bounds[i + 1] - bounds[i])  # a slice's rows x this worker's contexts
+        if len(buffers[i]) < needed:
+            buffers[i] = np.empty(needed, dtype=np.float32)
 
     def columns(i: int) -> None:
         lo, hi = bounds[i], bounds[i + 1]
